@@ -1,0 +1,31 @@
+# day0: two commands on a fresh machine: `make run` and `make test`.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+SPEC ?= configs/pipelines/tiny-local.yaml
+export PREFECT_SERVER_ANALYTICS_ENABLED ?= false
+export HF_HUB_OFFLINE ?= 1
+export RAY_AUTH_MODE ?= disabled
+
+.PHONY: setup run test bench e2e-up e2e-down clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip uv
+	$(BIN)/uv pip install --python $(BIN)/python -e '.[dev]'
+	touch $(STAMP)
+
+run: setup
+	$(BIN)/day0 run $(SPEC)
+
+test: setup
+	$(BIN)/python -m pytest -q tests
+
+bench: setup
+	$(BIN)/python -m benchmarks.run
+
+clean:
+	rm -rf $(VENV) .day0

@@ -1,0 +1,58 @@
+"""User-facing errors. Each names the input and the field at fault; the CLI maps them to exit 2."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["Day0Error", "ModelError", "SpecError", "SpecIssue", "StoreError", "UsageError"]
+
+
+class Day0Error(Exception):
+    """Base of errors caused by user input (exit code 2), as opposed to bugs."""
+
+    exit_code = 2
+
+
+class UsageError(Day0Error):
+    pass
+
+
+@dataclass(frozen=True)
+class SpecIssue:
+    field: str
+    message: str
+
+    @classmethod
+    def from_pydantic(cls, err: dict[str, Any]) -> SpecIssue:
+        loc = ".".join(str(p) for p in err["loc"] if not str(p).startswith(("function-after", "literal[")))
+        message = err["msg"]
+        if err["type"] == "extra_forbidden":
+            message = "unknown field (not allowed here)"
+        elif "input" in err and err["type"] not in ("missing",):
+            message = f"{message} (got {err['input']!r})"
+        return cls(loc, message)
+
+    def __str__(self) -> str:
+        return f"{self.field or '<root>'}: {self.message}"
+
+
+class SpecError(Day0Error):
+    def __init__(self, source: str, issues: list[SpecIssue]):
+        self.source = source
+        self.issues = issues
+        lines = "\n".join(f"  - {issue}" for issue in issues)
+        super().__init__(f"{source}: {len(issues)} error(s)\n{lines}")
+
+
+class ModelError(Day0Error):
+    """A model source, config or architecture that cannot be analysed."""
+
+    def __init__(self, model: str, field: str | None, message: str):
+        self.model, self.field = model, field
+        where = f" (field {field!r})" if field else ""
+        super().__init__(f"model {model}{where}: {message}")
+
+
+class StoreError(Day0Error):
+    pass
