@@ -1,0 +1,85 @@
+"""Resolve a model source to a local directory holding config.json (and code files, never weights).
+
+Sources: a name in configs/models/, a local directory, or `hf://org/name[@revision]` through
+huggingface_hub (config and code files only; honours HF_HUB_OFFLINE / DAY0_HUB_OFFLINE).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from day0.errors import ModelError
+from day0.paths import CONFIGS_DIR
+from day0.settings import HubSettings
+
+__all__ = ["ResolvedModel", "resolve_model_source", "HUB_ALLOW_PATTERNS"]
+
+# Config and modelling code only: weights are never fetched.
+HUB_ALLOW_PATTERNS = ["config.json", "generation_config.json", "*.py", "tokenizer_config.json"]
+
+
+@dataclass(frozen=True)
+class ResolvedModel:
+    source: str
+    directory: Path
+    config: dict[str, Any]
+    repo_id: str | None = None
+    revision: str | None = None
+
+    @property
+    def org(self) -> str | None:
+        return self.repo_id.split("/")[0] if self.repo_id and "/" in self.repo_id else None
+
+
+def _hub_offline(settings: HubSettings) -> bool:
+    if settings.offline is not None:
+        return settings.offline
+    return os.environ.get("HF_HUB_OFFLINE", "0").lower() in ("1", "true", "yes", "on")
+
+
+def _from_hub(source: str, settings: HubSettings) -> tuple[Path, str, str]:
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError
+
+    ref = source.removeprefix("hf://")
+    repo_id, _, revision = ref.partition("@")
+    revision = revision or "main"
+    if repo_id.count("/") != 1 or not all(repo_id.split("/")):
+        raise ModelError(source, "model.source", "expected hf://org/name[@revision]")
+    try:
+        path = snapshot_download(repo_id, revision=revision, allow_patterns=HUB_ALLOW_PATTERNS,
+                                 cache_dir=settings.cache_dir, local_files_only=_hub_offline(settings))
+    except LocalEntryNotFoundError:
+        raise ModelError(source, "model.source", f"revision {revision!r} of {repo_id} is not in the local hub "
+                         "cache and the hub is offline (HF_HUB_OFFLINE); pre-fetch its config or go online")
+    except (HfHubHTTPError, OSError) as exc:
+        raise ModelError(source, "model.source", f"could not fetch from the hub: {exc}") from None
+    return Path(path), repo_id, revision
+
+
+def resolve_model_source(source: str, settings: HubSettings | None = None) -> ResolvedModel:
+    settings = settings or HubSettings()
+    repo_id = revision = None
+    if source.startswith("hf://"):
+        directory, repo_id, revision = _from_hub(source, settings)
+    elif (CONFIGS_DIR / "models" / source / "config.json").exists():
+        directory = CONFIGS_DIR / "models" / source
+    elif Path(source).is_dir():
+        directory = Path(source)
+    else:
+        known = sorted(p.parent.name for p in (CONFIGS_DIR / "models").glob("*/config.json"))
+        raise ModelError(source, "model.source", f"not a directory, hf:// reference, or one of {known}")
+    config_path = directory / "config.json"
+    if not config_path.exists():
+        raise ModelError(source, "config.json", f"no config.json in {directory}")
+    try:
+        config = json.loads(config_path.read_text())
+    except json.JSONDecodeError as exc:
+        raise ModelError(source, "config.json", f"malformed JSON: {exc}") from None
+    if not isinstance(config, dict):
+        raise ModelError(source, "config.json", "expected a JSON object")
+    return ResolvedModel(source, directory, config, repo_id, revision)

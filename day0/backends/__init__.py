@@ -1,0 +1,8 @@
+"""Cluster backends: where Ray work runs (`local` on this machine, `kuberay` on Kubernetes).
+
+Contract: every backend hands the same job code a Ray head address; job submission lives in
+`day0.backends.jobs` and is shared, so a laptop run and a 256-node run take one code path.
+Backend modules are imported lazily by name (the kubernetes client is only needed for kuberay).
+"""
+
+__all__: list[str] = []
