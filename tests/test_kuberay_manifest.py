@@ -1,0 +1,113 @@
+"""The RayCluster builder: pure dicts from the cluster spec and the plan (no API server)."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from day0.backends.kuberay import (
+    ClusterError, build_raycluster, cluster_name, label_value, labels, plan_accelerators, workers_per_pool,
+)
+from day0.spec import ClusterSpec
+
+DNS1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+
+
+def two_pools(**extra: object) -> ClusterSpec:
+    return ClusterSpec.model_validate({
+        "backend": "kuberay", "namespace": "day0", **extra,
+        "node_pools": [
+            {"name": "h100-fixed", "accelerator": {"resource": "nvidia.com/gpu", "per_node": 8, "memory_gib": 80},
+             "nodes": 4, "cpus_per_node": 96, "memory_gib_per_node": 1536,
+             "node_selector": {"day0.io/pool": "h100-fixed"}},
+            {"name": "cloud-elastic", "accelerator": {"resource": "nvidia.com/gpu", "per_node": 8, "memory_gib": 80},
+             "elastic": {"min": 0, "max": 3}, "node_selector": {"day0.io/pool": "cloud-elastic"},
+             "tolerations": [{"key": "day0.io/elastic", "operator": "Exists", "effect": "NoSchedule"}]},
+        ]})
+
+
+def test_names_are_dns_labels_unique_per_run() -> None:
+    a, b = cluster_name("Flow Run/2024_01 ÄÖ"), cluster_name("flow-run-2024-01")
+    assert DNS1035.match(a) and DNS1035.match(b) and a != b
+    long = cluster_name("x" * 300)
+    assert len(long) <= 40 and DNS1035.match(long)
+    assert cluster_name("123-abc").startswith("day0-abc-")
+    assert cluster_name("same") == cluster_name("same")
+
+
+def test_label_values_valid_and_unique() -> None:
+    assert label_value("run-1") == "run-1"
+    for raw in ("a/b c", "-x-" * 40, "ünïcode"):
+        value = label_value(raw)
+        assert len(value) <= 63 and re.match(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$", value), value
+    assert label_value("a/b") != label_value("a b")
+
+
+def test_standard_labels_carry_run_id() -> None:
+    meta = labels("run 7", "day0-run-7-abc")
+    assert meta["app.kubernetes.io/name"] == "day0" and meta["app.kubernetes.io/instance"] == "day0-run-7-abc"
+    assert meta["app.kubernetes.io/managed-by"] == "day0" and meta["day0.io/run-id"] == label_value("run 7")
+
+
+def test_plan_world_size() -> None:
+    assert plan_accelerators({"tensor_parallel": 8, "pipeline_parallel": 4, "expert_parallel": 8,
+                              "data_parallel": 2}) == 64
+    assert plan_accelerators(type("P", (), {"tensor_parallel": 2, "data_parallel": 3})()) == 6
+
+
+def test_workers_fill_fixed_then_elastic() -> None:
+    spec = two_pools()
+    assert workers_per_pool(spec) == {"h100-fixed": 4, "cloud-elastic": 0}
+    assert workers_per_pool(spec, 16) == {"h100-fixed": 2, "cloud-elastic": 0}
+    assert workers_per_pool(spec, 48) == {"h100-fixed": 4, "cloud-elastic": 2}
+    with pytest.raises(ClusterError, match="needs 64 accelerators.*hold only 56"):
+        workers_per_pool(spec, 64)
+
+
+def test_manifest_shape() -> None:
+    rc = build_raycluster(two_pools(), "run-42", plan={"tensor_parallel": 8, "data_parallel": 5},
+                          image="rayproject/ray:2.60.0-py311", head_node_selector={"day0.io/role": "cpu"})
+    assert rc["apiVersion"] == "ray.io/v1" and rc["kind"] == "RayCluster"
+    meta = rc["metadata"]
+    assert meta["namespace"] == "day0" and meta["labels"]["day0.io/run-id"] == "run-42"
+    assert meta["annotations"]["day0.io/run-id"] == "run-42"
+    spec = rc["spec"]
+    assert spec["rayVersion"] == "2.60.0" and spec["enableInTreeAutoscaling"] is True
+    head = spec["headGroupSpec"]
+    assert head["rayStartParams"]["num-cpus"] == "0"
+    assert head["template"]["spec"]["nodeSelector"] == {"day0.io/role": "cpu"}
+    assert "nvidia.com/gpu" not in head["template"]["spec"]["containers"][0]["resources"]["limits"]
+    fixed, elastic = spec["workerGroupSpecs"]
+    assert (fixed["groupName"], fixed["replicas"], fixed["minReplicas"], fixed["maxReplicas"]) == ("h100-fixed", 4, 4, 4)
+    assert (elastic["replicas"], elastic["minReplicas"], elastic["maxReplicas"]) == (1, 0, 3)
+    pod = elastic["template"]["spec"]
+    assert pod["nodeSelector"] == {"day0.io/pool": "cloud-elastic"}
+    assert {"key": "day0.io/elastic", "operator": "Exists", "effect": "NoSchedule"} in pod["tolerations"]
+    assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in pod["tolerations"]
+    limits = pod["containers"][0]["resources"]["limits"]
+    assert limits["nvidia.com/gpu"] == 8 and limits["cpu"] == "14"
+    assert elastic["rayStartParams"]["num-gpus"] == "8"
+    assert elastic["template"]["metadata"]["labels"]["day0.io/pool"] == "cloud-elastic"
+    json.dumps(rc)  # plain data only
+
+
+def test_fixed_only_has_no_autoscaler_and_custom_accelerators() -> None:
+    spec = ClusterSpec.model_validate({"backend": "kuberay", "node_pools": [
+        {"name": "npu", "accelerator": {"resource": "huawei.com/Ascend910", "per_node": 8, "memory_gib": 64},
+         "nodes": 2}]})
+    rc = build_raycluster(spec, "r", image="rayproject/ray:2.60.0-py311")
+    assert "enableInTreeAutoscaling" not in rc["spec"]
+    group = rc["spec"]["workerGroupSpecs"][0]
+    assert json.loads(json.loads(group["rayStartParams"]["resources"])) == {"Ascend910": 8}
+    assert group["template"]["spec"]["containers"][0]["resources"]["limits"]["huawei.com/Ascend910"] == 8
+
+
+def test_explicit_workers_and_errors() -> None:
+    rc = build_raycluster(two_pools(), "r", workers={"h100-fixed": 1, "cloud-elastic": 3}, image="ray:2.60.0")
+    assert [g["replicas"] for g in rc["spec"]["workerGroupSpecs"]] == [1, 3]
+    with pytest.raises(ClusterError, match="unknown pools"):
+        build_raycluster(two_pools(), "r", workers={"nope": 1}, image="ray:2.60.0")
+    with pytest.raises(ClusterError, match="node_pools is empty"):
+        build_raycluster(ClusterSpec(backend="kuberay"), "r", image="ray:2.60.0")
