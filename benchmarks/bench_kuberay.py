@@ -1,0 +1,100 @@
+"""Benchmark: a 1,000-node fake GPU cluster (kwok); time for a 512-worker RayCluster to be
+scheduled and Ready through the real API server, scheduler and KubeRay operator.
+
+    .venv/bin/python -m benchmarks.bench_kuberay          # brings the control plane up if needed
+
+`run()` returns the numbers (seconds) for benchmarks/run.py to collect.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+__all__ = ["run"]
+
+REPO = Path(__file__).resolve().parents[1]
+K8S = REPO / "k8s"
+POOL = "bench-gpu"
+
+
+def _fake_nodes() -> Any:
+    spec = importlib.util.spec_from_file_location("fake_nodes", K8S / "fake_nodes.py")
+    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    spec.loader.exec_module(module)  # type: ignore[union-attr]
+    return module
+
+
+def _kubectl(kubeconfig: str, *args: str, stdin: str | None = None) -> str:
+    kubectl = subprocess.run(["bash", "-c", f"source {K8S}/env.sh; echo $KUBE_BIN/kubectl"], check=True,
+                             capture_output=True, text=True).stdout.strip()
+    return subprocess.run([kubectl, "--kubeconfig", kubeconfig, *args], input=stdin, check=True,
+                          capture_output=True, text=True).stdout
+
+
+def _wait_nodes(core: Any, count: int, timeout_s: float = 600) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        nodes = core.list_node(label_selector=f"day0.io/pool={POOL}").items
+        ready = sum(any(c.type == "Ready" and c.status == "True" for c in n.status.conditions or []) for n in nodes)
+        if ready >= count:
+            return
+        time.sleep(2)
+    raise TimeoutError(f"only {ready}/{count} fake nodes Ready after {timeout_s} s")
+
+
+def run(nodes: int = 1000, workers: int = 512, gpus_per_node: int = 8, timeout_s: float = 900) -> dict[str, Any]:
+    """Create `nodes` fake GPU nodes, a RayCluster of `workers` one-node workers; time it; clean up."""
+    from kubernetes import client, config
+
+    from day0.backends.kuberay import KubeRayCluster, build_raycluster
+    from day0.spec import ClusterSpec
+
+    subprocess.run([str(K8S / "e2e-up.sh")], check=True, capture_output=True, timeout=7200)
+    kubeconfig = subprocess.run([str(K8S / "e2e-up.sh"), "--kubeconfig"], check=True, capture_output=True,
+                                text=True).stdout.strip()
+    api = config.new_client_from_config(kubeconfig)
+    core = client.CoreV1Api(api)
+    items = _fake_nodes().pool_nodes(POOL, nodes, resource="nvidia.com/gpu", per_node=gpus_per_node,
+                                     taints=["nvidia.com/gpu=present:NoSchedule"])
+    t0 = time.monotonic()
+    _kubectl(kubeconfig, "apply", "--server-side", "-f", "-",
+             stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": items}))
+    _wait_nodes(core, nodes)
+    nodes_s = time.monotonic() - t0
+    cluster = ClusterSpec.model_validate({"backend": "kuberay", "namespace": "day0", "node_pools": [
+        {"name": "gpu", "accelerator": {"resource": "nvidia.com/gpu", "per_node": gpus_per_node, "memory_gib": 80},
+         "nodes": nodes, "node_selector": {"day0.io/pool": POOL}}]})
+    rc = KubeRayCluster(build_raycluster(cluster, f"bench-{os.getpid()}", workers={"gpu": workers},
+                                         head_node_selector={"day0.io/role": "cpu"}), api_client=api)
+    result: dict[str, Any] = {"nodes": nodes, "workers": workers, "node_setup_s": round(nodes_s, 2)}
+    try:
+        t0 = time.monotonic()
+        rc.create()
+        scheduled_s = None
+        while time.monotonic() - t0 < timeout_s:
+            pods = rc.pods()
+            if scheduled_s is None and len(pods) == workers + 1 and all(p.spec.node_name for p in pods):
+                scheduled_s = time.monotonic() - t0
+            if rc._ready(rc.get()):
+                break
+            time.sleep(1.0)
+        else:
+            raise TimeoutError(f"not Ready after {timeout_s} s: {[str(r) for r in rc.pool_reports()]}")
+        result.update(scheduled_s=round(scheduled_s or time.monotonic() - t0, 2),
+                      ready_s=round(time.monotonic() - t0, 2))
+    finally:
+        t0 = time.monotonic()
+        rc.delete(timeout_s=600)
+        result["teardown_s"] = round(time.monotonic() - t0, 2)
+        _kubectl(kubeconfig, "delete", "nodes", "-l", f"day0.io/pool={POOL}", "--wait=false")
+    return result
+
+
+if __name__ == "__main__":
+    print(json.dumps(run(), indent=2))

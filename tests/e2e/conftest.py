@@ -1,0 +1,107 @@
+"""The Kubernetes test control plane for e2e tests: kwok cluster + KubeRay operator (k8s/).
+
+The session fixture runs `k8s/e2e-up.sh` (builds missing binaries, reuses a healthy cluster),
+and tears the cluster down at the end only if it started it (or keep it: DAY0_E2E_KEEP=1).
+A build or start failure FAILS the tests: they never skip silently. At the end no day0
+RayCluster may remain in any namespace.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import itertools
+import os
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+K8S = REPO / "k8s"
+NAMESPACE = "day0"
+_spec = importlib.util.spec_from_file_location("fake_nodes", K8S / "fake_nodes.py")
+fake_nodes = importlib.util.module_from_spec(_spec)  # type: ignore[arg-type]
+_spec.loader.exec_module(fake_nodes)  # type: ignore[union-attr]
+
+
+def _kubeconfig() -> str:
+    return subprocess.run([str(K8S / "e2e-up.sh"), "--kubeconfig"], check=True, text=True,
+                          capture_output=True).stdout.strip()
+
+
+def _healthy(kubeconfig: str) -> bool:
+    from kubernetes import client, config
+
+    if not Path(kubeconfig).exists():
+        return False
+    try:
+        api = config.new_client_from_config(kubeconfig)
+        client.VersionApi(api).get_code(_request_timeout=5)
+        return True
+    except Exception:
+        return False
+
+
+@pytest.fixture(scope="session")
+def api() -> Iterator[Any]:
+    """An ApiClient on the test cluster, brought up by k8s/e2e-up.sh if needed."""
+    from kubernetes import client, config
+
+    kubeconfig = _kubeconfig()
+    was_up = _healthy(kubeconfig)
+    run = subprocess.run([str(K8S / "e2e-up.sh")], text=True, capture_output=True, timeout=7200)
+    if run.returncode != 0:
+        pytest.fail(f"k8s/e2e-up.sh failed (rc {run.returncode}):\n{run.stderr[-4000:]}", pytrace=False)
+    os.environ["KUBECONFIG"] = kubeconfig
+    api = config.new_client_from_config(kubeconfig)
+    yield api
+    left = client.CustomObjectsApi(api).list_cluster_custom_object(
+        "ray.io", "v1", "rayclusters", label_selector="app.kubernetes.io/managed-by=day0")["items"]
+    if not was_up and not os.environ.get("DAY0_E2E_KEEP"):
+        subprocess.run([str(K8S / "e2e-down.sh")], check=False, timeout=300)
+    assert not left, f"leaked RayClusters: {[i['metadata']['name'] for i in left]}"
+
+
+_counter = itertools.count()
+
+
+@pytest.fixture
+def node_pools(api: Any, request: pytest.FixtureRequest) -> Iterator[Callable[..., str]]:
+    """Factory: `make(kind, count, gpus=8, taints=[...])` creates fake nodes of a pool unique to
+    this test and returns its label value; the nodes are deleted after the test."""
+    from kubernetes import client
+
+    core = client.CoreV1Api(api)
+    made: list[str] = []
+    stem = f"t{os.getpid() % 1000}-{next(_counter)}"
+
+    def make(kind: str, count: int, *, gpus: int = 8, taints: list[str] | None = None) -> str:
+        pool = f"{stem}-{kind}"
+        for manifest in fake_nodes.pool_nodes(pool, count, resource="nvidia.com/gpu", per_node=gpus,
+                                              taints=taints or ["nvidia.com/gpu=present:NoSchedule"]):
+            core.create_node(manifest)
+            made.append(manifest["metadata"]["name"])
+        _wait_nodes_ready(core, made)
+        return pool
+
+    yield make
+    for name in made:
+        try:
+            core.delete_node(name)
+        except client.exceptions.ApiException as exc:
+            if exc.status != 404:
+                raise
+
+
+def _wait_nodes_ready(core: Any, names: list[str], timeout_s: float = 60) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        ready = {n.metadata.name for n in core.list_node().items
+                 if any(c.type == "Ready" and c.status == "True" for c in n.status.conditions or [])}
+        if set(names) <= ready:
+            return
+        time.sleep(0.5)
+    raise AssertionError(f"kwok did not make nodes Ready in {timeout_s} s: {sorted(set(names) - ready)}")

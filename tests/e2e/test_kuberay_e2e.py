@@ -1,0 +1,156 @@
+"""The KubeRay backend against a real API server, scheduler and KubeRay operator (kwok nodes).
+
+kwok pods run no processes, so these tests cover the Kubernetes side (manifest accepted by the
+CRDs, pods created and placed, readiness, failure and recovery, teardown); job submission to a
+real head is covered by tests/test_jobs.py.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from day0.backends.kuberay import ClusterError, KubeRayCluster, build_raycluster, raycluster_session
+from day0.spec import ClusterSpec
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
+HEAD_ON_CPU = {"day0.io/role": "cpu"}
+
+
+def spec(fixed: str, elastic: str, *, nodes: int, elastic_max: int, timeout_s: float = 90) -> ClusterSpec:
+    gpu = {"resource": "nvidia.com/gpu", "per_node": 8, "memory_gib": 80}
+    return ClusterSpec.model_validate({
+        "backend": "kuberay", "namespace": "day0", "ready_timeout_s": timeout_s, "node_pools": [
+            {"name": "fixed", "accelerator": gpu, "nodes": nodes, "node_selector": {"day0.io/pool": fixed}},
+            {"name": "elastic", "accelerator": gpu, "elastic": {"min": 0, "max": elastic_max},
+             "node_selector": {"day0.io/pool": elastic},
+             "tolerations": [{"key": "day0.io/elastic", "operator": "Exists", "effect": "NoSchedule"}]}]})
+
+
+def placement(rc: KubeRayCluster, api: Any) -> dict[str, list[str]]:
+    """Pool label of the node each pod runs on, by group (`head` for the head)."""
+    from kubernetes import client
+
+    pools = {n.metadata.name: n.metadata.labels.get("day0.io/pool") for n in client.CoreV1Api(api).list_node().items}
+    out: dict[str, list[str]] = {}
+    for pod in rc.pods():
+        group = "head" if pod.metadata.labels.get("ray.io/node-type") == "head" else pod.metadata.labels["ray.io/group"]
+        out.setdefault(group, []).append(pools.get(pod.spec.node_name, "<unscheduled>"))
+    return out
+
+
+def assert_gone(rc: KubeRayCluster) -> None:
+    assert rc.get() is None, f"RayCluster {rc.name} still exists"
+    assert rc.pods() == [], f"pods of {rc.name} still exist"
+
+
+@pytest.fixture
+def pools(node_pools: Callable[..., str]) -> tuple[str, str]:
+    """A 3-node fixed pool, a 2-node elastic pool, and a decoy GPU pool nothing may land on."""
+    fixed = node_pools("fixed", 3)
+    elastic = node_pools("elastic", 2, taints=["nvidia.com/gpu=present:NoSchedule", "day0.io/elastic=true:NoSchedule"])
+    node_pools("decoy", 2)
+    return fixed, elastic
+
+
+def test_two_pools_become_ready_on_matching_nodes(api: Any, pools: tuple[str, str]) -> None:
+    fixed, elastic = pools
+    with raycluster_session(spec(fixed, elastic, nodes=3, elastic_max=2), "e2e ready", api_client=api,
+                            workers={"fixed": 3, "elastic": 1}, head_node_selector=HEAD_ON_CPU) as rc:
+        where = placement(rc, api)
+        assert where == {"head": ["cpu"], "fixed": [fixed] * 3, "elastic": [elastic]}
+        assert [e.kind for e in rc.events] == ["created", "ready"]
+        obj = rc.get()
+        assert obj is not None and obj["spec"]["enableInTreeAutoscaling"] is True
+        conds = {c["type"]: c["status"] for c in obj["status"]["conditions"]}
+        assert conds.get("HeadPodReady") == "True" and conds.get("RayClusterProvisioned") == "True"
+    assert_gone(rc)
+
+
+def test_overflow_lands_on_the_elastic_pool(api: Any, pools: tuple[str, str]) -> None:
+    fixed, elastic = pools
+    plan = {"tensor_parallel": 8, "data_parallel": 5}  # 40 GPUs: 3 fixed nodes + 2 elastic
+    with raycluster_session(spec(fixed, elastic, nodes=3, elastic_max=2), "e2e overflow", api_client=api,
+                            plan=plan, head_node_selector=HEAD_ON_CPU) as rc:
+        where = placement(rc, api)
+        assert sorted(where["fixed"]) == [fixed] * 3 and sorted(where["elastic"]) == [elastic] * 2
+    assert_gone(rc)
+
+
+def test_full_elastic_pool_stays_pending_with_a_clear_report(api: Any, pools: tuple[str, str]) -> None:
+    fixed, elastic = pools
+    cluster = spec(fixed, elastic, nodes=3, elastic_max=4, timeout_s=20)  # the spec allows 4, 2 exist
+    with pytest.raises(ClusterError) as err:
+        with raycluster_session(cluster, "e2e full", api_client=api, workers={"fixed": 3, "elastic": 4},
+                                head_node_selector=HEAD_ON_CPU) as rc:
+            pass
+    message = str(err.value)
+    assert "not Ready after 20 s" in message and "pool 'elastic': 2/4 workers ready" in message, message
+    assert "2 Pending" in message and "short of nvidia.com/gpu" in message, message
+    assert "fixed" not in message.split("not Ready")[1].split(":")[0]
+    assert_gone(rc)
+
+
+@pytest.mark.parametrize("failure", ["delete", "notready"])
+def test_node_failure_is_detected_and_recovered(api: Any, pools: tuple[str, str], failure: str) -> None:
+    from kubernetes import client
+
+    core = client.CoreV1Api(api)
+    fixed, elastic = pools
+    with raycluster_session(spec(fixed, elastic, nodes=3, elastic_max=2), f"e2e fail {failure}", api_client=api,
+                            workers={"fixed": 2, "elastic": 0}, head_node_selector=HEAD_ON_CPU) as rc:
+        rc.start_monitor(interval_s=1.0)
+        victim = next(p for p in rc.pods() if p.metadata.labels.get("ray.io/group") == "fixed")
+        dead = victim.spec.node_name
+        if failure == "delete":
+            core.delete_node(dead)
+        else:  # kwok stops heartbeating an unannotated node; report it NotReady as a dead kubelet would
+            core.patch_node(dead, {"metadata": {"annotations": {"kwok.x-k8s.io/node": None}}})
+            core.patch_node_status(dead, {"status": {"conditions": [
+                {"type": "Ready", "status": "False", "reason": "KubeletDown", "message": "test: kubelet stopped",
+                 "lastHeartbeatTime": None, "lastTransitionTime": None}]}})
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not {"node-lost", "pod-replaced"} <= {e.kind for e in rc.events}:
+            time.sleep(0.5)
+        rc.wait_recovered(90)
+        rc.stop_monitor()
+        kinds = [e.kind for e in rc.events]
+        lost = next(e for e in rc.events if e.kind == "node-lost")
+        assert lost.node == dead and lost.pod == victim.metadata.name and lost.pool == "fixed", rc.events
+        replaced = [e for e in rc.events if e.kind == "pod-replaced"]
+        assert replaced and all(e.node != dead for e in replaced), rc.events
+        assert kinds[-1] == "recovered"
+        workers = [p for p in rc.pods() if p.metadata.labels.get("ray.io/group") == "fixed"]
+        assert len(workers) == 2 and dead not in {p.spec.node_name for p in workers}
+    assert_gone(rc)
+
+
+def test_teardown_after_a_failure_on_purpose(api: Any, pools: tuple[str, str]) -> None:
+    fixed, elastic = pools
+    with pytest.raises(RuntimeError, match="on purpose"):
+        with raycluster_session(spec(fixed, elastic, nodes=3, elastic_max=2), "e2e boom", api_client=api,
+                                workers={"fixed": 1, "elastic": 1}, head_node_selector=HEAD_ON_CPU) as rc:
+            assert rc.pods()
+            raise RuntimeError("failing on purpose")
+    assert_gone(rc)
+
+
+def test_bad_manifest_is_rejected_by_the_crd(api: Any) -> None:
+    cluster = spec("x", "y", nodes=1, elastic_max=1)
+    manifest = build_raycluster(cluster, "e2e invalid", workers={"fixed": 1, "elastic": 0})
+    manifest["spec"]["workerGroupSpecs"][0]["replicas"] = "many"
+    with pytest.raises(ClusterError, match="rejected the manifest"):
+        KubeRayCluster(manifest, api_client=api).create()
+
+
+def test_missing_operator_report_when_no_pods(api: Any) -> None:
+    cluster = spec("x", "y", nodes=1, elastic_max=1, timeout_s=3)
+    cluster = cluster.model_copy(update={"namespace": "default"})
+    with pytest.raises(ClusterError) as err:
+        with raycluster_session(cluster, "e2e nowhere", api_client=api, workers={"fixed": 1, "elastic": 0},
+                                head_node_selector={"day0.io/role": "no-such-node"}):
+            pass
+    assert "not Ready after 3 s" in str(err.value)
