@@ -15,7 +15,7 @@ setup: $(STAMP)
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip uv
-	$(BIN)/uv pip install --python $(BIN)/python -e '.[dev]'
+	$(BIN)/uv pip install --compile-bytecode --python $(BIN)/python -e '.[dev]'
 	touch $(STAMP)
 
 run: setup

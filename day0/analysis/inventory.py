@@ -39,7 +39,9 @@ class OpRecord(BaseModel):
     dtypes: list[str] = Field(default_factory=list, description="Floating dtypes of tensor inputs.")
     modules: list[str] = Field(default_factory=list, description="Where it runs, e.g. 'layers.1 (mla+moe)'.")
     examples: list[list[Any]] = Field(default_factory=list,
-                                      description="Argument lists: tensors as {shape, dtype}, others as values.")
+                                      description="Argument lists: tensors as {shape, dtype}, devices as '<device>', "
+                                                  "other values as is; keyword arguments, if any, as a "
+                                                  "trailing {'kwargs': {...}} element.")
 
 
 class DtypeConstraint(BaseModel):
@@ -69,8 +71,12 @@ def _op_name(func: Any) -> str:
 def _describe(value: Any) -> Any:
     if isinstance(value, torch.Tensor):
         return {"shape": list(value.shape), "dtype": dtype_name(value.dtype)}
-    if isinstance(value, (torch.dtype, torch.device, torch.layout, torch.memory_format)):
+    if isinstance(value, torch.device):
+        return "<device>"  # captured on meta; probes and checks substitute their own device
+    if isinstance(value, (torch.dtype, torch.layout, torch.memory_format)):
         return str(value)
+    if isinstance(value, dict):
+        return {k: _describe(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [_describe(v) for v in value]
     if isinstance(value, (int, float, bool, str)) or value is None:
@@ -95,7 +101,7 @@ class _Recorder(TorchDispatchMode):
         for t in (a for a in torch.utils._pytree.tree_leaves((args, kwargs)) if isinstance(a, torch.Tensor)):
             if t.dtype.is_floating_point and dtype_name(t.dtype) not in rec.dtypes:
                 rec.dtypes.append(dtype_name(t.dtype))
-        example = [_describe(a) for a in args] + ([_describe(kwargs)] if kwargs else [])
+        example = [_describe(a) for a in args] + ([{"kwargs": _describe(kwargs)}] if kwargs else [])
         if len(rec.examples) < _MAX_EXAMPLES and example not in rec.examples:
             rec.examples.append(example)
 
@@ -119,8 +125,9 @@ class _Recorder(TorchDispatchMode):
             return tree_map(lambda o: o.to(dtype) if isinstance(o, torch.Tensor) and o.is_floating_point() else o, out)
 
 
-def reduced_depth(model: torch.nn.Module, attention_kind: str) -> list[str]:
-    """Keep one decoder layer of each distinct kind (in order), in place. Returns the kept kinds."""
+def reduced_depth(model: torch.nn.Module, attention_kind: str) -> list[tuple[int, str]]:
+    """Keep one decoder layer of each distinct kind (in order), in place.
+    Returns (original layer index, kind) of the kept layers."""
     layers = _decoder_layers(model)
     seen: dict[str, int] = {}
     for i, (kind, _) in enumerate(layer_kinds(model, attention_kind)):
@@ -132,7 +139,7 @@ def reduced_depth(model: torch.nn.Module, attention_kind: str) -> list[str]:
     if getattr(model.config, "layer_types", None):
         model.config.layer_types = [model.config.layer_types[i] for i in keep]
     names = {i: k for k, i in seen.items()}
-    return [names[i] for i in keep]
+    return [(i, names[i]) for i in keep]
 
 
 @contextmanager
@@ -150,11 +157,11 @@ def _meta_counts_as_tracing() -> Iterator[None]:
 
 
 @contextmanager
-def _scopes(model: torch.nn.Module, recorder: _Recorder, kinds: list[str]) -> Iterator[None]:
+def _scopes(model: torch.nn.Module, recorder: _Recorder, kept: list[tuple[int, str]]) -> Iterator[None]:
     """Name the module each op runs in: top-level units and decoder layers, forward and backward."""
     inner = getattr(model, "model", model)
     units: list[tuple[str, torch.nn.Module]] = [
-        (f"layers.{i} ({kinds[i]})", layer) for i, layer in enumerate(inner.layers)]
+        (f"layers.{index} ({kind})", layer) for (index, kind), layer in zip(kept, inner.layers)]
     units += [(n, m) for n, m in inner.named_children() if n != "layers"]
     units += [(n, m) for n, m in model.named_children() if n != "model"]
     handles = []
@@ -174,16 +181,16 @@ def capture_operators(model: torch.nn.Module, attention_kind: str, compute_dtype
                       seq_len: int = 16, batch: int = 1) -> OpInventory:
     """Forward + backward of a reduced-depth meta copy; `model` must be a meta model (it is trimmed)."""
     start = time.perf_counter()
-    kinds = reduced_depth(model, attention_kind)
+    kept = reduced_depth(model, attention_kind)
     model.to(DTYPES[compute_dtype])
     model.config.use_cache = False
     recorder = _Recorder()
     ids = torch.zeros(batch, seq_len, dtype=torch.long, device="meta")
-    with _meta_counts_as_tracing(), _scopes(model, recorder, kinds), recorder:
+    with _meta_counts_as_tracing(), _scopes(model, recorder, kept), recorder:
         out = model(input_ids=ids, labels=ids, use_cache=False)
         recorder.phase, recorder.scope = "backward", "loss"
         out.loss.backward()
     ops = sorted(recorder.records.values(), key=lambda r: r.op)
-    return OpInventory(compute_dtype=compute_dtype, seq_len=seq_len, layers_captured=kinds, ops=ops,
+    return OpInventory(compute_dtype=compute_dtype, seq_len=seq_len, layers_captured=[k for _, k in kept], ops=ops,
                        constraints=list(recorder.constraints.values()),
                        capture_seconds=time.perf_counter() - start)

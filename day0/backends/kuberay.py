@@ -51,7 +51,7 @@ class ClusterError(Day0Error):
 class ClusterEvent(BaseModel):
     """Something that happened to the cluster during a run: kept in the step result."""
 
-    kind: Literal["created", "ready", "node-lost", "pod-lost", "pod-replaced", "recovered", "deleted"]
+    kind: Literal["created", "ready", "node-lost", "pod-lost", "pod-replaced", "recovered", "deleted", "warning"]
     at: float = Field(default_factory=time.time, description="Unix time, seconds.")
     pool: str | None = None
     pod: str | None = None
@@ -400,7 +400,7 @@ class KubeRayCluster:
                 self._handled.add(uid)
                 if recover:
                     self._force_delete(pod.metadata.name)
-            elif not baseline and where and uid not in (self._known or {}) | {"": None}:
+            elif not baseline and where and uid not in (self._known or {}):
                 new.append(ClusterEvent(kind="pod-replaced", pool=pool, pod=pod.metadata.name, node=where,
                                         message=f"pod {pod.metadata.name} scheduled on {where}"))
         for uid, pod in (self._known or {}).items():
@@ -434,7 +434,7 @@ class KubeRayCluster:
                 try:
                     self.check_failures()
                 except Exception as exc:  # an API hiccup must not kill the monitor
-                    self.events.append(ClusterEvent(kind="pod-lost", message=f"monitor error: {exc}"))
+                    self.events.append(ClusterEvent(kind="warning", message=f"failure check failed: {exc}"))
 
         self._thread = threading.Thread(target=loop, name=f"monitor-{self.name}", daemon=True)
         self._thread.start()
@@ -445,9 +445,16 @@ class KubeRayCluster:
             self._thread.join(timeout=10)
             self._thread = None
 
-    def wait_recovered(self, timeout_s: float) -> float:
-        """After a loss: wait until every worker is Ready again; records a `recovered` event."""
-        took = self.wait_ready(timeout_s)
+    def wait_recovered(self, timeout_s: float, *, poll_s: float = 1.0) -> float:
+        """After a loss: wait until every group has its Ready pods again (checked on the pods
+        themselves: the RayCluster status can lag a deletion); records a `recovered` event."""
+        start = time.monotonic()
+        while (reports := self.pool_reports()) or not self._ready(self.get()):
+            if time.monotonic() - start > timeout_s:
+                raise ClusterError(f"RayCluster {self.name} not recovered after {timeout_s:.0f} s: "
+                                   + "; ".join(map(str, reports)))
+            time.sleep(poll_s)
+        took = time.monotonic() - start
         self.events.append(ClusterEvent(kind="recovered", message=f"all workers Ready again in {took:.1f} s"))
         return took
 

@@ -1,0 +1,161 @@
+"""Coverage diff: which captured operators the platform's operator library supports.
+
+Two ways to know the library: a declared list in the platform descriptor, or probing the device:
+ask the dispatcher for a kernel under the device's dispatch key, then run the op once at each dtype
+the model needs with seeded small inputs (where the captured shapes fit a size budget), so a kernel
+that exists but rejects a dtype (e.g. `_grouped_mm` at fp32 on CPU) is reported as dtype-unsupported.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Literal
+
+import torch
+from pydantic import BaseModel, Field
+
+from day0.analysis.inventory import OpInventory, OpRecord
+from day0.analysis.structure import DTYPES
+from day0.spec import OperatorSupport
+
+__all__ = ["CoverageReport", "OpCoverage", "diff_declared", "probe_device"]
+
+Status = Literal["supported", "composite", "missing", "dtype_unsupported"]
+_DISPATCH_KEYS = {"cpu": "CPU", "cuda": "CUDA", "xpu": "XPU", "mps": "MPS", "meta": "Meta"}
+_COMPOSITE_KEYS = ("CompositeExplicitAutograd", "CompositeExplicitAutogradNonFunctional")
+
+
+class OpCoverage(BaseModel):
+    op: str
+    status: Status
+    dtypes_needed: list[str]
+    dtypes_unsupported: list[str] = Field(default_factory=list)
+    modules: list[str]
+    detail: str = ""
+
+
+class CoverageReport(BaseModel):
+    platform: str
+    method: Literal["declared", "probe"]
+    ops: list[OpCoverage]
+
+    def by_status(self, status: Status) -> list[OpCoverage]:
+        return [o for o in self.ops if o.status == status]
+
+    @property
+    def counts(self) -> dict[str, int]:
+        counts = {s: 0 for s in ("supported", "composite", "missing", "dtype_unsupported")}
+        for o in self.ops:
+            counts[o.status] += 1
+        return counts
+
+
+def _base(op: str) -> str:
+    return op.split(".")[0]
+
+
+def _is_composite_implicit(op: str) -> bool:
+    name = _base(op)
+    overload = op.split(".", 1)[1] if "." in op else ""
+    try:
+        return torch._C._dispatch_has_kernel_for_dispatch_key(f"{name}.{overload}" if overload else name,
+                                                               "CompositeImplicitAutograd")
+    except RuntimeError:
+        return False
+
+
+def diff_declared(inventory: OpInventory, library: list[OperatorSupport], platform: str) -> CoverageReport:
+    """Match by exact overload, or by base name when the entry names no overload ('aten::sum')."""
+    declared: dict[str, OperatorSupport] = {s.op: s for s in library}
+    out = []
+    for rec in inventory.ops:
+        entry = declared.get(rec.op) or declared.get(_base(rec.op))
+        if entry is None:
+            status: Status = "composite" if _is_composite_implicit(rec.op) else "missing"
+            out.append(OpCoverage(op=rec.op, status=status, dtypes_needed=rec.dtypes, modules=rec.modules,
+                                  detail="decomposes into other aten ops" if status == "composite" else ""))
+            continue
+        bad = [d for d in rec.dtypes if entry.dtypes is not None and d not in entry.dtypes]
+        out.append(OpCoverage(op=rec.op, status="dtype_unsupported" if bad else "supported",
+                              dtypes_needed=rec.dtypes, dtypes_unsupported=bad, modules=rec.modules,
+                              detail=f"library lists {entry.dtypes}" if bad else ""))
+    return CoverageReport(platform=platform, method="declared", ops=out)
+
+
+# --- probing -----------------------------------------------------------------------------------
+
+def _overload(op: str) -> Any:
+    ns, rest = op.split("::")
+    name, _, overload = rest.partition(".")
+    packet = getattr(getattr(torch.ops, ns), name)
+    return getattr(packet, overload or "default")
+
+
+def _has_kernel(op: str, key: str) -> bool:
+    return any(torch._C._dispatch_has_kernel_for_dispatch_key(op, k) for k in (key, *_COMPOSITE_KEYS))
+
+
+def _materialise(desc: Any, dtype: torch.dtype, device: str, gen: torch.Generator) -> Any:
+    if isinstance(desc, dict) and set(desc) == {"shape", "dtype"}:
+        src = DTYPES.get(desc["dtype"])
+        if src is None:  # integer/bool tensors: zeros are valid indices, counts and masks
+            return torch.zeros(desc["shape"], dtype=getattr(torch, desc["dtype"], torch.int64), device=device)
+        return torch.randn(desc["shape"], generator=gen).to(device=device, dtype=dtype)
+    if isinstance(desc, dict):
+        return {k: _materialise(v, dtype, device, gen) for k, v in desc.items()}
+    if isinstance(desc, list):
+        return [_materialise(v, dtype, device, gen) for v in desc]
+    if desc == "<device>":
+        return torch.device(device)
+    if isinstance(desc, str) and desc.startswith("torch."):
+        return getattr(torch, desc.removeprefix("torch."), desc)
+    return desc
+
+
+def _elements(desc: Any) -> int:
+    if isinstance(desc, dict) and set(desc) == {"shape", "dtype"}:
+        return math.prod(desc["shape"])
+    if isinstance(desc, (list, dict)):
+        return sum(_elements(v) for v in (desc.values() if isinstance(desc, dict) else desc))
+    return 0
+
+
+def _run_once(rec: OpRecord, dtype: str, device: str, max_elements: int) -> str | None:
+    """None if the op ran (or could not be sized); else the kernel's error for that dtype."""
+    example = rec.examples[0] if rec.examples else None
+    if example is None or _elements(example) > max_elements:
+        return None
+    has_kwargs = bool(example) and isinstance(example[-1], dict) and set(example[-1]) == {"kwargs"}
+    kwargs = example[-1]["kwargs"] if has_kwargs else {}
+    args = example[:-1] if has_kwargs else example
+    gen = torch.Generator().manual_seed(0)
+    try:
+        call_args = _materialise(args, DTYPES[dtype], device, gen)
+        call_kwargs = _materialise(kwargs, DTYPES[dtype], device, gen)
+        _overload(rec.op)(*call_args, **call_kwargs)
+    except (RuntimeError, NotImplementedError, TypeError, ValueError, IndexError) as exc:
+        message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        dtype_words = ("not implemented for", "dtype", "Float", "BFloat16", "Half", "expected scalar type")
+        return message if any(w in message for w in dtype_words) else None
+    return None
+
+
+def probe_device(inventory: OpInventory, device_type: str, platform: str,
+                 max_elements: int = 1 << 22) -> CoverageReport:
+    """Dispatcher lookup plus one seeded call per needed dtype on the device, within a size budget."""
+    key = _DISPATCH_KEYS.get(device_type, "PrivateUse1")
+    runnable = device_type == "cpu" or (hasattr(torch, device_type) and
+                                       getattr(getattr(torch, device_type), "is_available", lambda: False)())
+    out = []
+    for rec in inventory.ops:
+        if not _has_kernel(rec.op, key):
+            status: Status = "composite" if _is_composite_implicit(rec.op) else "missing"
+            out.append(OpCoverage(op=rec.op, status=status, dtypes_needed=rec.dtypes, modules=rec.modules,
+                                  detail=f"no {key} kernel" + ("; decomposes" if status == "composite" else "")))
+            continue
+        errors = {d: e for d in rec.dtypes if d in DTYPES and runnable
+                  and (e := _run_once(rec, d, device_type, max_elements))}
+        out.append(OpCoverage(op=rec.op, status="dtype_unsupported" if errors else "supported",
+                              dtypes_needed=rec.dtypes, dtypes_unsupported=sorted(errors), modules=rec.modules,
+                              detail="; ".join(f"{d}: {e[:160]}" for d, e in errors.items())))
+    return CoverageReport(platform=platform, method="probe", ops=out)

@@ -1,0 +1,155 @@
+"""The `day0` command line.
+
+    day0 validate configs/pipelines/tiny-local.yaml
+    day0 run configs/pipelines/tiny-local.yaml [--only analyze,parallel] [--json]
+    day0 analyze deepseek-v3 [--platform ascend-910b] [--dtype bf16] [--json]
+    day0 schema > day0-spec.schema.json
+
+Exit codes: 0 success, 1 failure while running, 2 bad input (spec, model, arguments).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from rich.console import Console
+from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from day0.errors import Day0Error, SpecError, SpecIssue, UsageError
+from day0.paths import CONFIGS_DIR
+from day0.spec import STEPS, PipelineSpec, PlatformSpec, load_spec, load_yaml
+
+__all__ = ["main"]
+
+err = Console(stderr=True)
+out = Console()
+
+
+@contextmanager
+def progress(title: str) -> Iterator[Callable[[str], None]]:
+    """A spinner with elapsed time on stderr; yields a callback that names the current stage."""
+    with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
+                  console=err, transient=True) as bar:
+        task = bar.add_task(title, total=None)
+        yield lambda stage: bar.update(task, description=f"{title}: {stage}")
+
+
+def _load_platform(name: str) -> PlatformSpec:
+    path = Path(name) if name.endswith((".yaml", ".yml")) else CONFIGS_DIR / "platforms" / f"{name}.yaml"
+    if not path.exists():
+        known = sorted(p.stem for p in (CONFIGS_DIR / "platforms").glob("*.yaml"))
+        raise UsageError(f"--platform: unknown platform {name!r}; expected one of {known} or a YAML file")
+    from pydantic import ValidationError
+
+    try:
+        return PlatformSpec.model_validate(load_yaml(path))
+    except ValidationError as exc:
+        raise SpecError(str(path), [SpecIssue.from_pydantic(e) for e in exc.errors()]) from None
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    spec = load_spec(args.spec)
+    out.print(f"[green]ok[/]: {args.spec} is a valid {spec.kind} ({spec.metadata.name}, run id {spec.fingerprint()})")
+    return 0
+
+
+def cmd_schema(args: argparse.Namespace) -> int:
+    print(json.dumps(PipelineSpec.model_json_schema(), indent=2))
+    return 0
+
+
+def cmd_analyze(args: argparse.Namespace) -> int:
+    from day0.analysis.step import analyze_model
+    from day0.spec import ModelSpec
+
+    platform = _load_platform(args.platform)
+    with progress(f"analyze {args.model}") as say:
+        result = analyze_model(ModelSpec(source=args.model), platform, args.dtype, progress=say)
+    if args.json:
+        print(result.model_dump_json(indent=2))
+        return 0
+    s = result.structure
+    table = Table(title=f"{s.model} ({s.architecture})", show_header=True)
+    for col in ("component", "total", "active"):
+        table.add_column(col, justify="right" if col != "component" else "left")
+    for name, c in s.components.items():
+        table.add_row(name, f"{c.total / 1e9:.3f}B", f"{c.active / 1e9:.3f}B")
+    table.add_row("[bold]all[/]", f"[bold]{s.params_total / 1e9:.3f}B", f"[bold]{s.params_active / 1e9:.3f}B")
+    out.print(table)
+    out.print(f"attention {s.attention_kind}; layers {', '.join(f'{k.count}x {k.name}' for k in s.layer_kinds)}; "
+              f"KV cache {s.kv_cache_bytes_per_token['bf16'] / 1024:.1f} KiB/token at bf16")
+    cov = result.coverage
+    out.print(f"operators: {len(result.inventory.ops)} captured; on {cov.platform} ({cov.method}): {cov.counts}")
+    for o in cov.ops:
+        if o.status in ("missing", "dtype_unsupported"):
+            out.print(f"  [yellow]{o.status}[/] {o.op} {o.dtypes_unsupported or o.dtypes_needed} in {', '.join(o.modules)}")
+    out.print(f"[dim]{result.seconds:.1f} s[/]")
+    return 0
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    load_spec(args.spec)  # all spec errors before Prefect starts
+    only = [s.strip() for s in args.only.split(",")] if args.only else None
+    if only and (unknown := [s for s in only if s not in STEPS]):
+        raise UsageError(f"--only: unknown step(s) {unknown}; expected some of {list(STEPS)}")
+    from flows.adapt import adapt
+
+    result = adapt(spec=load_yaml(Path(args.spec)), only=only)
+    if args.json:
+        print(json.dumps(result, indent=2))
+    else:
+        out.print(f"[green]done[/]: steps run {result['executed'] or 'none (all reused)'}; "
+                  f"report: {result['report']['html']}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="day0", description="Day-0 adaptation of large models, with proof.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("validate", help="validate a pipeline spec, listing every error")
+    p.add_argument("spec")
+    p.set_defaults(func=cmd_validate)
+    p = sub.add_parser("run", help="run a pipeline spec (resumes completed steps)")
+    p.add_argument("spec")
+    p.add_argument("--only", help=f"comma-separated steps out of {','.join(STEPS)}")
+    p.add_argument("--json", action="store_true", help="print the run summary as JSON")
+    p.set_defaults(func=cmd_run)
+    p = sub.add_parser("analyze", help="step 1 on a model alone: structure, operators, coverage")
+    p.add_argument("model", help="configs/models name, local dir with config.json, or hf://org/name[@rev]")
+    p.add_argument("--platform", default="cpu", help="configs/platforms name or a platform YAML file")
+    p.add_argument("--dtype", default="bf16", choices=["fp32", "bf16", "fp16"], help="compute dtype")
+    p.add_argument("--json", action="store_true", help="print the full result as JSON")
+    p.set_defaults(func=cmd_analyze)
+    p = sub.add_parser("schema", help="print the spec's JSON Schema (for editors)")
+    p.set_defaults(func=cmd_schema)
+    for extension in _extensions():
+        extension(sub)
+    return parser
+
+
+def _extensions() -> list[Callable[[argparse._SubParsersAction], None]]:
+    """Subcommands that live beside their step's code."""
+    return []
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args)
+    except Day0Error as exc:
+        err.print(f"[red]error[/]: {exc}", highlight=False)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        err.print("[red]interrupted[/]")
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,111 @@
+"""Planner inputs: the cluster's figures, the planner's assumptions, and the search space.
+
+Contract: everything here is pure data (no torch). `cluster_from_spec` turns a `PipelineSpec`'s node
+pools and platform figures into one homogeneous `ClusterFigures` (the largest group of identical
+pools; the others are named in `notes`). `PlannerOptions` holds every assumption the cost model
+makes, with its default and unit, so a plan can always say what it assumed.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from day0.spec import HardwareSpec, PipelineSpec
+
+__all__ = ["GIB", "ClusterFigures", "CommSettings", "PlannerOptions", "Recompute", "Offload",
+           "cluster_figures", "cluster_from_spec"]
+
+GIB = 1024**3
+Recompute = Literal["none", "selective", "full"]
+Offload = Literal["none", "optimizer", "activations"]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ClusterFigures(_Model):
+    accelerators: int = Field(ge=1, description="Accelerators the plan may use (fixed pools + elastic maxima).")
+    per_node: int = Field(ge=1, description="Accelerators per node; TP stays inside one node.")
+    memory_gib: float = Field(gt=0, description="Memory per accelerator, GiB.")
+    bf16_tflops: float = Field(gt=0, description="Dense bf16 peak per accelerator, TFLOP/s.")
+    fp8_tflops: float | None = Field(None, gt=0, description="Dense fp8 peak per accelerator, TFLOP/s.")
+    intra_node_bandwidth_gbps: float = Field(gt=0, description="Per-accelerator intra-node bandwidth, GB/s.")
+    inter_node_bandwidth_gbps: float = Field(gt=0, description="Per-accelerator inter-node bandwidth, GB/s.")
+    host_memory_gib_per_accelerator: float = Field(32, gt=0, description="Host RAM per accelerator (offload).")
+    pools: list[str] = Field(default_factory=list)
+    notes: list[str] = Field(default_factory=list)
+
+    @property
+    def memory_bytes(self) -> float:
+        return self.memory_gib * GIB
+
+    def with_accelerators(self, n: int) -> ClusterFigures:
+        return self.model_copy(update={"accelerators": n})
+
+
+class CommSettings(_Model):
+    """Communication techniques (step 4 tunes these; step 3 plans with the defaults)."""
+
+    tp_overlap: bool = Field(False, description="Overlap TP all-gather/reduce-scatter with GEMMs.")
+    ep_overlap: bool = Field(False, description="Overlap EP all-to-all with another micro-batch's compute.")
+    dp_overlap: bool = Field(True, description="Overlap DP gradient reduction with the last backward.")
+    grad_reduce_dtype: Literal["fp32", "bf16"] | None = Field(
+        None, description="Gradient reduction dtype; None = the gradient dtype.")
+    dispatch_dtype: Literal["bf16", "fp8"] = Field("bf16", description="MoE dispatch all-to-all dtype.")
+
+
+class PlannerOptions(_Model):
+    compute_efficiency: float = Field(0.6, gt=0, le=1, description="Achievable fraction of peak for large GEMMs.")
+    gemm_half_tokens: int = Field(128, ge=0, description="Rows at which GEMM efficiency halves (saturation).")
+    flash_attention: bool = Field(True, description="Attention scores are never stored (FlashAttention).")
+    grad_dtype: Literal["fp32", "bf16"] = Field("fp32", description="Gradient accumulation dtype (Megatron main_grad).")
+    optimizer_state_dtype: Literal["fp32", "bf16"] = Field("fp32", description="Adam moments dtype.")
+    fragmentation_fraction: float = Field(0.05, ge=0, lt=1, description="Memory held back for allocator fragmentation.")
+    framework_overhead_gib: float = Field(1.0, ge=0, description="CUDA context, NCCL communicators, workspaces.")
+    host_bandwidth_gbps: float = Field(25, gt=0, description="Host<->device (PCIe) per accelerator, GB/s.")
+    hbm_bandwidth_gbps: float = Field(3000, gt=0, description="Device memory bandwidth (optimizer step), GB/s.")
+    cpu_adam_params_per_s: float = Field(2.5e8, gt=0, description="Offloaded Adam update rate per accelerator.")
+    max_context_parallel: int = Field(8, ge=1)
+    max_virtual_stages: int = Field(4, ge=1)
+    micro_batches: list[int] = Field(default_factory=lambda: [1, 2, 4, 8], description="Micro-batch sizes searched.")
+    zero_stages: list[int] = Field(default_factory=lambda: [0, 1, 2, 3])
+    recompute: list[Recompute] = Field(default_factory=lambda: ["none", "selective", "full"])
+    offload: list[Offload] = Field(default_factory=lambda: ["none", "optimizer", "activations"])
+    keep_plans: int = Field(50, ge=1, description="Ranked plans kept (best per degree tuple).")
+    comm: CommSettings = Field(default_factory=CommSettings)
+
+
+def cluster_figures(hardware: HardwareSpec, accelerators: int, per_node: int,
+                    memory_gib: float | None = None, host_memory_gib_per_accelerator: float = 32) -> ClusterFigures:
+    """Figures for a homogeneous cluster of `accelerators` devices described by a platform's hardware."""
+    return ClusterFigures(accelerators=accelerators, per_node=per_node, memory_gib=memory_gib or hardware.memory_gib,
+                          bf16_tflops=hardware.bf16_tflops, fp8_tflops=hardware.fp8_tflops,
+                          intra_node_bandwidth_gbps=hardware.intra_node_bandwidth_gbps,
+                          inter_node_bandwidth_gbps=hardware.inter_node_bandwidth_gbps,
+                          host_memory_gib_per_accelerator=host_memory_gib_per_accelerator)
+
+
+def cluster_from_spec(spec: PipelineSpec) -> ClusterFigures:
+    """The largest group of identical node pools (resource, per node, memory): one job, one kind of device."""
+    hw = spec.platform.hardware
+    pools = spec.cluster.node_pools
+    if not pools:
+        return cluster_figures(hw, 1, 1).model_copy(update={"notes": ["no node pools: one accelerator assumed"]})
+    groups: dict[tuple[str, int, float], list] = {}
+    for pool in pools:
+        acc = pool.accelerator
+        groups.setdefault((acc.resource, acc.per_node, acc.memory_gib), []).append(pool)
+    key, chosen = max(groups.items(), key=lambda kv: (sum(p.max_nodes for p in kv[1]) * kv[0][1], kv[0][2]))
+    resource, per_node, memory_gib = key
+    nodes = sum(p.max_nodes for p in chosen)
+    host = min(p.memory_gib_per_node for p in chosen) / per_node
+    notes = [f"pool {p.name} ({p.accelerator.resource}, {p.accelerator.memory_gib:g} GiB) not used: "
+             "a plan spans one kind of accelerator" for p in pools if p not in chosen]
+    notes += [f"pool {p.name} counted at its elastic maximum ({p.elastic.max} nodes)" for p in chosen if p.elastic]
+    if memory_gib != hw.memory_gib:
+        notes.append(f"node pool memory {memory_gib:g} GiB used instead of the platform's {hw.memory_gib:g} GiB")
+    figures = cluster_figures(hw, max(nodes * per_node, 1), per_node, memory_gib, host)
+    return figures.model_copy(update={"pools": [p.name for p in chosen], "notes": notes})

@@ -1,0 +1,1 @@
+"""Prefect flows: composition, parameters and deployment entrypoints only."""

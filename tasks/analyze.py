@@ -1,0 +1,21 @@
+"""Step 1 as a Prefect task: structure, operator inventory and coverage diff of the spec's model."""
+
+from __future__ import annotations
+
+from prefect import task
+from prefect.cache_policies import NO_CACHE
+from pydantic import BaseModel
+
+from day0.analysis.step import AnalyzeResult, analyze_model
+from day0.runs import RunContext
+from tasks._step import run_step, step_logger
+
+__all__ = ["analyze"]
+
+
+@task(name="analyze", cache_policy=NO_CACHE)
+def analyze(ctx: RunContext, inputs: dict[str, BaseModel]) -> AnalyzeResult:
+    spec = ctx.spec
+    log = step_logger()
+    return run_step("analyze", ctx, AnalyzeResult, lambda: analyze_model(
+        spec.model, spec.platform, spec.training.precision.compute, progress=lambda msg: log.info("analyze: %s", msg)))
