@@ -1,0 +1,26 @@
+"""The `local` backend: a Ray cluster on this machine (or an existing one at `address`).
+
+Contract: `connect` is idempotent; it starts Ray only when none is running in this process, with
+token authentication off (`RAY_AUTH_MODE=disabled`, unless the environment says otherwise), no
+dashboard, and the driver's log forwarding off so step logs stay readable.
+"""
+
+from __future__ import annotations
+
+import os
+
+__all__ = ["connect"]
+
+
+def connect(address: str | None = None, *, num_cpus: int | None = None, namespace: str = "day0") -> str:
+    """Connect to Ray (start a local instance if `address` is None); returns the GCS address."""
+    import ray
+
+    if not ray.is_initialized():
+        os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+        if address is None:
+            ray.init(num_cpus=num_cpus, namespace=namespace, include_dashboard=False, log_to_driver=False,
+                     configure_logging=False)
+        else:
+            ray.init(address=address, namespace=namespace, log_to_driver=False)
+    return ray.get_runtime_context().gcs_address

@@ -1,0 +1,246 @@
+"""The per-worker training loop, run by Ray Train's TorchTrainer (or bare, for the benchmark).
+
+Read top to bottom: config -> model -> parallelism (DDP or FSDP2, activation checkpointing) ->
+optimizer -> resume -> steps (forward, loss, backward, clip, step) -> checkpoints -> history.
+
+Determinism: the model comes from `seed`, the batch of step s from `data.batch_for_step`, one CPU
+thread per worker; so a run resumed from step K repeats exactly the steps an uninterrupted run took.
+Rank 0's return value is the full loss history (restored from the checkpoint, then extended).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import resource
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+import torch.nn.functional as F
+from pydantic import BaseModel, Field
+
+from day0.trial.data import batch_for_step
+from day0.trial.model import build_model
+
+__all__ = ["LoopConfig", "StepRecord", "TrialFaults", "train_loop", "lr_at"]
+
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+class TrialFaults(BaseModel):
+    """Training bugs injected on purpose, **for tests only**: each must make alignment fail.
+
+    A real run never sets these; the spec has no field for them.
+    """
+
+    loss_scale: float = Field(1.0, description="Multiply the loss (a wrong loss-scaling bug).")
+    lr_multiplier: float = Field(1.0, description="Multiply the learning rate (e.g. x10).")
+    skip_optimizer_step: bool = Field(False, description="Never apply the update (a broken optimizer step).")
+    crash_at_step: int | None = Field(None, description="Raise at this 0-based step if the attempt started "
+                                                        "before it (tests resume-after-crash).")
+    step_delay_s: float = Field(0.0, description="Sleep per step (lets a test kill a node mid-run).")
+
+
+class StepRecord(BaseModel):
+    step: int = Field(description="1-based step number.")
+    loss: float
+    grad_norm: float
+    lr: float
+    tokens: int = Field(description="Tokens in this step's global batch.")
+    step_time_s: float = Field(description="Wall time from the end of the previous step (includes checkpoints).")
+    compute_time_s: float = Field(description="Forward + backward + optimizer time.")
+
+
+class LoopConfig(BaseModel):
+    model_config_dict: dict[str, Any] = Field(description="The scaled HF config (model.scale_config).")
+    seed: int = 0
+    steps: int = Field(ge=1)
+    global_batch: int = Field(ge=1, description="Sequences per optimizer step, across all workers.")
+    micro_batch: int = Field(ge=1, description="Sequences per forward/backward per worker.")
+    seq_len: int = Field(ge=2)
+    learning_rate: float = Field(gt=0)
+    lr_warmup_steps: int = Field(0, ge=0, description="Linear warm-up from lr/steps to lr.")
+    weight_decay: float = 0.0
+    grad_clip: float = 1.0
+    checkpoint_every: int = Field(ge=1)
+    compute_dtype: Literal["fp32", "bf16", "fp16"] = "fp32"
+    recompute: Literal["none", "selective", "full"] = "none"
+    sharding: Literal["ddp", "fsdp"] = "ddp"
+    device_type: str = "cpu"
+    experts_implementation: str | None = None
+    num_threads: int = 1
+    faults: TrialFaults = Field(default_factory=TrialFaults)
+
+
+def lr_at(step: int, cfg: LoopConfig) -> float:
+    """Learning rate of 0-based `step`: linear warm-up, then constant (a pure function of the step)."""
+    lr = cfg.learning_rate * cfg.faults.lr_multiplier
+    if cfg.lr_warmup_steps and step < cfg.lr_warmup_steps:
+        return lr * (step + 1) / cfg.lr_warmup_steps
+    return lr
+
+
+def _peak_memory_bytes(device: torch.device) -> int:
+    if device.type == "cuda":
+        return int(torch.cuda.max_memory_allocated(device))
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return int(rss if sys.platform == "darwin" else rss * 1024)
+
+
+def _parallelize(model: torch.nn.Module, cfg: LoopConfig, world: int, device: torch.device) -> torch.nn.Module:
+    """Apply step 4's choices: activation checkpointing, then DDP or FSDP2 (per decoder layer + root)."""
+    if cfg.recompute != "none":
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    if world == 1:
+        return model
+    if cfg.sharding == "fsdp":
+        from torch.distributed.fsdp import fully_shard
+
+        for layer in model.model.layers:
+            fully_shard(layer)
+        return fully_shard(model)
+    from torch.nn.parallel import DistributedDataParallel
+
+    return DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
+
+
+def _state_dicts(model: torch.nn.Module, optimizer: torch.optim.Optimizer, distributed: bool):
+    if not distributed:
+        return model.state_dict(), optimizer.state_dict()
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict
+
+    return get_state_dict(model, optimizer, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+
+
+def _load_state(model, optimizer, directory: Path, distributed: bool) -> list[dict[str, Any]]:
+    model_sd = torch.load(directory / "model.pt", weights_only=True)
+    optim_sd = torch.load(directory / "optimizer.pt", weights_only=True)
+    if distributed:
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, set_state_dict
+
+        set_state_dict(model, optimizer, model_state_dict=model_sd, optim_state_dict=optim_sd,
+                       options=StateDictOptions(full_state_dict=True))
+    else:
+        model.load_state_dict(model_sd)
+        optimizer.load_state_dict(optim_sd)
+    return json.loads((directory / "history.json").read_text())
+
+
+def _save_state(directory: Path, model_sd, optim_sd, history: list[dict[str, Any]]) -> None:
+    torch.save(model_sd, directory / "model.pt")
+    torch.save(optim_sd, directory / "optimizer.pt")
+    (directory / "history.json").write_text(json.dumps(history))
+
+
+def _grad_norm(model: torch.nn.Module, max_norm: float) -> float:
+    norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    return float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm)
+
+
+def train_loop(config: dict[str, Any]) -> list[dict[str, Any]]:
+    """Ray Train's per-worker function. `config`: LoopConfig fields + `tokens` (1-D int tensor)
+    + optional `event_log` (an EventLog actor handle). Returns rank 0's history (StepRecord dicts)."""
+    import ray.train
+
+    tokens, events = config["tokens"], config.get("event_log")
+    cfg = LoopConfig.model_validate({k: v for k, v in config.items() if k not in ("tokens", "event_log")})
+    ctx = ray.train.get_context()
+    rank, world = ctx.get_world_rank(), ctx.get_world_size()
+    node = ray.get_runtime_context().get_node_id()
+    log = (lambda kind, **kw: events.record.remote(kind, rank=rank, node_id=node, **kw)) if events else (
+        lambda kind, **kw: None)
+    return run_steps(cfg, tokens, rank=rank, world=world, distributed=torch.distributed.is_initialized(),
+                     device=ray.train.torch.get_device() if cfg.device_type != "cpu" else torch.device("cpu"),
+                     checkpoint=ray.train.get_checkpoint(), report=ray.train.report, log=log)
+
+
+def run_steps(cfg: LoopConfig, tokens: torch.Tensor, *, rank: int = 0, world: int = 1, distributed: bool = False,
+              device: torch.device = torch.device("cpu"), checkpoint=None, report=None,
+              log=lambda kind, **kw: None) -> list[dict[str, Any]]:
+    """The loop itself; `report`/`checkpoint` are Ray Train's (None when run bare by the benchmark)."""
+    torch.set_num_threads(cfg.num_threads)
+    tokens = torch.as_tensor(tokens)
+    baseline_mem = _peak_memory_bytes(device)
+    if cfg.global_batch % (cfg.micro_batch * world):
+        raise ValueError(f"global batch {cfg.global_batch} is not a multiple of micro_batch {cfg.micro_batch} "
+                         f"x workers {world}")
+    accum = cfg.global_batch // (cfg.micro_batch * world)
+
+    model = build_model(cfg.model_config_dict, seed=cfg.seed, experts_implementation=cfg.experts_implementation,
+                        device=device)
+    model.train()
+    model = _parallelize(model, cfg, world, device)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.learning_rate, weight_decay=cfg.weight_decay)
+    autocast = (torch.autocast(device.type, dtype=DTYPES[cfg.compute_dtype]) if cfg.compute_dtype != "fp32"
+                else contextlib.nullcontext())
+
+    history: list[dict[str, Any]] = []
+    if checkpoint is not None:
+        with checkpoint.as_directory() as d:
+            history = _load_state(model, optimizer, Path(d), distributed)
+    start = len(history)
+    log("started", from_step=start)
+
+    last = time.perf_counter()
+    for step in range(start, cfg.steps):
+        if cfg.faults.crash_at_step is not None and step == cfg.faults.crash_at_step and start < step:
+            raise RuntimeError(f"injected crash at step {step} (TrialFaults.crash_at_step)")
+        t0 = time.perf_counter()
+        lr = lr_at(step, cfg)
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+        batch = batch_for_step(tokens, step, cfg.global_batch, cfg.seq_len, cfg.seed)
+        mine = batch[rank * accum * cfg.micro_batch:(rank + 1) * accum * cfg.micro_batch].to(device)
+        loss_sum = torch.zeros((), device=device)
+        for i in range(accum):
+            micro = mine[i * cfg.micro_batch:(i + 1) * cfg.micro_batch]
+            sync = i == accum - 1
+            no_sync = model.no_sync() if (not sync and hasattr(model, "no_sync")) else contextlib.nullcontext()
+            with no_sync:  # DDP: all-reduce gradients on the last micro-batch only
+                with autocast:
+                    logits = model(input_ids=micro[:, :-1]).logits
+                loss = F.cross_entropy(logits.float().reshape(-1, logits.size(-1)), micro[:, 1:].reshape(-1))
+                loss = loss * cfg.faults.loss_scale / accum
+                loss.backward()
+            loss_sum += loss.detach()
+        grad_norm = _grad_norm(model, cfg.grad_clip)
+        if not cfg.faults.skip_optimizer_step:
+            optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        if distributed and world > 1:
+            torch.distributed.all_reduce(loss_sum)
+            loss_sum /= world
+        if cfg.faults.step_delay_s:
+            time.sleep(cfg.faults.step_delay_s)
+        now = time.perf_counter()
+        history.append(StepRecord(step=step + 1, loss=float(loss_sum), grad_norm=grad_norm, lr=lr,
+                                  tokens=cfg.global_batch * cfg.seq_len, step_time_s=now - last,
+                                  compute_time_s=now - t0).model_dump())
+        if step == start:
+            log("first_step", step=step + 1)
+        if report is not None and ((step + 1) % cfg.checkpoint_every == 0 or step + 1 == cfg.steps):
+            _checkpoint(model, optimizer, history, distributed, rank, report)
+        last = time.perf_counter()
+
+    log("memory", peak_bytes=_peak_memory_bytes(device), baseline_bytes=baseline_mem)
+    log("finished", step=len(history))
+    return history
+
+
+def _checkpoint(model, optimizer, history, distributed: bool, rank: int, report) -> None:
+    """Every rank joins (FSDP gathers full state); rank 0 writes and hands the directory to Ray Train."""
+    from ray.train import Checkpoint
+
+    model_sd, optim_sd = _state_dicts(model, optimizer, distributed)
+    step = len(history)
+    metrics = {"step": step, "loss": history[-1]["loss"]}
+    with tempfile.TemporaryDirectory() as tmp:
+        checkpoint = None
+        if rank == 0:
+            _save_state(Path(tmp), model_sd, optim_sd, history)
+            checkpoint = Checkpoint.from_directory(tmp)
+        report(metrics, checkpoint=checkpoint, checkpoint_dir_name=f"step_{step:06d}")

@@ -1,0 +1,165 @@
+"""Step 5's result: both loss curves, their alignment, checkpoints/resume, failures and recoveries,
+peak memory beside the estimate; `to_markdown()` for the report and `files()` for the overlay plot."""
+
+from __future__ import annotations
+
+import datetime as dt
+import statistics
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+from day0.trial.alignment import AlignmentReport
+from day0.trial.loop import StepRecord
+from day0.trial.run import RunEvent, TrainingRun
+
+__all__ = ["MemoryComparison", "Recovery", "RunSummary", "TrialCurve", "TrialResult", "recoveries",
+           "steady_tokens_per_s", "summarize_run"]
+
+
+class TrialCurve(BaseModel):
+    """A loss curve with how it was produced; saved alone, it can serve as a later run's reference."""
+
+    label: str
+    platform: str
+    compute_dtype: str
+    workers: int
+    sharding: str = "ddp"
+    recompute: str = "none"
+    steps: list[int]
+    loss: list[float]
+    grad_norm: list[float]
+    tokens_per_s: float | None = Field(None, description="Steady state: tokens per step / median step time.")
+
+
+class Recovery(BaseModel):
+    failed_at: float = Field(description="Unix time the failure was seen (node kill or Train controller).")
+    restarted_at: float = Field(description="Unix time the replacement worker group started.")
+    resumed_from_step: int
+    first_step_at: float | None = None
+    recovery_s: float | None = Field(None, description="From the failure to the first step after resuming.")
+    detail: str | None = None
+
+
+class MemoryComparison(BaseModel):
+    rank: int
+    measured_peak_bytes: int = Field(description="Process peak (CPU: max RSS; CUDA: max allocated).")
+    measured_training_bytes: int = Field(description="Peak minus the process's footprint before the model.")
+    estimate_bytes: float | None = None
+    estimate_source: str = "none"
+
+
+class RunSummary(BaseModel):
+    role: Literal["reference", "candidate"]
+    name: str
+    storage_uri: str
+    steps_executed: int
+    resumed_from_step: int
+    attempts: int
+    wall_s: float
+    error: str | None = None
+    checkpoint_path: str | None = None
+    events: list[RunEvent] = Field(default_factory=list)
+
+
+def steady_tokens_per_s(history: list[StepRecord], skip: int = 2) -> float | None:
+    """Tokens per step over the median step time, skipping each curve's first `skip` steps (start-up)."""
+    times = [h.step_time_s for h in history[skip:]] or [h.step_time_s for h in history]
+    return history[0].tokens / statistics.median(times) if times else None
+
+
+def recoveries(events: list[RunEvent]) -> list[Recovery]:
+    """Pair each failure (a node kill if recorded, else the controller's report) with the next restart."""
+    out: list[Recovery] = []
+    starts = [e for e in events if e.kind == "started" and e.rank == 0]
+    failures = [e for e in events if e.kind in ("node_killed", "failure")]
+    for prev, start in zip(starts, starts[1:]):
+        before = [f for f in failures if prev.time <= f.time <= start.time]
+        if not before:
+            continue
+        first = next((e.time for e in events if e.kind == "first_step" and e.rank == 0 and e.time >= start.time), None)
+        failed = before[0]
+        out.append(Recovery(failed_at=failed.time, restarted_at=start.time, resumed_from_step=start.from_step or 0,
+                            first_step_at=first, recovery_s=(first - failed.time) if first else None,
+                            detail="; ".join(f"{f.kind}: {f.detail or ''}".strip() for f in before)))
+    return out
+
+
+def summarize_run(role: Literal["reference", "candidate"], run: TrainingRun) -> RunSummary:
+    return RunSummary(role=role, name=run.name, storage_uri=run.storage_uri, steps_executed=run.steps_executed,
+                      resumed_from_step=run.resumed_from_step, attempts=len(run.starts), wall_s=run.wall_s,
+                      error=run.error, checkpoint_path=run.checkpoint_path, events=run.events)
+
+
+def _t(ts: float) -> str:
+    return dt.datetime.fromtimestamp(ts, dt.timezone.utc).strftime("%H:%M:%S.%f")[:-3] + "Z"
+
+
+def _mib(n: float | None) -> str:
+    return "-" if n is None else f"{n / 2**20:,.1f} MiB"
+
+
+class TrialResult(BaseModel):
+    model: str
+    scaled: dict[str, int | None] = Field(description="layers, hidden, experts, vocab, parameters of the trial model.")
+    dataset: str
+    seq_len: int
+    global_batch: int
+    steps: int
+    reference: TrialCurve
+    candidate: TrialCurve
+    alignment: AlignmentReport
+    runs: list[RunSummary]
+    recoveries: list[Recovery] = Field(default_factory=list)
+    memory: list[MemoryComparison] = Field(default_factory=list)
+    notes: list[str] = Field(default_factory=list)
+    seconds: float
+
+    @property
+    def passed(self) -> bool:
+        return self.alignment.passed and not any(r.error for r in self.runs)
+
+    def files(self) -> dict[str, bytes]:
+        from day0.plots import line_overlay
+
+        return {"loss.png": line_overlay(
+            f"{self.model} trial: loss, {self.reference.label} vs {self.candidate.label}",
+            {self.reference.label: (self.reference.steps, self.reference.loss),
+             self.candidate.label: (self.candidate.steps, self.candidate.loss)}, "step", "loss")}
+
+    def to_markdown(self) -> str:
+        a, s = self.alignment, self.scaled
+        verdict = "**PASS**" if self.passed else "**FAIL**"
+        lines = [f"# Step 5: trial training of `{self.model}`: {verdict}", "",
+                 f"- trial model: {s.get('layers')} layers, hidden {s.get('hidden')}, {s.get('experts')} experts, "
+                 f"vocab {s.get('vocab')}, {s.get('parameters') or 0:,} parameters",
+                 f"- data: {self.dataset}, {self.steps} steps x {self.global_batch} sequences x {self.seq_len} tokens",
+                 f"- reference: {self.reference.label}; candidate: {self.candidate.label}", "",
+                 "![loss curves](loss.png)", "", "| metric | value | tolerance |", "|---|---:|---:|",
+                 f"| mean relative loss error (step {a.mean_window_start}+) | {a.loss_mean_rel_error:.3%} | "
+                 f"< {a.thresholds.loss_mean_rel:.2%} |",
+                 f"| first-step difference | {a.first_step_abs_diff:.5f} ({a.first_step_rel_diff:.3%}) | "
+                 f"< {a.thresholds.first_step_abs} or {a.thresholds.first_step_rel:.2%} |",
+                 f"| max abs loss difference | {a.loss_max_abs_diff:.5f} (step {a.loss_max_abs_diff_step}) | |",
+                 f"| final-loss difference | {a.final_loss_diff:+.5f} | |",
+                 f"| grad-norm mean relative error | "
+                 f"{'-' if a.grad_norm_mean_rel_error is None else f'{a.grad_norm_mean_rel_error:.3%}'} | |", ""]
+        lines += [f"- FAILED: {f}" for f in a.failures] + [f"- note: {n}" for n in a.notes + self.notes]
+        lines += ["", "## Runs", "", "| run | steps executed | resumed from | attempts | wall | tokens/s | error |",
+                  "|---|---:|---:|---:|---:|---:|---|"]
+        speed = {"reference": self.reference.tokens_per_s, "candidate": self.candidate.tokens_per_s}
+        lines += [f"| {r.role} (`{r.name}`) | {r.steps_executed} | {r.resumed_from_step} | {r.attempts} | "
+                  f"{r.wall_s:.0f} s | {speed[r.role] or 0:,.0f} | {r.error or ''} |" for r in self.runs]
+        lines += ["", f"Checkpoints: {', '.join(f'`{r.checkpoint_path}`' for r in self.runs if r.checkpoint_path)}"]
+        if self.recoveries:
+            lines += ["", "## Failures and recoveries", "", "| failed at | restarted at | resumed from step | "
+                      "recovery | what |", "|---|---|---:|---:|---|"]
+            lines += [f"| {_t(r.failed_at)} | {_t(r.restarted_at)} | {r.resumed_from_step} | "
+                      f"{'-' if r.recovery_s is None else f'{r.recovery_s:.1f} s'} | {r.detail or ''} |"
+                      for r in self.recoveries]
+        if self.memory:
+            lines += ["", "## Peak memory per candidate worker", "", "| rank | measured peak | training part | "
+                      "estimate | estimate from |", "|---:|---:|---:|---:|---|"]
+            lines += [f"| {m.rank} | {_mib(m.measured_peak_bytes)} | {_mib(m.measured_training_bytes)} | "
+                      f"{_mib(m.estimate_bytes)} | {m.estimate_source} |" for m in self.memory]
+        return "\n".join(lines) + "\n"

@@ -1,0 +1,174 @@
+"""One training run through Ray Train: TorchTrainer + ScalingConfig + RunConfig + FailureConfig.
+
+Contract: a run is identified by (`storage_uri`, `name`); running it again with the same pair
+resumes from its latest checkpoint (Ray Train V2 restores the run's checkpoint state), so a
+completed run executes zero steps the second time. Checkpoints go to the artifact store: `file://DIR`
+or `s3://bucket/prefix` (through pyarrow's S3 filesystem at `DAY0_STORE_ENDPOINT_URL`). Every
+(re)start, failure, checkpoint and per-worker peak memory is recorded with a timestamp in an
+`EventLog` actor pinned to the driver's node, which survives the loss of any worker node.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any, Literal
+from urllib.parse import urlparse
+
+from pydantic import BaseModel, Field
+
+from day0.settings import StoreSettings
+from day0.trial.loop import LoopConfig, StepRecord, train_loop
+
+__all__ = ["EventLog", "RunEvent", "TrainingRun", "event_log", "ray_storage", "run_training"]
+
+EventKind = Literal["started", "first_step", "checkpoint", "failure", "memory", "finished", "node_killed"]
+
+
+class RunEvent(BaseModel):
+    time: float = Field(description="Unix time, seconds.")
+    kind: EventKind
+    rank: int | None = None
+    node_id: str | None = None
+    step: int | None = None
+    from_step: int | None = None
+    peak_bytes: int | None = None
+    baseline_bytes: int | None = None
+    detail: str | None = None
+
+
+class EventLog:
+    """A Ray actor collecting RunEvents from workers and the Train controller (see `event_log`)."""
+
+    def __init__(self) -> None:
+        self._events: list[dict[str, Any]] = []
+
+    def record(self, kind: str, **fields: Any) -> None:
+        self._events.append({"time": time.time(), "kind": kind, **fields})
+
+    def events(self) -> list[dict[str, Any]]:
+        return list(self._events)
+
+
+def event_log():  # noqa: ANN201 - an ActorHandle[EventLog]
+    """An EventLog actor on the driver's node (0 CPUs), so a worker-node kill cannot take it down."""
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    here = NodeAffinitySchedulingStrategy(node_id=ray.get_runtime_context().get_node_id(), soft=False)
+    return ray.remote(num_cpus=0, scheduling_strategy=here)(EventLog).remote()
+
+
+def _callback(log):  # noqa: ANN001, ANN202
+    from ray.train import UserCallback
+
+    class _Events(UserCallback):
+        """Runs in the Train controller: records failures and persisted checkpoints."""
+
+        def after_report(self, run_context, metrics, checkpoint):  # noqa: ANN001
+            if checkpoint is not None:
+                log.record.remote("checkpoint", step=metrics[0].get("step"), detail=checkpoint.path)
+
+        def after_exception(self, run_context, worker_exceptions):  # noqa: ANN001
+            detail = "; ".join(f"rank {r}: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+                               for r, e in worker_exceptions.items())
+            log.record.remote("failure", detail=detail[:500])
+
+    return _Events()
+
+
+class TrainingRun(BaseModel):
+    """What one run did: its curve (all steps, restored ones included) and what happened on the way."""
+
+    name: str
+    storage_uri: str
+    workers: int
+    history: list[StepRecord]
+    events: list[RunEvent]
+    steps_executed: int = Field(description="Steps computed by this invocation (fewer when it resumed).")
+    resumed_from_step: int = Field(description="Step the first attempt of this invocation started from.")
+    wall_s: float
+    checkpoint_path: str | None = None
+    error: str | None = None
+
+    @property
+    def starts(self) -> list[RunEvent]:
+        return [e for e in self.events if e.kind == "started" and e.rank == 0]
+
+    @property
+    def peak_memory_bytes(self) -> dict[int, int]:
+        return {e.rank: e.peak_bytes for e in self.events if e.kind == "memory" and e.rank is not None
+                and e.peak_bytes is not None}
+
+
+def ray_storage(uri: str, settings: StoreSettings | None = None):  # noqa: ANN201 - (str, FileSystem | None)
+    """(storage_path, storage_filesystem) for Ray Train's RunConfig from a store URI."""
+    parsed = urlparse(uri)
+    if parsed.scheme == "file" or not parsed.scheme:
+        path = Path(parsed.netloc + parsed.path if parsed.scheme else uri).resolve()
+        path.mkdir(parents=True, exist_ok=True)
+        return str(path), None
+    if parsed.scheme != "s3":
+        raise ValueError(f"checkpoint storage {uri!r}: expected file:// or s3://")
+    from pyarrow import fs
+
+    s = settings or StoreSettings()
+    kwargs: dict[str, Any] = {"region": s.region, "access_key": s.access_key_id, "secret_key": s.secret_access_key}
+    if s.endpoint_url:
+        endpoint = urlparse(s.endpoint_url)
+        kwargs.update(endpoint_override=endpoint.netloc or endpoint.path, scheme=endpoint.scheme or "https")
+    return f"{parsed.netloc}{parsed.path}".rstrip("/"), fs.S3FileSystem(**{k: v for k, v in kwargs.items() if v})
+
+
+def run_training(loop: LoopConfig, tokens, *, name: str, storage_uri: str, workers: int = 1,  # noqa: ANN001
+                 use_gpu: bool = False, resources_per_worker: dict[str, float] | None = None,
+                 max_failures: int = 2, backend: str = "gloo", log=None,
+                 store_settings: StoreSettings | None = None) -> TrainingRun:
+    """Run (or resume) `loop` on `workers` Ray Train workers; never raises for training errors
+    (the returned run carries `error`), so a caller can still report what was done."""
+    import torch
+    from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
+    from ray.train.torch import TorchConfig, TorchTrainer
+
+    log = log or event_log()
+    storage_path, filesystem = ray_storage(storage_uri, store_settings)
+    resources = resources_per_worker or {"CPU": loop.num_threads}
+    trainer = TorchTrainer(
+        train_loop,
+        train_loop_config={**loop.model_dump(), "tokens": torch.as_tensor(tokens), "event_log": log},
+        torch_config=TorchConfig(backend=backend),
+        scaling_config=ScalingConfig(num_workers=workers, use_gpu=use_gpu, resources_per_worker=resources),
+        run_config=RunConfig(name=name, storage_path=storage_path, storage_filesystem=filesystem,
+                             failure_config=FailureConfig(max_failures=max_failures),
+                             checkpoint_config=CheckpointConfig(num_to_keep=2), callbacks=[_callback(log)]),
+    )
+    t0 = time.time()
+    result = trainer.fit()
+    return _collect(result, log, name=name, storage_uri=storage_uri, workers=workers, t0=t0)
+
+
+def _collect(result, log, *, name: str, storage_uri: str, workers: int, t0: float) -> TrainingRun:  # noqa: ANN001
+    import ray
+
+    events = [RunEvent.model_validate(e) for e in ray.get(log.events.remote()) if e["time"] >= t0]
+    history = [StepRecord.model_validate(h) for h in (result.return_value or [])]
+    if not history and result.checkpoint is not None:  # failed run: the last checkpoint's curve
+        import json
+
+        with result.checkpoint.as_directory() as d:
+            history = [StepRecord.model_validate(h) for h in json.loads((Path(d) / "history.json").read_text())]
+    starts = [e for e in events if e.kind == "started" and e.rank == 0]
+    resumed = (starts[0].from_step or 0) if starts else 0
+    executed = sum(_steps_until_next(starts, i, len(history)) for i in range(len(starts)))
+    return TrainingRun(name=name, storage_uri=storage_uri, workers=workers, history=history, events=events,
+                       steps_executed=executed, resumed_from_step=resumed, wall_s=time.time() - t0,
+                       checkpoint_path=result.checkpoint.path if result.checkpoint else None,
+                       error=f"{type(result.error).__name__}: {result.error}" if result.error else None)
+
+
+def _steps_until_next(starts: list[RunEvent], i: int, total: int) -> int:
+    """Steps attempt i contributed: up to where the next attempt resumed (or the end, for the last).
+    Steps an attempt computed past its last checkpoint before failing are lost and not counted."""
+    begin = starts[i].from_step or 0
+    end = (starts[i + 1].from_step or 0) if i + 1 < len(starts) else total
+    return max(end - begin, 0)
