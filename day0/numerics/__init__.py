@@ -1,0 +1,12 @@
+"""Step 2 core: numerical precision alignment of every operator and of the whole model.
+
+Contracts:
+- `metrics` is pure maths on tensors (no torch state touched).
+- A *platform* runs ops under `PlatformMode` (a `TorchDispatchMode`): its kernel table replaces
+  listed aten overloads (vendor kernels, plugins, adaptations) and ops it lacks raise
+  `MissingKernelError`; the reference is plain CPU at the reference dtype.
+- `opcheck.check_inventory` and `layers.compare_layers` never raise for a bad op or layer: they
+  record it. Results are pydantic models in `results` with `to_markdown()`.
+"""
+
+__all__: list[str] = []

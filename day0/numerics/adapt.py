@@ -1,0 +1,171 @@
+"""Adapting ops a platform lacks or gets wrong, then checking them again.
+
+Strategies, cheapest first; each yields a kernel that is registered in the platform's kernel table
+(the same dispatcher path a vendor kernel takes) only after the op passes its check again:
+- plugin: a kernel offered by a `day0.platforms` entry point (a vendor's or our own library);
+- decomposition: `torch._decomp`'s decomposition, run *on the platform* (its sub-ops must exist
+  there and pass), cost = extra kernel launches / memory passes;
+- upcast: run at fp32 on the platform and cast back (no bf16/int kernel, or an inaccurate one);
+- cpu_fallback: copy to the host, run the stock CPU kernel, copy back.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch._decomp import decomposition_table
+from torch.utils._pytree import tree_map
+
+from day0.analysis.inventory import OpInventory, OpRecord
+from day0.numerics.inputs import build_call, cast_call
+from day0.numerics.opcheck import DTYPE, check_op, upcast_kernel
+from day0.numerics.platform_kernels import KernelEntry, KernelTable, MissingKernelError, Platform, resolve_op
+from day0.numerics.results import Adaptation, OpCheck, OpCheckReport
+from day0.spec import ValidationSpec
+
+__all__ = ["HOST_LINK_GBPS", "STRATEGIES", "adapt_op", "adapt_report", "make_kernel"]
+
+STRATEGIES: tuple[str, ...] = ("plugin", "decomposition", "upcast", "cpu_fallback")
+HOST_LINK_GBPS = 25.0   # PCIe 4.0 x16, the usual host<->accelerator link
+DEVICE_MEM_GBPS = 1000.0  # order of an accelerator's HBM bandwidth; the ratio is what matters
+_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "int": 4}
+_active = threading.local()
+
+
+def _no_recursion(op: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+    """A decomposition that calls its own op again is no decomposition on this platform."""
+    def kernel(*args: Any, **kwargs: Any) -> Any:
+        stack = getattr(_active, "ops", set())
+        if op in stack:
+            raise MissingKernelError(f"decomposition of {op} calls {op} again")
+        _active.ops = stack | {op}
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            _active.ops = stack
+    return kernel
+
+
+def _fallback(func: Any, device: str) -> Callable[..., Any]:
+    def kernel(*args: Any, **kwargs: Any) -> Any:
+        host = tree_map(lambda a: a.to("cpu") if isinstance(a, torch.Tensor) else a, (args, kwargs))
+        from torch.utils._python_dispatch import _disable_current_modes
+        with _disable_current_modes():  # the stock host kernel, not the platform's
+            out = func(*host[0], **host[1])
+        return tree_map(lambda o: o.to(device) if isinstance(o, torch.Tensor) else o, out)
+    return kernel
+
+
+def _int_dtypes(record: Any) -> list[str]:
+    """The integer dtypes an integer-only op runs at (so an upcast's fp32 call is not re-routed)."""
+    return sorted({d["dtype"] for ex in record.examples for d in ex if isinstance(d, dict) and "shape" in d})
+
+
+def make_kernel(strategy: str, op: str, platform: Platform, dtype: str,
+                plugins: KernelTable | None = None) -> tuple[KernelEntry | None, str]:
+    """(kernel, note). kernel None means the strategy does not apply; note says why."""
+    func = resolve_op(op)
+    if strategy == "plugin":
+        entry = plugins.lookup(op, dtype) if plugins else None
+        return (entry, entry.source if entry else "no plugin offers a kernel")
+    if strategy == "decomposition":
+        fn = decomposition_table.get(func)
+        if fn is None:
+            return None, "no decomposition in torch._decomp"
+        return KernelEntry(_no_recursion(op, fn), "adapt:decomposition", reenter=True), "torch._decomp"
+    if strategy == "upcast":
+        if dtype == "fp32":
+            return None, "already fp32"
+        if not platform.supports(op, "fp32"):
+            return None, "no fp32 kernel to upcast to"
+        return KernelEntry(upcast_kernel(func), "adapt:upcast", reenter=True), f"{dtype} -> fp32 -> {dtype}"
+    if strategy == "cpu_fallback":
+        return KernelEntry(_fallback(func, platform.device), "adapt:cpu_fallback"), "host CPU kernel"
+    raise ValueError(f"unknown strategy {strategy!r}; expected one of {STRATEGIES}")
+
+
+def _launches(record: Any, platform: Platform, dtype: str, inventory_dtype: str) -> int:
+    """Kernels one adapted call launches on the platform (the decomposition's cost)."""
+    master = build_call(record.op, record.examples[0], 0)
+    inv, target = DTYPE.get(inventory_dtype, torch.float32), DTYPE[dtype]
+    call = cast_call(master, lambda cur, rec: target if cur == inv else cur, platform.device)
+    try:
+        with platform.mode() as mode:
+            resolve_op(record.op)(*call[0], **call[1])
+    except Exception:  # noqa: BLE001 - cost is an estimate; the check already passed
+        return 1
+    return max(1, sum(n for (name, src), n in mode.served.items() if not src.startswith("adapt:")))
+
+
+def _cost(strategy: str, record: Any, platform: Platform, dtype: str, inventory_dtype: str) -> tuple[float, str]:
+    b = _BYTES.get(dtype, 4)
+    if strategy == "decomposition":
+        n = _launches(record, platform, dtype, inventory_dtype)
+        return float(n), f"{n} platform kernels per call (memory-bound estimate)"
+    if strategy == "upcast":
+        return (b + 8) / b, "casts in and out plus fp32 traffic (memory-bound estimate)"
+    if strategy == "cpu_fallback":
+        return DEVICE_MEM_GBPS / HOST_LINK_GBPS, f"host copies at {HOST_LINK_GBPS:g} GB/s vs device memory"
+    return 1.0, "native kernel"
+
+
+def adapt_op(record: Any, platform: Platform, dtype: str, validation: ValidationSpec, problem: str,
+             plugins: KernelTable | None = None, inventory_dtype: str = "fp32",
+             strategies: tuple[str, ...] = STRATEGIES) -> Adaptation:
+    """Try each strategy on a copy of the platform; keep the first whose re-check passes."""
+    result = Adaptation(op=record.op, dtype=dtype, problem=problem)
+    seeds = range(validation.seeds)
+    for strategy in strategies:
+        entry, note = make_kernel(strategy, record.op, platform, dtype, plugins)
+        if entry is None:
+            result.tried.append(f"{strategy}: {note}")
+            continue
+        trial = Platform(platform.name, platform.device, platform.library, platform.kernels.copy(), platform.emulated_on)
+        only = _int_dtypes(record) if dtype == "int" else [dtype]
+        trial.kernels.register(record.op, entry.fn, source=entry.source if strategy == "plugin" else f"adapt:{strategy}",
+                               dtypes=only, reenter=entry.reenter)
+        recheck = check_op(record, trial, dtype if dtype != "int" else "fp32", validation, inventory_dtype, seeds)
+        if not recheck.ok:
+            result.tried.append(f"{strategy}: {recheck.status} ({recheck.reason[:80]})")
+            continue
+        platform.kernels = trial.kernels
+        result.strategy, result.recheck = strategy, recheck
+        result.overhead, result.cost_note = _cost(strategy, record, platform, dtype if dtype != "int" else "fp32",
+                                                  inventory_dtype)
+        result.tried.append(f"{strategy}: pass ({note})")
+        return result
+    return result
+
+
+def adapt_report(report: OpCheckReport, inventory: OpInventory, platform: Platform, validation: ValidationSpec,
+                 plugins: KernelTable | None = None) -> OpCheckReport:
+    """Adapt every failing/missing op of `report`; failing checks are replaced by their re-checks."""
+    records = inventory.by_name()
+    checks: dict[int, OpCheck] = {}
+    adaptations = list(report.adaptations)
+    # backward-only ops first: a forward op's gradient check needs its backward kernels adapted
+    order = sorted(range(len(report.checks)), key=lambda i: "forward" in records.get(
+        report.checks[i].op, OpRecord(op="")).phases)
+    for i in order:
+        check = report.checks[i]
+        if check.ok or check.op not in records:
+            checks[i] = check
+            continue
+        if adaptations:  # its gradient may only have needed a backward op adapted meanwhile
+            again = check_op(records[check.op], platform, check.dtype if check.dtype != "int" else "fp32",
+                             validation, inventory.compute_dtype, range(validation.seeds))
+            if again.ok:
+                checks[i] = again.model_copy(update={"reason": again.reason + "; passes once its backward ops are adapted"})
+                continue
+        problem = f"{check.status}: {check.reason}" if check.status != "pass" else f"gradient {check.grad_status}: {check.reason}"
+        a = adapt_op(records[check.op], platform, check.dtype, validation, problem, plugins, inventory.compute_dtype)
+        adaptations.append(a)
+        checks[i] = a.recheck if a.recheck is not None else check
+    return report.model_copy(update={"checks": [checks[i] for i in range(len(report.checks))],
+                                     "adaptations": adaptations})
+
+
+

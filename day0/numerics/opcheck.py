@@ -1,0 +1,226 @@
+"""Per-operator checks: each inventory op, at the compute dtype on the platform, against the CPU
+reference with identical seeded inputs; gradients too for differentiable ops.
+
+Ops are classified first, because comparing everything numerically is wrong for some of them:
+layout ops (views) are checked exactly and cheaply, ops that allocate uninitialised memory or draw
+random numbers are only checked for shape and dtype (their values mean nothing), everything else is
+compared with the metrics of `day0.numerics.metrics` against per-dtype thresholds.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+from typing import Any
+
+import torch
+from torch.utils._pytree import tree_leaves, tree_map
+
+from day0.analysis.inventory import OpInventory, OpRecord
+from day0.numerics.inputs import Call, build_call, cast_call, example_numel, shrink_example
+from day0.numerics.metrics import ErrorMetrics, Thresholds, compare, default_thresholds, verdict
+from day0.numerics.platform_kernels import MissingKernelError, Platform, resolve_op
+from day0.numerics.results import Kind, OpCheck, OpCheckReport
+from day0.spec import ValidationSpec
+
+__all__ = ["DTYPE", "check_inventory", "check_op", "classify", "thresholds_for", "upcast_kernel"]
+
+DTYPE = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16, "fp64": torch.float64,
+         "fp8": torch.bfloat16}  # fp8 GEMMs are checked at bf16 on the CPU: no fp8 compute here
+_LAYOUT = {"view", "_unsafe_view", "reshape", "t", "transpose", "permute", "expand", "unsqueeze", "squeeze",
+           "slice", "select", "alias", "detach", "split", "split_with_sizes", "as_strided", "unbind", "narrow",
+           "contiguous", "clone", "_to_copy", "copy_", "unfold", "diagonal", "view_as_real", "view_as_complex"}
+_NONDETERMINISTIC = {"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "rand", "randn",
+                     "rand_like", "randn_like", "randint", "randperm", "bernoulli", "bernoulli_", "normal",
+                     "uniform_", "normal_", "dropout", "native_dropout", "multinomial", "exponential_"}
+_CREATION = {"arange", "zeros", "ones", "full", "zeros_like", "ones_like", "full_like", "new_zeros", "new_ones",
+             "new_full", "scalar_tensor", "fill_", "zero_", "linspace", "eye", "tril_indices", "triu_indices"}
+
+
+def classify(op: str) -> Kind:
+    base = op.split("::", 1)[-1].split(".")[0]
+    if base in _NONDETERMINISTIC:
+        return "nondeterministic"
+    if base in _LAYOUT:
+        return "layout"
+    if base in _CREATION:
+        return "creation"
+    return "compute"
+
+
+def thresholds_for(dtype: str, validation: ValidationSpec) -> Thresholds:
+    tol = validation.tolerances.get(dtype)  # type: ignore[call-overload]
+    base = default_thresholds(dtype, validation.min_cosine)
+    return base.model_copy(update={"rtol": tol.rtol, "atol": tol.atol}) if tol else base
+
+
+def upcast_kernel(func: Any, to: torch.dtype = torch.float32) -> Any:
+    """`func` run at `to`: floating inputs (or, for integer-only calls, the integer ones) are cast up,
+    floating outputs cast back to the call's dtype. The reference for an integer op the host lacks
+    (histc on int32), and step 2's upcast adaptation."""
+    def kernel(*args: Any, **kwargs: Any) -> Any:
+        tensors = [t for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)]
+        back = tensors[0].dtype if tensors else None
+        any_float = any(t.is_floating_point() for t in tensors)
+        up = tree_map(lambda a: a.to(to) if isinstance(a, torch.Tensor) and (
+            a.is_floating_point() or (not any_float and a.dtype != torch.bool)) else a, (args, kwargs))
+        out = func(*up[0], **up[1])
+        return tree_map(lambda o: o.to(back) if isinstance(o, torch.Tensor) and o.is_floating_point()
+                        and back is not None else o, out)
+    return kernel
+
+
+def _outputs(out: Any) -> list[torch.Tensor]:
+    return [t for t in tree_leaves(out) if isinstance(t, torch.Tensor)]
+
+
+def _run(func: Any, call: Call, platform: Platform | None) -> tuple[Any, list[str]]:
+    if platform is None:
+        return func(*call[0], **call[1]), []
+    with platform.mode() as mode:
+        out = func(*call[0], **call[1])
+    return out, sorted({src for (_, src) in mode.served})
+
+
+def _compare_outputs(p_out: list[torch.Tensor], r_out: list[torch.Tensor], kind: Kind, t: Thresholds) -> ErrorMetrics | None:
+    if len(p_out) != len(r_out):
+        raise AssertionError(f"platform returned {len(p_out)} tensors, reference {len(r_out)}")
+    has_float = any(o.is_floating_point() for o in r_out)
+    worst: ErrorMetrics | None = None
+    for p, r in zip(p_out, r_out, strict=True):
+        if p.shape != r.shape:
+            raise AssertionError(f"output shape {tuple(p.shape)} != reference {tuple(r.shape)}")
+        if kind == "nondeterministic" or (has_float and not r.is_floating_point()):
+            continue  # uninitialised/random values; indices of sort/topk follow their values
+        m = compare(p, r, t, p.dtype if p.is_floating_point() else None)
+        worst = m if worst is None else worst.merge(m)
+    return worst
+
+
+def _grads(func: Any, call: Call, platform: Platform | None, seed: int, cot_dtype: torch.dtype) -> list[torch.Tensor] | None:
+    """Input gradients for a seeded cotangent, rounded to the platform dtype so both sides get the same."""
+    leaves = [a for a in tree_leaves(call) if isinstance(a, torch.Tensor) and a.requires_grad]
+    out, _ = _run(func, call, platform)
+    outs = [o for o in _outputs(out) if o.requires_grad]
+    if not leaves or not outs:
+        return None
+    g = torch.Generator().manual_seed(seed + 7)
+    cot = [torch.randn(o.shape, generator=g, dtype=torch.float64).to(cot_dtype).to(o.dtype) for o in outs]
+    if platform is None:
+        got = torch.autograd.grad(outs, leaves, cot, allow_unused=True)
+    else:
+        with platform.mode():
+            got = torch.autograd.grad(outs, leaves, cot, allow_unused=True)
+    return [x if x is not None else torch.zeros(()) for x in got]
+
+
+def check_op(record: OpRecord, platform: Platform, dtype: str, validation: ValidationSpec,
+             inventory_dtype: str = "fp32", seeds: Iterable[int] = (0,), max_examples: int = 3,
+             max_elements: int = 1 << 22, grads: bool = True) -> OpCheck:
+    """Check one op at platform dtype `dtype` over its examples and seeds; never raises."""
+    start = time.perf_counter()
+    kind = classify(record.op)
+    run_dtype = "int" if not record.dtypes else dtype
+    thresholds = thresholds_for(dtype if run_dtype != "int" else "fp32", validation)
+    ref = DTYPE[validation.reference_dtype]
+    target = DTYPE[dtype]
+    inv = DTYPE.get(inventory_dtype, torch.float32)
+    result = OpCheck(op=record.op, dtype=run_dtype, kind=kind, status="pass")
+    try:
+        func = resolve_op(record.op)
+    except KeyError as exc:
+        return result.model_copy(update={"status": "skipped", "reason": str(exc)})
+    to_platform = lambda cur, rec: target if cur == inv or rec == inventory_dtype else cur  # noqa: E731
+    to_reference = lambda cur, rec: ref  # noqa: E731
+    differentiable = grads and kind == "compute" and not record.op.split(".")[0].endswith("_") and "forward" in record.phases
+    metrics: ErrorMetrics | None = None
+    grad_metrics: ErrorMetrics | None = None
+    served: set[str] = set()
+    notes: list[str] = []
+    for example in record.examples[:max_examples]:
+        if example_numel(example) > max_elements:
+            example = shrink_example(example, max_elements)
+            notes.append("shrunk to element cap")
+        for seed in seeds:
+            master = build_call(record.op, example, seed)
+            p_call = cast_call(master, to_platform, platform.device)
+            r_call = cast_call(p_call, to_reference)
+            try:
+                try:
+                    r_out, _ = _run(func, r_call, None)
+                except RuntimeError:
+                    if run_dtype != "int":
+                        raise
+                    r_out, _ = _run(upcast_kernel(func, ref), r_call, None)  # e.g. histc has no int kernel
+                    notes.append(f"reference ran at {validation.reference_dtype} (no integer kernel)")
+            except Exception as exc:  # noqa: BLE001 - the example is not runnable on the reference
+                return result.model_copy(update={"status": "skipped", "reason": f"reference failed: {str(exc).splitlines()[0][:150]}",
+                                                 "seconds": time.perf_counter() - start})
+            try:
+                p_out, src = _run(func, p_call, platform)
+            except MissingKernelError as exc:
+                return result.model_copy(update={"status": "missing", "reason": str(exc), "seconds": time.perf_counter() - start})
+            except Exception as exc:  # noqa: BLE001 - a platform kernel that raises is a failed op
+                return result.model_copy(update={"status": "error", "reason": f"{type(exc).__name__}: {str(exc).splitlines()[0][:150]}",
+                                                 "seconds": time.perf_counter() - start})
+            served.update(src)
+            result.examples += 1
+            try:
+                m = _compare_outputs(_outputs(p_out), _outputs(r_out), kind, thresholds)
+            except AssertionError as exc:
+                return result.model_copy(update={"status": "fail", "reason": str(exc), "served_by": sorted(served)})
+            if m is not None:
+                metrics = m if metrics is None else metrics.merge(m)
+            if differentiable and grad_metrics is None or (differentiable and seed != 0):
+                try:
+                    pg = _grads(func, cast_call(master, to_platform, platform.device, True), platform, seed, target)
+                    rg = _grads(func, cast_call(p_call, to_reference, "cpu", True), None, seed, target)
+                except MissingKernelError as exc:
+                    result.grad_status, notes = "missing", notes + [str(exc)]
+                    differentiable = False
+                    continue
+                except RuntimeError:  # not differentiable (integer outputs, no derivative formula)
+                    differentiable = False
+                    continue
+                if pg is None or rg is None:
+                    differentiable = False
+                    continue
+                gm = _compare_outputs(pg, rg, kind, thresholds)
+                if gm is not None:
+                    grad_metrics = gm if grad_metrics is None else grad_metrics.merge(gm)
+    result.served_by = sorted(served)
+    result.metrics, result.grad_metrics = metrics, grad_metrics
+    if metrics is not None:
+        ok, why = verdict(metrics, thresholds)
+        result.status, result.reason = ("pass" if ok else "fail"), why
+    elif kind == "nondeterministic":
+        result.reason = "values not compared: random or uninitialised memory; shape and dtype checked"
+    if grad_metrics is not None:  # a gradient is a chain of two rounded ops: forgive twice the RMS
+        ok, why = verdict(grad_metrics, thresholds.model_copy(update={"rms_share": min(1.0, 2 * thresholds.rms_share)}))
+        result.grad_status = "pass" if ok else "fail"
+        if not ok:
+            result.reason = (result.reason + "; " if result.status == "fail" else "") + f"gradient: {why}"
+    if notes:
+        result.reason = "; ".join([result.reason, *sorted(set(notes))]).strip("; ")
+    result.seconds = time.perf_counter() - start
+    return result
+
+
+def check_inventory(inventory: OpInventory, platform: Platform, validation: ValidationSpec | None = None,
+                    compute_dtypes: Iterable[str] | None = None, *, ops: Iterable[str] | None = None,
+                    max_examples: int = 3, max_elements: int = 1 << 22, grads: bool = True) -> OpCheckReport:
+    """Check every op of `inventory` (or those named in `ops`) at each compute dtype."""
+    validation = validation or ValidationSpec()
+    dtypes = list(compute_dtypes or [inventory.compute_dtype])
+    wanted = set(ops) if ops is not None else None
+    start = time.perf_counter()
+    checks = []
+    for dtype in dtypes:
+        for record in inventory.ops:
+            if wanted is None or record.op in wanted:
+                checks.append(check_op(record, platform, dtype, validation, inventory.compute_dtype,
+                                       range(validation.seeds), max_examples, max_elements, grads))
+    seconds = time.perf_counter() - start
+    return OpCheckReport(platform=platform.name, emulated_on=platform.emulated_on, compute_dtypes=dtypes,
+                         reference_dtype=validation.reference_dtype, seeds=validation.seeds, checks=checks,
+                         seconds=seconds, ops_per_second=len(checks) / seconds if seconds else 0.0)

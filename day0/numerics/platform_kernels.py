@@ -1,0 +1,190 @@
+"""The platform side of a numerical check: which aten kernels it has, and a dispatch mode that
+runs ops the way that platform would.
+
+Why a `TorchDispatchMode`: it sits below autograd, exactly where a device backend's kernels sit, so
+a replaced forward kernel is still differentiated by the real derivative formula and the backward
+ops go through the platform's kernels too. The mode routes each aten overload to, in order:
+1. an entry of the platform's `KernelTable` (vendor kernels, plugin kernels, step-2 adaptations);
+2. the stock kernel, if the platform's operator library has the op at that dtype;
+3. otherwise raises `MissingKernelError`: what a day-0 platform does for an op it lacks.
+
+Vendor and extra kernels come from the entry-point group `day0.platforms`: an entry point names a
+callable `register(table: KernelTable) -> None`; never a hard import of a vendor package.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from importlib.metadata import EntryPoint, entry_points
+from typing import Any
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
+
+from day0.spec import PlatformSpec
+
+__all__ = ["ENTRY_POINT_GROUP", "KernelEntry", "KernelTable", "MissingKernelError", "Platform", "PlatformMode",
+           "call_dtype", "load_plugin_kernels", "op_name", "resolve_op"]
+
+ENTRY_POINT_GROUP = "day0.platforms"
+_DTYPE_NAMES = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16", torch.float64: "fp64"}
+
+
+class MissingKernelError(NotImplementedError):
+    """The platform has no kernel for this op at this dtype."""
+
+
+def op_name(func: torch._ops.OpOverload) -> str:
+    """'aten::add.Tensor' / 'aten::mm' (same spelling as the step-1 inventory)."""
+    name = func._schema.name
+    return f"{name}.{func._overloadname}" if func._overloadname != "default" else name
+
+
+def resolve_op(name: str) -> torch._ops.OpOverload:
+    """'aten::add.Tensor' -> torch.ops.aten.add.Tensor. Raises KeyError for unknown names."""
+    ns, _, rest = name.partition("::")
+    base, _, overload = rest.partition(".")
+    try:
+        return getattr(getattr(getattr(torch.ops, ns), base), overload or "default")
+    except (AttributeError, RuntimeError) as exc:
+        raise KeyError(f"unknown operator {name!r}") from exc
+
+
+def call_dtype(args: Any) -> str | None:
+    """The dtype a call runs at: its first floating tensor input, else its first tensor."""
+    tensors = [t for t in tree_leaves(args) if isinstance(t, torch.Tensor)]
+    for t in tensors:
+        if t.dtype.is_floating_point:
+            return _DTYPE_NAMES.get(t.dtype, str(t.dtype).removeprefix("torch."))
+    return str(tensors[0].dtype).removeprefix("torch.").replace("float", "fp") if tensors else None
+
+
+@dataclass(frozen=True)
+class KernelEntry:
+    fn: Callable[..., Any] = field(repr=False)
+    source: str = "vendor"
+    dtypes: frozenset[str] | None = None
+    reenter: bool = False
+    """Run `fn` under the platform mode, so its own aten calls are platform ops (decompositions)."""
+
+
+class KernelTable:
+    """op name -> kernels, each optionally limited to some dtypes (a kernel wrong for one dtype)."""
+
+    def __init__(self) -> None:
+        self._entries: dict[str, list[KernelEntry]] = {}
+
+    def register(self, op: str, fn: Callable[..., Any], *, source: str = "vendor",
+                 dtypes: Iterable[str] | None = None, reenter: bool = False) -> None:
+        resolve_op(op)
+        entry = KernelEntry(fn, source, frozenset(dtypes) if dtypes is not None else None, reenter)
+        self._entries.setdefault(op, []).insert(0, entry)  # later registrations win
+
+    def lookup(self, op: str, dtype: str | None) -> KernelEntry | None:
+        for e in self._entries.get(op, ()):
+            if e.dtypes is None or dtype in e.dtypes:
+                return e
+        return None
+
+    def ops(self) -> list[str]:
+        return sorted(self._entries)
+
+    def copy(self) -> KernelTable:
+        new = KernelTable()
+        new._entries = {k: list(v) for k, v in self._entries.items()}
+        return new
+
+
+def load_plugin_kernels(eps: Iterable[EntryPoint] | None = None, names: Iterable[str] | None = None) -> KernelTable:
+    """Kernels from plugins in `day0.platforms` (all, or those named), or from explicit entry points."""
+    if eps is None:
+        found = entry_points(group=ENTRY_POINT_GROUP)
+        eps = [ep for ep in found if names is None or ep.name in set(names)]
+    table = KernelTable()
+    for ep in eps:
+        sub = KernelTable()
+        ep.load()(sub)
+        for op, entries in sub._entries.items():
+            for e in reversed(entries):
+                table.register(op, e.fn, source=f"plugin:{ep.name}", dtypes=e.dtypes, reenter=e.reenter)
+    return table
+
+
+def _is_composite(op: str) -> bool:
+    """CompositeImplicitAutograd ops decompose before reaching a backend: always 'supported'."""
+    try:
+        return torch._C._dispatch_has_kernel_for_dispatch_key(op, "CompositeImplicitAutograd")
+    except RuntimeError:
+        return False
+
+
+@dataclass
+class Platform:
+    """A platform as step 2 sees it: a device, an operator library and a kernel table."""
+
+    name: str
+    device: str = "cpu"
+    library: dict[str, frozenset[str] | None] | None = None
+    """Declared ops -> dtypes (None = all dtypes); library None = 'probe' (every stock kernel)."""
+    kernels: KernelTable = field(default_factory=KernelTable)
+    emulated_on: str | None = None
+    """Set when the device type is not present here and the library runs on the host CPU."""
+
+    @classmethod
+    def from_spec(cls, spec: PlatformSpec, plugins: Iterable[EntryPoint] | None = None) -> Platform:
+        library = None
+        if spec.operator_library != "probe":
+            library = {o.op: frozenset(o.dtypes) if o.dtypes else None for o in spec.operator_library}
+        kernels = KernelTable()
+        if plugins is not None or spec.vendor_plugin:
+            kernels = load_plugin_kernels(plugins, None if plugins is not None else [spec.vendor_plugin])
+        device, emulated = spec.device_type, None
+        if device != "cpu" and not _device_available(device):
+            device, emulated = "cpu", spec.device_type
+        return cls(spec.name, device, library, kernels, emulated)
+
+    def declares(self, op: str, dtype: str | None) -> bool:
+        if self.library is None or _is_composite(op):
+            return True
+        # exact overload, or the base name when the library names no overload ('aten::sum')
+        dtypes = self.library.get(op, self.library.get(op.split(".")[0], frozenset()))
+        return dtypes is None or dtype not in _DTYPE_NAMES.values() or dtype in dtypes
+
+    def supports(self, op: str, dtype: str | None) -> bool:
+        return self.kernels.lookup(op, dtype) is not None or self.declares(op, dtype)
+
+    def mode(self) -> PlatformMode:
+        return PlatformMode(self)
+
+
+def _device_available(device_type: str) -> bool:
+    module = getattr(torch, device_type, None)
+    return bool(module is not None and getattr(module, "is_available", lambda: False)())
+
+
+class PlatformMode(TorchDispatchMode):
+    """Runs every aten call as `platform` would; counts which kernel served each op."""
+
+    def __init__(self, platform: Platform) -> None:
+        super().__init__()
+        self.platform = platform
+        self.served: Counter[tuple[str, str]] = Counter()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
+        kwargs = kwargs or {}
+        name = op_name(func)
+        dtype = call_dtype((args, kwargs))
+        entry = self.platform.kernels.lookup(name, dtype)
+        if entry is not None:
+            self.served[(name, entry.source)] += 1
+            if entry.reenter:
+                with self:
+                    return entry.fn(*args, **kwargs)
+            return entry.fn(*args, **kwargs)
+        if not self.platform.declares(name, dtype):
+            raise MissingKernelError(f"{self.platform.name}: no kernel for {name} at {dtype}")
+        self.served[(name, "stock")] += 1
+        return func(*args, **kwargs)

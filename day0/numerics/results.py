@@ -1,0 +1,153 @@
+"""Typed results of step 2, each renderable as Markdown for the report and Prefect artifacts."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+from day0.numerics.metrics import ErrorMetrics
+
+__all__ = ["Adaptation", "LayerReport", "LayerRow", "OpCheck", "OpCheckReport", "OperatorsResult"]
+
+Status = Literal["pass", "fail", "missing", "error", "skipped"]
+Kind = Literal["compute", "layout", "creation", "nondeterministic"]
+
+
+def _g(x: float | None) -> str:
+    return "-" if x is None else f"{x:.3g}"
+
+
+class OpCheck(BaseModel):
+    op: str
+    dtype: str = Field(description="Platform dtype the op ran at ('int' for integer-only ops).")
+    kind: Kind = "compute"
+    status: Status
+    reason: str = ""
+    served_by: list[str] = Field(default_factory=list, description="Kernels that ran: stock, vendor, plugin:x, adapt:y.")
+    examples: int = Field(0, description="Example shapes checked (times seeds).")
+    metrics: ErrorMetrics | None = Field(None, description="Worst over examples, seeds and outputs.")
+    grad_status: Status | Literal["n/a"] = "n/a"
+    grad_metrics: ErrorMetrics | None = None
+    seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return self.status in ("pass", "skipped") and self.grad_status in ("pass", "n/a", "skipped")
+
+
+class Adaptation(BaseModel):
+    op: str
+    dtype: str
+    problem: str = Field(description="Why it needed adapting: the missing kernel or the failed check.")
+    strategy: str | None = Field(None, description="plugin | decomposition | upcast | cpu_fallback; None if nothing fixed it.")
+    tried: list[str] = Field(default_factory=list, description="Strategies tried, with why each was rejected.")
+    overhead: float | None = Field(None, description="Estimated time relative to a native kernel (1.0 = same).")
+    cost_note: str = ""
+    recheck: OpCheck | None = None
+
+
+class OpCheckReport(BaseModel):
+    platform: str
+    emulated_on: str | None = None
+    compute_dtypes: list[str]
+    reference_dtype: str
+    seeds: int
+    checks: list[OpCheck]
+    adaptations: list[Adaptation] = Field(default_factory=list)
+    seconds: float
+    ops_per_second: float
+
+    def counts(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for c in self.checks:
+            key = c.status if c.grad_status not in ("fail", "error") else "fail"
+            out[key] = out.get(key, 0) + 1
+        return out
+
+    @property
+    def failing(self) -> list[OpCheck]:
+        return [c for c in self.checks if not c.ok]
+
+    def to_markdown(self) -> str:
+        where = f" (emulated on {self.emulated_on})" if self.emulated_on else ""
+        lines = [f"### Operator checks on `{self.platform}`{where}",
+                 f"{len(self.checks)} checks at {', '.join(self.compute_dtypes)} vs CPU {self.reference_dtype}, "
+                 f"{self.seeds} seed(s), {self.seconds:.1f} s ({self.ops_per_second:.1f} checks/s): "
+                 + ", ".join(f"{v} {k}" for k, v in sorted(self.counts().items())), "",
+                 "| op | dtype | kind | status | max abs | max rel | cosine | beyond tol | max ULP | grad | kernel | note |",
+                 "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+        order = {"fail": 0, "error": 1, "missing": 2, "pass": 3, "skipped": 4}
+        for c in sorted(self.checks, key=lambda c: (order[c.status] if c.ok or c.status != "pass" else 0, c.op)):
+            m = c.metrics
+            lines.append(f"| `{c.op}` | {c.dtype} | {c.kind} | **{c.status}** | {_g(m and m.max_abs)} | "
+                         f"{_g(m and m.max_rel)} | {_g(m and m.cosine)} | {_g(m and m.share_beyond_tol)} | "
+                         f"{_g(m and m.max_ulp)} | {c.grad_status} | {', '.join(c.served_by)} | {c.reason[:80]} |")
+        if self.adaptations:
+            lines += ["", "#### Adaptations", "| op | dtype | problem | strategy | after | est. overhead | tried |",
+                      "|---|---|---|---|---|---|---|"]
+            for a in self.adaptations:
+                after = a.recheck.status if a.recheck else "-"
+                lines.append(f"| `{a.op}` | {a.dtype} | {a.problem[:60]} | {a.strategy or 'none'} | {after} | "
+                             f"{_g(a.overhead)}x {a.cost_note} | {'; '.join(a.tried)[:120]} |")
+        return "\n".join(lines)
+
+
+class LayerRow(BaseModel):
+    module: str
+    phase: Literal["forward", "backward", "param_grad"]
+    metrics: ErrorMetrics
+    passed: bool
+    reason: str
+
+
+class LayerReport(BaseModel):
+    model: str
+    layers: int
+    compute_dtype: str
+    reference_dtype: str
+    seed: int
+    loss_reference: float
+    loss_platform: float
+    rows: list[LayerRow]
+    first_divergent: str | None = Field(None, description="First module (forward order, then backward) over tolerance.")
+    first_divergent_phase: str | None = None
+    error: str | None = Field(None, description="Why the platform run did not complete, if it did not.")
+    seconds: float
+
+    @property
+    def passed(self) -> bool:
+        return self.first_divergent is None and self.error is None
+
+    def to_markdown(self) -> str:
+        verdict = ("all layers within tolerance" if self.passed else
+                   f"run failed: {self.error}" if self.error else
+                   f"first divergent: **{self.first_divergent}** ({self.first_divergent_phase})")
+        lines = [f"### Whole-model check: {self.model}, {self.layers} layer(s), {self.compute_dtype} vs "
+                 f"{self.reference_dtype}: {verdict}",
+                 f"loss reference {self.loss_reference:.6f}, platform {self.loss_platform:.6f}; {self.seconds:.1f} s", "",
+                 "| module | phase | max abs | rel RMSE | cosine | beyond tol | NaN/Inf | verdict |",
+                 "|---|---|---|---|---|---|---|---|"]
+        for r in self.rows:
+            m = r.metrics
+            lines.append(f"| {r.module} | {r.phase} | {_g(m.max_abs)} | {_g(m.rel_rmse)} | {m.cosine:.6f} | "
+                         f"{_g(m.share_beyond_tol)} | {m.nan_inf_mismatch} | {'ok' if r.passed else '**' + r.reason + '**'} |")
+        return "\n".join(lines)
+
+
+class OperatorsResult(BaseModel):
+    """Step 2's result: per-op checks (with adaptations) and the whole-model layer comparison."""
+
+    ops: OpCheckReport
+    layers: LayerReport | None = None
+
+    @property
+    def passed(self) -> bool:
+        return not self.ops.failing and (self.layers is None or self.layers.passed)
+
+    def to_markdown(self) -> str:
+        head = "## Step 2: operators and numerical alignment: " + ("PASS" if self.passed else "FAIL")
+        parts = [head, self.ops.to_markdown()]
+        if self.layers is not None:
+            parts.append(self.layers.to_markdown())
+        return "\n\n".join(parts)
