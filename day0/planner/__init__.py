@@ -1,0 +1,13 @@
+"""Steps 3 and 4: the parallelism planner and the memory/communication optimiser.
+
+Contract: pure functions over step 1's `ModelStructure` (no torch, no I/O). `plan_parallelism` ranks
+feasible plans (or says why none fits and how many accelerators would); `choose_optimizations` picks
+memory/communication techniques for a chosen plan, each with its estimated memory and time effect.
+"""
+
+from day0.planner.inputs import ClusterFigures, CommSettings, PlannerOptions, cluster_figures, cluster_from_spec
+from day0.planner.results import Plan, PlanReport
+from day0.planner.search import brute_force, min_accelerators, plan_parallelism
+
+__all__ = ["ClusterFigures", "CommSettings", "Plan", "PlanReport", "PlannerOptions", "brute_force",
+           "cluster_figures", "cluster_from_spec", "min_accelerators", "plan_parallelism"]

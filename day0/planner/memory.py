@@ -1,0 +1,106 @@
+"""Memory per accelerator, one small pure function per term.
+
+References: ZeRO (Rajbhandari et al. 2020, sec. 3: 2+2+12 bytes per parameter for mixed-precision
+Adam, partitioned by stage); Megatron-LM's distributed optimizer (grads in fp32 `main_grad`: 6 + 12/d
+bytes per parameter); Korthikanti et al. 2022 (activations with TP, sequence parallelism and
+recompute; interleaved-schedule factor); Narayanan et al. 2021 / Megatron-LM `schedules.py` (micro-
+batches in flight per pipeline rank under 1F1B and the interleaved schedule).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from day0.planner.model import KindCost
+
+__all__ = ["RECOMPUTE_INDEX", "ParamBytes", "activation_bytes", "activation_bytes_per_token",
+           "kind_activation_sums", "inflight_microbatches", "logits_bytes",
+           "model_state_bytes", "param_bytes", "zero3_prefetch_bytes"]
+
+RECOMPUTE_INDEX = {"none": 0, "selective": 1, "full": 2}
+_DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 2}  # fp8 training keeps bf16 weights (casts are transient)
+
+
+@dataclass(frozen=True, slots=True)
+class ParamBytes:
+    """Bytes per parameter of each model-state kind."""
+
+    weight: int
+    grad: int
+    master: int
+    moments: int
+
+    @property
+    def total(self) -> int:
+        return self.weight + self.grad + self.master + self.moments
+
+
+def param_bytes(compute: str, master_weights: str, grad_dtype: str, optimizer_state_dtype: str) -> ParamBytes:
+    """Mixed-precision Adam: weights at the compute dtype, fp32 master copy unless weights already are it,
+    gradients at `grad_dtype` (fp32 by default when the compute dtype is 16-bit), two Adam moments."""
+    weight = _DTYPE_BYTES[compute]
+    master = 4 if master_weights == "fp32" and weight != 4 else 0
+    grad = max(_DTYPE_BYTES[grad_dtype], weight) if weight == 4 else _DTYPE_BYTES[grad_dtype]
+    return ParamBytes(weight=weight, grad=grad, master=master, moments=2 * _DTYPE_BYTES[optimizer_state_dtype])
+
+
+def model_state_bytes(params: float, shard: int, zero_stage: int, pb: ParamBytes,
+                      offload_optimizer: bool = False) -> tuple[float, float, float, float]:
+    """(weights, gradients, optimizer states on device, optimizer states on host) for `params` parameters
+    whose data-parallel replicas number `shard`. ZeRO-1 (= distributed optimizer) partitions master
+    weights and moments, ZeRO-2 also gradients, ZeRO-3 also weights (Rajbhandari et al. 2020, fig. 1)."""
+    weights = params * pb.weight / (shard if zero_stage >= 3 else 1)
+    grads = params * pb.grad / (shard if zero_stage >= 2 else 1)
+    optim = params * (pb.master + pb.moments) / (shard if zero_stage >= 1 else 1)
+    return (weights, grads, 0.0, optim) if offload_optimizer else (weights, grads, optim, 0.0)
+
+
+def activation_bytes(main: tuple[float, float, float], expert: tuple[float, float, float], scores: float,
+                     recompute: str, tp: int, etp: int, seq: int, flash_attention: bool) -> float:
+    """Stored activation bytes per token on one rank with TP + sequence parallelism, given per-token
+    sums (none, selective, full) of the TP-split part `main` and of routed-token copies `expert`.
+
+    Korthikanti et al. 2022 eq. for TP+SP: s·b·h/t · (34 + 5·a·s/h); selective recompute drops the
+    recomputable tensors (attention scores there; norm outputs, SwiGLU activation and MLA up-projections
+    here, as Megatron-Core's `recompute_modules` and DeepSeek-V3 sec. 3.3.2); full recompute keeps only
+    the layer input, 2·s·b·h/t. Routed-token copies are split by t/etp (expert-TP gathers tokens).
+    """
+    i = RECOMPUTE_INDEX[recompute]
+    scores_bytes = scores * seq if recompute == "none" and not flash_attention else 0.0
+    return (main[i] + scores_bytes) / tp + expert[i] * etp / tp
+
+
+def activation_bytes_per_token(kind: KindCost, recompute: str, tp: int, etp: int, seq: int,
+                               flash_attention: bool) -> float:
+    """`activation_bytes` for one layer of `kind`."""
+    return activation_bytes(kind_activation_sums(kind)[0], kind_activation_sums(kind)[1], kind.act_scores_per_seq,
+                            recompute, tp, etp, seq, flash_attention)
+
+
+def kind_activation_sums(kind: KindCost) -> tuple[tuple[float, float, float], tuple[float, float, float]]:
+    """((main none, selective, full), (expert none, selective, full)) bytes per token of one layer."""
+    return ((kind.act_none, kind.act_selective, kind.layer_input),
+            (kind.act_expert_none, kind.act_expert_selective, 0.0))
+
+
+def inflight_microbatches(rank: int, pp: int, vpp: int, num_microbatches: int) -> float:
+    """Micro-batches whose activations rank `rank` holds at its peak, in units of its full layer set.
+
+    1F1B (Narayanan et al. 2021): rank r holds min(pp - r, m). Interleaved with v chunks (Megatron-LM
+    schedules): (pp - r - 1)·2 + (v - 1)·pp + 1 chunk-micro-batches, each 1/v of the rank's layers.
+    """
+    if vpp == 1:
+        return float(min(pp - rank, num_microbatches))
+    chunks = min((pp - rank - 1) * 2 + (vpp - 1) * pp + 1, num_microbatches * vpp)
+    return chunks / vpp
+
+
+def logits_bytes(tokens: float, vocab: int, tp: int) -> float:
+    """Output logits of one micro-batch on the last stage: bf16 logits plus the fp32 softmax for the
+    cross-entropy, vocabulary-parallel over TP (Megatron `vocab_parallel_cross_entropy`)."""
+    return tokens * vocab / tp * (2 + 4)
+
+
+def zero3_prefetch_bytes(layer_params: float, weight_bytes: int) -> float:
+    """ZeRO-3 gathers a layer's full weights before use and prefetches the next: two layers resident."""
+    return 2 * layer_params * weight_bytes

@@ -1,0 +1,242 @@
+"""Step 3: search parallel plans (TP, PP with virtual stages, EP and expert-TP, CP, DP, micro-batch) and
+memory knobs (ZeRO stage, recompute, offload) for the best feasible step time.
+
+Contract: `plan_parallelism` is pure and deterministic: a best-first branch and bound over degree tuples
+(sorted by a time lower bound; a memory lower bound discards tuples no knob setting can fit) returning
+the best knob setting per tuple, ranked. `brute_force` evaluates every (tuple, knobs) pair of the same
+cost model; both rank by the same key, so they agree on the best plan exactly.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import time
+from collections import Counter
+from collections.abc import Iterator
+
+from day0.analysis.structure import ModelStructure
+from day0.planner.bounds import static_lower_bound
+from day0.planner.evaluate import OFFLOADS, RECOMPUTES, Degrees, Knobs, PlanContext
+from day0.planner.inputs import GIB, ClusterFigures, PlannerOptions
+from day0.planner.memory import param_bytes
+from day0.planner.model import ModelCosts, model_costs
+from day0.planner.results import Infeasibility, PlanReport, make_plan
+from day0.spec import ParallelConstraints, TrainingSpec
+
+__all__ = ["brute_force", "enumerate_degrees", "knob_settings", "min_accelerators", "plan_parallelism"]
+
+_MAX_ACCELERATORS = 1 << 18
+
+
+def _divisors(n: int) -> list[int]:
+    return [i for i in range(1, n + 1) if n % i == 0]
+
+
+def knob_settings(options: PlannerOptions) -> list[Knobs]:
+    return [Knobs(z, rc, off) for z in sorted(options.zero_stages) for rc in RECOMPUTES if rc in options.recompute
+            for off in OFFLOADS if off in options.offload]
+
+
+def _fixed(value: int | None, candidates: list[int]) -> list[int]:
+    return [value] if value is not None else candidates
+
+
+def enumerate_degrees(costs: ModelCosts, cluster: ClusterFigures, training: TrainingSpec,
+                      constraints: ParallelConstraints, options: PlannerOptions,
+                      rejected: Counter[str] | None = None) -> Iterator[Degrees]:
+    """Every degree tuple meeting the structural constraints; counts why others were rejected."""
+    rejected = rejected if rejected is not None else Counter()
+    c, n, L = constraints, constraints.accelerators or cluster.accelerators, costs.num_layers
+    if c.tensor_parallel and c.tensor_parallel > cluster.per_node:
+        rejected[f"TP {c.tensor_parallel} exceeds one node ({cluster.per_node} accelerators)"] += 1
+    tps = [t for t in _fixed(c.tensor_parallel, _divisors(cluster.per_node))
+           if t <= cluster.per_node and costs.heads % t == 0]
+    cps = [x for x in _fixed(c.context_parallel, [2**i for i in range(8) if 2**i <= options.max_context_parallel])
+           if x == 1 or training.seq_len % (2 * x) == 0]
+    mbs = sorted({*options.micro_batches, training.micro_batch})
+    for tp in tps:
+        for cp in cps:
+            if n % (tp * cp):
+                rejected["accelerators not divisible by TP x CP"] += 1
+                continue
+            rest = n // (tp * cp)
+            for pp in _fixed(c.pipeline_parallel, _divisors(rest)):
+                if rest % pp or pp > L or pp > (c.max_pipeline_parallel or L):
+                    rejected["PP does not divide the accelerators, exceeds the layers or max_pipeline_parallel"] += 1
+                    continue
+                dp = rest // pp
+                if c.data_parallel is not None and dp != c.data_parallel:
+                    rejected["DP differs from the fixed data_parallel"] += 1
+                    continue
+                yield from _inner(costs, training, constraints, options, tp, cp, pp, dp, mbs, rejected)
+
+
+def _inner(costs: ModelCosts, training: TrainingSpec, c: ParallelConstraints, options: PlannerOptions,
+           tp: int, cp: int, pp: int, dp: int, mbs: list[int], rejected: Counter[str]) -> Iterator[Degrees]:
+    moe = costs.num_experts > 0
+    eps = [e for e in _fixed(c.expert_parallel, _divisors(costs.num_experts) if moe else [1])
+           if (e == 1 or moe) and (not moe or costs.num_experts % e == 0)]
+    etps = [1, tp] if moe and tp > 1 else [1]
+    for mb in mbs:
+        if training.global_batch % (dp * mb):
+            rejected["global batch not divisible by DP x micro-batch"] += 1
+            continue
+        m = training.global_batch // (dp * mb)
+        vpps = [v for v in range(1, options.max_virtual_stages + 1)
+                if v == 1 or (pp > 1 and pp * v <= costs.num_layers and m % pp == 0)]
+        for ep in eps:
+            for etp in etps:
+                if (tp * cp * dp) % (ep * etp):
+                    rejected["EP x expert-TP does not divide DP x CP x TP"] += 1
+                    continue
+                for vpp in vpps:
+                    yield Degrees(tp, pp, vpp, cp, ep, etp, dp, mb, m)
+
+
+def _key(d: Degrees, k: Knobs, step: float) -> tuple:
+    return (step, d.tp, d.pp, d.vpp, d.cp, d.ep, d.etp, d.micro_batch, k.zero_stage,
+            RECOMPUTES.index(k.recompute), OFFLOADS.index(k.offload))
+
+
+def _best_knobs(ctx: PlanContext, knobs: list[Knobs]) -> tuple[tuple, Knobs] | None:
+    """The fastest knob setting that fits: times first (cheap), memory checked in that order."""
+    timed = sorted((_key(ctx.d, k, ctx.time(k).step), k) for k in knobs)
+    for key, k in timed:
+        if ctx.memory(k).feasible:
+            return key, k
+    return None
+
+
+def _constraints(constraints: ParallelConstraints | None) -> ParallelConstraints:
+    return constraints or ParallelConstraints()
+
+
+def plan_parallelism(structure: ModelStructure, cluster: ClusterFigures, training: TrainingSpec,
+                     constraints: ParallelConstraints | None = None, options: PlannerOptions | None = None,
+                     find_min_accelerators: bool = True) -> PlanReport:
+    """Ranked feasible plans (best per degree tuple) or, if none fits, why and the accelerators needed."""
+    t0 = time.perf_counter()
+    options, cons, costs = options or PlannerOptions(), _constraints(constraints), model_costs(structure)
+    rejected: Counter[str] = Counter()
+    knobs = knob_settings(options)
+    order = sorted((static_lower_bound(costs, cluster, training, d, options), _key(d, knobs[0], 0.0)[1:], d)
+                   for d in enumerate_degrees(costs, cluster, training, cons, options, rejected))
+    min_mem, evaluated, visited = math.inf, 0, 0
+    kept: list[tuple] = []  # heap of negated keys: kept[0] is the worst kept plan
+    for bound, _, d in order:
+        if len(kept) >= options.keep_plans and bound > -kept[0][0][0]:
+            break
+        visited += 1
+        ctx = PlanContext(costs, cluster, training, d, options)
+        lb = ctx.memory_lower_bound()
+        min_mem = min(min_mem, lb)
+        if lb > ctx.capacity:
+            rejected["memory: no ZeRO/recompute/offload setting fits"] += 1
+            continue
+        if len(kept) >= options.keep_plans and ctx.time_lower_bound() > -kept[0][0][0]:
+            continue
+        evaluated += len(knobs)
+        found = _best_knobs(ctx, knobs)
+        if found is None:
+            rejected["memory: no ZeRO/recompute/offload setting fits"] += 1
+            continue
+        item = (tuple(-x for x in found[0]), found[1], ctx)
+        if len(kept) < options.keep_plans:
+            heapq.heappush(kept, item)
+        elif item[0] > kept[0][0]:
+            heapq.heapreplace(kept, item)
+    if len(order) > visited:
+        rejected["pruned: step-time lower bound above the kept plans"] += len(order) - visited
+    ranked = sorted(((tuple(-x for x in neg), k, ctx) for neg, k, ctx in kept), key=lambda r: r[0])
+    return _report(structure, costs, cluster, training, cons, options, ranked, rejected, min_mem, len(order),
+                   evaluated, time.perf_counter() - t0, find_min_accelerators)
+
+
+def brute_force(structure: ModelStructure, cluster: ClusterFigures, training: TrainingSpec,
+                constraints: ParallelConstraints | None = None, options: PlannerOptions | None = None) -> PlanReport:
+    """Every (degree tuple, knob setting) evaluated in full: the reference the pruned search must match."""
+    t0 = time.perf_counter()
+    options, cons, costs = options or PlannerOptions(), _constraints(constraints), model_costs(structure)
+    rejected: Counter[str] = Counter()
+    knobs, ranked, evaluated, tuples, min_mem = knob_settings(options), [], 0, 0, math.inf
+    for d in enumerate_degrees(costs, cluster, training, cons, options, rejected):
+        ctx, tuples, best = PlanContext(costs, cluster, training, d, options), tuples + 1, None
+        for k in knobs:
+            evaluated += 1
+            step, m = ctx.time(k).step, ctx.memory(k)
+            min_mem = min(min_mem, m.total)
+            if m.feasible and (best is None or _key(d, k, step) < best[0]):
+                best = (_key(d, k, step), k, ctx)
+        if best is None:
+            rejected["memory: no ZeRO/recompute/offload setting fits"] += 1
+        else:
+            ranked.append(best)
+    ranked = sorted(ranked, key=lambda r: r[0])[:options.keep_plans]
+    return _report(structure, costs, cluster, training, cons, options, ranked, rejected, min_mem, tuples, evaluated,
+                   time.perf_counter() - t0, False)
+
+
+def min_accelerators(structure: ModelStructure, cluster: ClusterFigures, training: TrainingSpec,
+                     constraints: ParallelConstraints | None = None,
+                     options: PlannerOptions | None = None) -> tuple[int | None, float]:
+    """(smallest whole-node power-of-two count with a feasible plan, or None up to 2^18; model-state
+    bytes with every state sharded, which alone need states/usable accelerators)."""
+    options, costs = options or PlannerOptions(), model_costs(structure)
+    cons = _constraints(constraints).model_copy(update={"accelerators": None})
+    prec = training.precision
+    pb = param_bytes(prec.compute, prec.master_weights, options.grad_dtype, options.optimizer_state_dtype)
+    states = structure.params_total * pb.total
+    usable = cluster.memory_bytes * (1 - options.fragmentation_fraction) - options.framework_overhead_gib * GIB
+    n = cluster.per_node * 2 ** max(0, math.ceil(math.log2(max(1.0, states / max(usable, 1) / cluster.per_node))))
+    knobs = sorted(knob_settings(options), key=lambda k: (-k.zero_stage, -RECOMPUTES.index(k.recompute)))
+    while n <= _MAX_ACCELERATORS:
+        sized = cluster.with_accelerators(n)
+        ctxs = sorted((PlanContext(costs, sized, training, d, options)
+                       for d in enumerate_degrees(costs, sized, training, cons, options)),
+                      key=lambda c: c.memory_lower_bound())
+        for ctx in ctxs:
+            if ctx.memory_lower_bound() > ctx.capacity:
+                break
+            if any(ctx.memory(k).feasible for k in knobs):
+                return n, states
+        n *= 2
+    return None, states
+
+
+def _report(structure, costs, cluster, training, cons, options, ranked, rejected, min_mem, tuples, evaluated,
+            seconds, find_min) -> PlanReport:  # noqa: ANN001 - internal assembly
+    plans = []
+    for i, (key, k, ctx) in enumerate(ranked, 1):
+        plan = make_plan(ctx, k, ctx.memory(k), ctx.time(k))
+        plans.append(plan.model_copy(update={"rank": i}))
+    infeasible = [Infeasibility(reason=r, count=n, min_memory_gib=round(min_mem / GIB, 2) if r.startswith("memory")
+                                and min_mem < math.inf else None) for r, n in rejected.most_common()]
+    n_acc = cons.accelerators or cluster.accelerators
+    need, notes = None, []
+    if plans:
+        best = plans[0]
+        message = (f"best of {len(plans)} feasible plans: TP{best.parallel.tensor_parallel} "
+                   f"PP{best.parallel.pipeline_parallel} EP{best.parallel.expert_parallel} "
+                   f"CP{best.parallel.context_parallel} DP{best.parallel.data_parallel}, "
+                   f"{best.memory.total_bytes / GIB:.1f} of {cluster.memory_gib:g} GiB, "
+                   f"{best.time.step_s:.2f} s/step, MFU {best.time.mfu:.1%}")
+    else:
+        message = f"infeasible: no plan fits {n_acc} accelerators of {cluster.memory_gib:g} GiB"
+        if min_mem < math.inf:
+            message += f"; the leanest setup needs {min_mem / GIB:.1f} GiB per accelerator"
+        if tuples == 0:
+            message += "; no parallel layout satisfies the constraints (see rejected)"
+        if find_min:
+            need, states = min_accelerators(structure, cluster, training, cons, options)
+            message += (f"; needs at least {need} accelerators of {cluster.memory_gib:g} GiB" if need else
+                        f"; no power-of-two count up to {_MAX_ACCELERATORS} fits")
+            notes.append(f"model states alone: {structure.params_total / 1e9:.1f}B parameters x "
+                         f"{states / structure.params_total:.0f} bytes = {states / GIB:,.0f} GiB")
+    if costs.num_experts and "deepseek" in structure.model_type:
+        notes.append("1F1B schedule assumed; DualPipe (DeepSeek-V3) keeps two weight copies and is not modelled")
+    return PlanReport(model=structure.model, params_total=structure.params_total,
+                      params_active=structure.params_active, cluster=cluster.with_accelerators(n_acc),
+                      training=training, options=options, feasible=bool(plans), message=message, plans=plans,
+                      infeasible=infeasible, min_accelerators=need, tuples_considered=tuples,
+                      configurations_evaluated=evaluated, search_seconds=seconds, notes=notes)
