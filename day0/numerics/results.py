@@ -140,6 +140,8 @@ class OperatorsResult(BaseModel):
 
     ops: OpCheckReport
     layers: LayerReport | None = None
+    notes: list[str] = Field(default_factory=list)
+    seconds: float = 0.0
 
     @property
     def passed(self) -> bool:
@@ -147,7 +149,7 @@ class OperatorsResult(BaseModel):
 
     def to_markdown(self) -> str:
         head = "## Step 2: operators and numerical alignment: " + ("PASS" if self.passed else "FAIL")
-        parts = [head, self.ops.to_markdown()]
+        parts = [head, *(["\n".join(f"- note: {n}" for n in self.notes)] if self.notes else []), self.ops.to_markdown()]
         if self.layers is not None:
             parts.append(self.layers.to_markdown())
         return "\n\n".join(parts)

@@ -1,0 +1,151 @@
+"""Whole-model check: forward and backward of a reduced-depth model (same widths, real random
+weights) on the platform vs the CPU reference, compared module by module through hooks.
+
+Why per layer: a loss that is off says *that* something is wrong; the first decoder layer whose
+outputs (or, if the forward is clean, whose gradients) leave tolerance says *where*, which is what
+someone fixing a kernel needs on day 0.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import torch
+from torch import nn
+
+from day0.numerics.metrics import ErrorMetrics, Thresholds, compare, verdict
+from day0.numerics.opcheck import DTYPE, thresholds_for
+from day0.numerics.platform_kernels import Platform
+from day0.numerics.results import LayerReport, LayerRow
+from day0.spec import ValidationSpec
+
+__all__ = ["build_model", "compare_layers", "layer_units"]
+
+
+def build_model(source: str, layers: int = 2, seed: int = 0) -> nn.Module:
+    """The model of `source` (a configs/models name, a dir or hf://) at `layers` decoder layers, with
+    seeded random weights in fp32 on the CPU."""
+    from transformers import AutoModelForCausalLM
+
+    from day0.analysis.source import resolve_model_source
+    from day0.analysis.structure import load_hf_config
+
+    cfg = load_hf_config(resolve_model_source(source))
+    cfg.num_hidden_layers = min(layers, cfg.num_hidden_layers)
+    if getattr(cfg, "layer_types", None):
+        cfg.layer_types = cfg.layer_types[: cfg.num_hidden_layers]
+    cfg.use_cache = False
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)
+    return model.eval()
+
+
+def layer_units(model: nn.Module) -> list[tuple[str, nn.Module]]:
+    """Named units in forward order: embeddings, each decoder layer, final norm, LM head."""
+    inner = getattr(model, "model", model)
+    units: list[tuple[str, nn.Module]] = []
+    for name, child in inner.named_children():
+        if isinstance(child, nn.ModuleList):
+            units += [(f"{name}.{i}", m) for i, m in enumerate(child)]
+        elif any(True for _ in child.parameters()):
+            units.append((name, child))
+    units += [(n, m) for n, m in model.named_children() if m is not inner and any(True for _ in m.parameters())]
+    return units
+
+
+def _first_tensor(out: Any) -> torch.Tensor | None:
+    if isinstance(out, torch.Tensor):
+        return out
+    if isinstance(out, (tuple, list)) and out and isinstance(out[0], torch.Tensor):
+        return out[0]
+    return getattr(out, "last_hidden_state", None)
+
+
+@contextmanager
+def _capture(model: nn.Module) -> Iterator[tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]]:
+    outs: dict[str, torch.Tensor] = {}
+    grads: dict[str, torch.Tensor] = {}
+    handles = []
+    for name, module in layer_units(model):
+        def hook(_m: nn.Module, _i: Any, out: Any, _name: str = name) -> None:
+            t = _first_tensor(out)
+            if t is None:
+                return
+            outs[_name] = t.detach().clone()
+            if t.requires_grad:
+                t.register_hook(lambda g, _n=_name: grads.__setitem__(_n, g.detach().clone()))
+        handles.append(module.register_forward_hook(hook))
+    try:
+        yield outs, grads
+    finally:
+        for h in handles:
+            h.remove()
+
+
+def _run(model: nn.Module, ids: torch.Tensor, platform: Platform | None) -> tuple[float, dict, dict, dict]:
+    model.zero_grad(set_to_none=True)
+    with _capture(model) as (outs, grads):
+        ctx = platform.mode() if platform is not None else _null()
+        with ctx:
+            loss = model(input_ids=ids, labels=ids, use_cache=False).loss
+            loss.backward()
+    params = {n: torch.cat([p.grad.detach().flatten().double() for p in m.parameters() if p.grad is not None] or
+                           [torch.zeros(0, dtype=torch.float64)]) for n, m in layer_units(model)}
+    return loss.item(), outs, grads, params
+
+
+@contextmanager
+def _null() -> Iterator[None]:
+    yield
+
+
+def _row(module: str, phase: str, p: torch.Tensor | None, r: torch.Tensor | None, t: Thresholds,
+         dtype: torch.dtype) -> LayerRow | None:
+    if p is None or r is None:
+        return None
+    m: ErrorMetrics = compare(p, r, t, dtype)
+    ok, why = verdict(m, t)
+    return LayerRow(module=module, phase=phase, metrics=m, passed=ok, reason=why)  # type: ignore[arg-type]
+
+
+def compare_layers(model: nn.Module, platform: Platform, compute_dtype: str = "fp32",
+                   validation: ValidationSpec | None = None, *, seed: int = 0, batch: int = 2, seq_len: int = 32,
+                   name: str = "model") -> LayerReport:
+    """Forward+backward of `model` at the reference dtype plainly and at `compute_dtype` under the
+    platform, same weights and tokens; every unit's output, output gradient and parameter gradient
+    compared. `model` is not modified."""
+    validation = validation or ValidationSpec()
+    start = time.perf_counter()
+    ref_dtype, dtype = DTYPE[validation.reference_dtype], DTYPE[compute_dtype]
+    reference = copy.deepcopy(model).to(ref_dtype)
+    candidate = copy.deepcopy(model).to(dtype).to(platform.device)
+    vocab = model.config.vocab_size
+    ids = torch.randint(0, vocab, (batch, seq_len), generator=torch.Generator().manual_seed(seed))
+    ref_loss, ref_out, ref_grad, ref_param = _run(reference, ids, None)
+    t = thresholds_for(compute_dtype, validation)
+    units = [n for n, _ in layer_units(model)]
+    report = LayerReport(model=name, layers=sum(n.startswith("layers.") for n in units), compute_dtype=compute_dtype,
+                         reference_dtype=validation.reference_dtype, seed=seed, loss_reference=ref_loss,
+                         loss_platform=float("nan"), rows=[], seconds=0.0)
+    try:
+        loss, out, grad, param = _run(candidate, ids.to(platform.device), platform)
+    except Exception as exc:  # noqa: BLE001 - a kernel that raises is a finding, not a crash
+        report.error = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
+        report.seconds = time.perf_counter() - start
+        return report
+    report.loss_platform = loss
+    # a layer is a chain of many rounded ops: judge it on RMS error and cosine, not elementwise
+    t = t.model_copy(update={"rms_share": 1.0})
+    rows = [_row(n, "forward", out.get(n), ref_out.get(n), t, dtype) for n in units]
+    rows += [_row(n, "backward", grad.get(n), ref_grad.get(n), t, dtype) for n in reversed(units)]
+    rows += [_row(n, "param_grad", param.get(n), ref_param.get(n), t, dtype) for n in reversed(units)]
+    report.rows = [r for r in rows if r is not None]
+    bad = next((r for r in report.rows if not r.passed), None)
+    if bad is not None:
+        report.first_divergent, report.first_divergent_phase = bad.module, bad.phase
+    report.seconds = time.perf_counter() - start
+    return report

@@ -1,0 +1,102 @@
+"""Step 2, operators: every inventory op checked on the platform, gaps and faults adapted, then the
+whole reduced-depth model compared layer by layer.
+
+    from day0.numerics.step import run_operators
+    result = run_operators(inventory, spec.platform, spec.validation, "bf16", model_source="tiny-deepseek-v3")
+
+Pure of side effects except reading the model config; the same function runs in-process (local
+backend) and inside a Ray task on an accelerator worker (`day0.numerics.ray_job`).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from importlib.metadata import EntryPoint
+
+from day0.analysis.inventory import OpInventory
+from day0.numerics.adapt import adapt_report
+from day0.numerics.layers import build_model, compare_layers
+from day0.numerics.opcheck import check_inventory
+from day0.numerics.platform_kernels import ENTRY_POINT_GROUP, KernelTable, Platform, load_plugin_kernels
+from day0.numerics.results import OperatorsResult
+from day0.spec import PlatformSpec, ValidationSpec
+
+__all__ = ["MAX_MODEL_PARAMS", "run_operators"]
+
+MAX_MODEL_PARAMS = 300_000_000
+"""Largest reduced-depth model the whole-model check builds with real weights (fp32 on the host:
+~1.2 GB of weights plus a copy per side and gradients)."""
+
+Progress = Callable[[str], None]
+
+
+def _reduced_params(source: str, layers: int) -> int:
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from day0.analysis.source import resolve_model_source
+    from day0.analysis.structure import load_hf_config
+
+    cfg = load_hf_config(resolve_model_source(source))
+    cfg.num_hidden_layers = min(layers, cfg.num_hidden_layers)
+    if getattr(cfg, "layer_types", None):
+        cfg.layer_types = cfg.layer_types[: cfg.num_hidden_layers]
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(cfg)
+    return sum(p.numel() for p in model.parameters())
+
+
+def _adaptation_plugins(vendor: str | None, eps: list[EntryPoint] | None) -> tuple[KernelTable, list[str]]:
+    """Kernels offered by every `day0.platforms` plugin except the platform's own (already active)."""
+    from importlib.metadata import entry_points
+
+    notes: list[str] = []
+    table = KernelTable()
+    candidates = eps if eps is not None else [ep for ep in entry_points(group=ENTRY_POINT_GROUP) if ep.name != vendor]
+    for ep in candidates:
+        try:
+            loaded = load_plugin_kernels([ep])
+        except Exception as exc:  # noqa: BLE001 - a broken plugin must not stop the step
+            notes.append(f"plugin {ep.name} failed to load: {exc}")
+            continue
+        for op in loaded.ops():
+            for entry in reversed(loaded._entries[op]):
+                table.register(op, entry.fn, source=entry.source, dtypes=entry.dtypes, reenter=entry.reenter)
+    return table, notes
+
+
+def run_operators(inventory: OpInventory, platform: PlatformSpec | Platform, validation: ValidationSpec | None = None,
+                  compute_dtype: str | None = None, *, model_source: str | None = None, layers: int = 2,
+                  adapt: bool = True, plugins: list[EntryPoint] | None = None, max_elements: int = 1 << 22,
+                  progress: Progress | None = None) -> OperatorsResult:
+    """Check, adapt, re-check every op; then the layer comparison when `model_source` is given."""
+    start = time.perf_counter()
+    say = progress or (lambda _msg: None)
+    validation = validation or ValidationSpec()
+    dtype = compute_dtype or inventory.compute_dtype
+    notes: list[str] = []
+    if dtype == "fp8":
+        notes.append("fp8 compute is checked at bf16: the host has no fp8 arithmetic")
+        dtype = "bf16"
+    plat = platform if isinstance(platform, Platform) else Platform.from_spec(platform)
+    if plat.emulated_on:
+        notes.append(f"no {plat.emulated_on} device here: the platform's operator library runs on the host CPU")
+    say(f"checking {len(inventory.ops)} ops at {dtype} on {plat.name}")
+    report = check_inventory(inventory, plat, validation, [dtype], max_elements=max_elements)
+    if adapt and report.failing:
+        say(f"adapting {len(report.failing)} failing/missing ops")
+        vendor = platform.vendor_plugin if isinstance(platform, PlatformSpec) else None
+        table, plugin_notes = _adaptation_plugins(vendor, plugins)
+        notes += plugin_notes
+        report = adapt_report(report, inventory, plat, validation, table)
+    layer_report = None
+    if model_source is not None:
+        n = _reduced_params(model_source, layers)
+        if n > MAX_MODEL_PARAMS:
+            notes.append(f"whole-model check skipped: {layers} layers at full width hold {n / 1e9:.1f}B parameters "
+                         f"(> {MAX_MODEL_PARAMS / 1e9:.1f}B host limit); run it on the cluster")
+        else:
+            say(f"whole-model check: {layers} layers, {n / 1e6:.1f}M parameters")
+            layer_report = compare_layers(build_model(model_source, layers), plat, dtype, validation, name=model_source)
+    return OperatorsResult(ops=report, layers=layer_report, notes=notes, seconds=time.perf_counter() - start)

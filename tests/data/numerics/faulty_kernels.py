@@ -1,0 +1,59 @@
+"""Subtly wrong kernels for a test platform, each a `day0.platforms` plugin entry point target
+(`register(table)`), modelled on real day-0 kernel bugs:
+
+- softmax_without_max: exp(x) / sum(exp(x)) at the input dtype, no max subtraction (overflows on
+  large logits);
+- rmsnorm_wrong_eps: rsqrt with a fused RMSNorm epsilon of 1e-5 baked in (the model asks 1e-6);
+- matmul_low_precision: mm accumulating its K dimension in bf16 chunks;
+- sigmoid_wrong_fp32: sigmoid through a low-order exp approximation, in the fp32 kernel only.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from day0.numerics.platform_kernels import KernelTable
+
+aten = torch.ops.aten
+
+
+def _naive_softmax(x: torch.Tensor, dim: int) -> torch.Tensor:
+    e = torch.exp(x)
+    return e / e.sum(dim, keepdim=True)
+
+
+def softmax_without_max(table: KernelTable) -> None:
+    table.register("aten::_softmax", lambda x, dim, half_to_float: _naive_softmax(x, dim))
+    table.register("aten::_safe_softmax", lambda x, dim, dtype=None: _naive_softmax(x, dim))
+
+
+def rmsnorm_wrong_eps(table: KernelTable) -> None:
+    table.register("aten::rsqrt", lambda x: 1.0 / torch.sqrt(x + 1e-5))
+
+
+def _lowprec_mm(a: torch.Tensor, b: torch.Tensor, chunk: int = 8) -> torch.Tensor:
+    acc = torch.zeros(a.shape[0], b.shape[1], dtype=torch.bfloat16)
+    a16, b16 = a.to(torch.bfloat16), b.to(torch.bfloat16)
+    for k in range(0, a.shape[1], chunk):
+        acc = (acc.float() + a16[:, k:k + chunk].float() @ b16[k:k + chunk].float()).to(torch.bfloat16)
+    return acc.to(a.dtype)
+
+
+def matmul_low_precision(table: KernelTable) -> None:
+    table.register("aten::mm", _lowprec_mm)
+
+
+def sigmoid_wrong_fp32(table: KernelTable) -> None:
+    table.register("aten::sigmoid", lambda x: 1.0 / (1.0 + (1.0 - x / 256.0) ** 256), dtypes=["fp32"])
+
+
+def plugin_grouped_mm(table: KernelTable) -> None:
+    """A correct vendor kernel for aten::_grouped_mm (2D x 3D with offsets), from plain matmuls."""
+    def grouped_mm(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor | None = None, bias=None, out_dtype=None):  # noqa: ANN001
+        out = a.new_zeros(a.shape[0], b.shape[-1])
+        start = 0
+        for g, end in enumerate(offs.tolist()):
+            out[start:end] = a[start:end] @ b[g]
+            start = end
+        return out
+    table.register("aten::_grouped_mm", grouped_mm)
