@@ -39,8 +39,7 @@ build_kubernetes() {
     x+=" -X $p.gitVersion=${KUBE_VERSION} -X $p.gitMajor=1 -X $p.gitMinor=${minor}"
     x+=" -X $p.gitCommit=${commit} -X $p.gitTreeState=clean -X $p.buildDate=$(date -u +%Y-%m-%dT%H:%M:%SZ)"
   done
-  (cd "$src" && go mod tidy >/dev/null 2>&1 || true
-   go get "k8s.io/kubernetes/cmd/kube-apiserver@${KUBE_VERSION}" >/dev/null
+  (cd "$src" && go get "k8s.io/kubernetes/cmd/kube-apiserver@${KUBE_VERSION}" >/dev/null
    go build -trimpath -ldflags "-s -w${x}" -o "$src/out/" \
      k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
      k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubectl)
@@ -91,6 +90,10 @@ if [[ "${1:-}" == "--check" ]]; then
     && have "$KWOK_BIN" kwok kwokctl && have "$KUBERAY_BIN" ray-operator; exit
 fi
 if [[ "${1:-}" == "--crd-dir" ]]; then crd_dir; exit; fi
+# One build at a time per cache (make test, make e2e-build and CI may race): wait for the lock.
+mkdir -p "$CACHE_ROOT"
+exec 9>"${CACHE_ROOT}/.build.lock"
+flock 9
 start=$SECONDS
 for component in "${@:-kwok etcd kuberay kubernetes}"; do
   for c in $component; do "build_$c"; done

@@ -23,7 +23,7 @@ if ! healthy; then
   fi
   if ! healthy; then
     log "creating cluster ${DAY0_CLUSTER} (kube ${KUBE_VERSION}, kwok ${KWOK_VERSION}, etcd ${ETCD_VERSION})"
-    "${KWOKCTL[@]}" create cluster --runtime binary --kube-version "${KUBE_VERSION}" \
+    KWOK_KUBE_VERSION="${KUBE_VERSION}" "${KWOKCTL[@]}" create cluster --runtime binary \
       --kube-apiserver-binary "${KUBE_BIN}/kube-apiserver" \
       --kube-controller-manager-binary "${KUBE_BIN}/kube-controller-manager" \
       --kube-scheduler-binary "${KUBE_BIN}/kube-scheduler" \

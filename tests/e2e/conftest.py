@@ -45,22 +45,34 @@ def _healthy(kubeconfig: str) -> bool:
         return False
 
 
+_bring_up: dict[str, Any] = {}
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Bring the control plane up (a cold build can take tens of minutes) before any test runs,
+    outside the per-test timeout; only when e2e tests were selected."""
+    if session.config.option.collectonly or not any(item.get_closest_marker("e2e") for item in session.items):
+        return
+    kubeconfig = _kubeconfig()
+    _bring_up["was_up"] = _healthy(kubeconfig)
+    run = subprocess.run([str(K8S / "e2e-up.sh")], text=True, capture_output=True, timeout=7200)
+    _bring_up.update(kubeconfig=kubeconfig, rc=run.returncode, log=run.stderr[-4000:])
+
+
 @pytest.fixture(scope="session")
 def api() -> Iterator[Any]:
-    """An ApiClient on the test cluster, brought up by k8s/e2e-up.sh if needed."""
+    """An ApiClient on the test cluster brought up by k8s/e2e-up.sh; FAILS if it could not be."""
     from kubernetes import client, config
 
-    kubeconfig = _kubeconfig()
-    was_up = _healthy(kubeconfig)
-    run = subprocess.run([str(K8S / "e2e-up.sh")], text=True, capture_output=True, timeout=7200)
-    if run.returncode != 0:
-        pytest.fail(f"k8s/e2e-up.sh failed (rc {run.returncode}):\n{run.stderr[-4000:]}", pytrace=False)
+    if _bring_up.get("rc") != 0:
+        pytest.fail(f"k8s/e2e-up.sh failed (rc {_bring_up.get('rc')}):\n{_bring_up.get('log')}", pytrace=False)
+    kubeconfig = _bring_up["kubeconfig"]
     os.environ["KUBECONFIG"] = kubeconfig
     api = config.new_client_from_config(kubeconfig)
     yield api
     left = client.CustomObjectsApi(api).list_cluster_custom_object(
         "ray.io", "v1", "rayclusters", label_selector="app.kubernetes.io/managed-by=day0")["items"]
-    if not was_up and not os.environ.get("DAY0_E2E_KEEP"):
+    if not _bring_up["was_up"] and not os.environ.get("DAY0_E2E_KEEP"):
         subprocess.run([str(K8S / "e2e-down.sh")], check=False, timeout=300)
     assert not left, f"leaked RayClusters: {[i['metadata']['name'] for i in left]}"
 

@@ -90,7 +90,7 @@ def test_full_elastic_pool_stays_pending_with_a_clear_report(api: Any, pools: tu
     message = str(err.value)
     assert "not Ready after 20 s" in message and "pool 'elastic': 2/4 workers ready" in message, message
     assert "2 Pending" in message and "short of nvidia.com/gpu" in message, message
-    assert "fixed" not in message.split("not Ready")[1].split(":")[0]
+    assert "pool 'fixed'" not in message and "pool 'head'" not in message, message
     assert_gone(rc)
 
 
@@ -146,11 +146,12 @@ def test_bad_manifest_is_rejected_by_the_crd(api: Any) -> None:
         KubeRayCluster(manifest, api_client=api).create()
 
 
-def test_missing_operator_report_when_no_pods(api: Any) -> None:
-    cluster = spec("x", "y", nodes=1, elastic_max=1, timeout_s=3)
-    cluster = cluster.model_copy(update={"namespace": "default"})
+def test_unschedulable_head_and_workers_are_reported(api: Any) -> None:
+    cluster = spec("no-such-pool", "no-such-pool-2", nodes=1, elastic_max=1, timeout_s=5)
     with pytest.raises(ClusterError) as err:
         with raycluster_session(cluster, "e2e nowhere", api_client=api, workers={"fixed": 1, "elastic": 0},
                                 head_node_selector={"day0.io/role": "no-such-node"}):
             pass
-    assert "not Ready after 3 s" in str(err.value)
+    message = str(err.value)
+    assert "not Ready after 5 s" in message and "pool 'head': 0/1 workers ready" in message, message
+    assert "pool 'fixed': 0/1 workers ready" in message and "no matching node" in message, message
