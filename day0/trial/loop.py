@@ -93,8 +93,9 @@ def _peak_memory_bytes(device: torch.device) -> int:
 
 def _parallelize(model: torch.nn.Module, cfg: LoopConfig, world: int, device: torch.device) -> torch.nn.Module:
     """Apply step 4's choices: activation checkpointing, then DDP or FSDP2 (per decoder layer + root)."""
-    if cfg.recompute != "none":
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    if cfg.recompute != "none":  # full: every decoder layer; selective: every other layer
+        model.activation_checkpointing_enable({"use_reentrant": False},
+                                              every_n_layers=1 if cfg.recompute == "full" else 2)
     if world == 1:
         return model
     if cfg.sharding == "fsdp":
