@@ -26,7 +26,8 @@ _OPT_BYTES_TOUCHED = 2 * 4 + 2 * 8
 @lru_cache(maxsize=64)
 def _totals(costs: ModelCosts, seq: int) -> dict[str, float]:
     ks = [costs.kinds[i] for i in costs.layer_kind]
-    return {"lin": sum(2 * k.active_params for k in ks) + costs.head_flops_per_token,
+    return {"lin": sum(2 * (k.active_params - k.routed_active_params) for k in ks) + costs.head_flops_per_token,
+            "routed": sum(2 * k.routed_active_params for k in ks),
             "attn": seq * sum(k.attn_flops_per_seq for k in ks), "layers": len(ks),
             "moe": sum(k.is_moe for k in ks), "cp_kv": sum(k.cp_kv_bytes for k in ks),
             "dense": sum(k.dense_params for k in ks), "rep": sum(k.replicated_params for k in ks),
@@ -40,10 +41,12 @@ def static_lower_bound(costs: ModelCosts, cluster: ClusterFigures, training: Tra
     tok = tokens / d.tp
     eff = tm.gemm_efficiency(tokens, o.compute_efficiency, o.gemm_half_tokens)
     fp8 = training.precision.compute == "fp8" and cl.fp8_tflops
-    lin_rate = (cl.fp8_tflops if fp8 else cl.bf16_tflops) * 1e12 * eff
-    attn_rate = cl.bf16_tflops * 1e12 * eff
+    peak = (cl.fp8_tflops if fp8 else cl.bf16_tflops) * 1e12
+    lin_rate, attn_rate = peak * eff, cl.bf16_tflops * 1e12 * eff
+    ex_rate = peak * tm.gemm_efficiency(tm.expert_rows(tok, costs.top_k, d.ep, d.etp, costs.num_experts),
+                                        o.compute_efficiency, o.gemm_half_tokens)
     intra, inter = cl.intra_node_bandwidth_gbps, cl.inter_node_bandwidth_gbps
-    slot = 3 * tok * (t["lin"] / lin_rate + t["attn"] / attn_rate) / d.pp
+    slot = 3 * tok * (t["lin"] / lin_rate + t["routed"] / ex_rate + t["attn"] / attn_rate) / d.pp
     if not o.comm.tp_overlap:
         slot += t["layers"] / d.pp * 8 * tm.ring_seconds(tokens * costs.hidden * 2, d.tp, intra * 1e9)
     if not o.comm.ep_overlap and d.ep > 1:

@@ -185,9 +185,11 @@ class PlanContext:
         c, d, o, cl, s = self.costs, self.d, self.o, self.cluster, self.training.seq_len
         eff = tm.gemm_efficiency(self.tokens, o.compute_efficiency, o.gemm_half_tokens)
         fp8 = self.training.precision.compute == "fp8" and cl.fp8_tflops
-        lin_rate = (cl.fp8_tflops if fp8 else cl.bf16_tflops) * 1e12 * eff
-        attn_rate = cl.bf16_tflops * 1e12 * eff
+        peak = (cl.fp8_tflops if fp8 else cl.bf16_tflops) * 1e12
+        lin_rate, attn_rate = peak * eff, cl.bf16_tflops * 1e12 * eff
         tok = self.tokens / d.tp
+        ex_rate = peak * tm.gemm_efficiency(tm.expert_rows(tok, c.top_k, d.ep, d.etp, c.num_experts),
+                                            o.compute_efficiency, o.gemm_half_tokens)
         intra, inter = cl.intra_node_bandwidth_gbps, cl.inter_node_bandwidth_gbps
         tp_ring = tm.ring_seconds(self.tokens * c.hidden * 2, d.tp, intra * 1e9)
         disp = 1 if o.comm.dispatch_dtype == "fp8" else 2
@@ -198,15 +200,16 @@ class PlanContext:
         self.parts: dict[str, list[tuple[float, ...]]] = {rc: [] for rc in RECOMPUTES}
         self.compute_s = []
         for g in self.groups:
-            lin = 2 * tok * g.active
+            lin = 2 * tok * (g.active - g.routed_active)
+            routed = 2 * tok * g.routed_active
             head = tok * c.head_flops_per_token if g.has_head else 0.0
             attn = tok * s * g.attn_per_seq
-            compute = 3 * ((lin + head) / lin_rate + attn / attn_rate)
+            compute = 3 * ((lin + head) / lin_rate + routed / ex_rate + attn / attn_rate)
             sel = tok * g.selective_flops / lin_rate + (0.0 if o.flash_attention else attn / attn_rate)
             cp = 3 * (d.cp - 1) * tok * g.cp_kv / cp_bw if d.cp > 1 else 0.0
             cp_exposed = max(0.0, cp - 3 * attn / attn_rate)  # ring attention overlaps the KV exchange
             self.compute_s.append(compute)
-            for rc, extra in (("none", 0.0), ("selective", sel), ("full", lin / lin_rate + attn / attn_rate)):
+            for rc, extra in (("none", 0.0), ("selective", sel), ("full", lin / lin_rate + routed / ex_rate + attn / attn_rate)):
                 full = rc == "full"
                 tp = g.layers * (8 + 4 * full) * tp_ring
                 ep = g.moe_layers * (a2a[0] + 3 * a2a[1] + full * (a2a[0] + a2a[1]))

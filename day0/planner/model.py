@@ -28,6 +28,7 @@ class KindCost:
     replicated_params: float   # norms and router: replicated across TP
     expert_params: float       # routed experts: sharded by EP x expert-TP
     active_params: float       # parameters each token multiplies (2 FLOPs each, forward)
+    routed_active_params: float  # of which routed-expert parameters (grouped GEMMs, rows = tokens per expert)
     attn_flops_per_seq: float  # forward attention FLOPs per token per unit of sequence length (causal)
     act_none: float            # stored bytes/token without recompute (split by TP/SP)
     act_selective: float       # ... with selective recompute
@@ -105,6 +106,7 @@ def _kind_cost(s: ModelStructure, kind: LayerKind) -> KindCost:
     return KindCost(
         name=kind.name, is_moe=kind.is_moe, dense_params=kind.params_total - expert - router - norms,
         replicated_params=router + norms, expert_params=expert, active_params=kind.params_active,
+        routed_active_params=expert * s.moe.top_k / s.moe.num_experts if expert and s.moe else 0.0,
         attn_flops_per_seq=attn_coeff,  # 2 FLOPs x (QK^T + AV) x 1/2 causal
         act_none=ACT_BYTES * (a_stored + m_stored) + 4 * s.num_attention_heads,  # + fp32 softmax stats
         act_selective=ACT_BYTES * (a_stored + m_stored - a_sel - m_sel) + 4 * s.num_attention_heads,

@@ -229,10 +229,13 @@ def _report(structure, costs, cluster, training, cons, options, ranked, rejected
             message += "; no parallel layout satisfies the constraints (see rejected)"
         if find_min:
             need, states = min_accelerators(structure, cluster, training, cons, options)
-            message += (f"; needs at least {need} accelerators of {cluster.memory_gib:g} GiB" if need else
+            usable = cluster.memory_bytes * (1 - options.fragmentation_fraction) - options.framework_overhead_gib * GIB
+            floor = math.ceil(states / usable)
+            message += (f"; needs at least {floor} accelerators of {cluster.memory_gib:g} GiB for the model states "
+                        f"alone ({structure.params_total / 1e9:.1f}B parameters x {states / structure.params_total:.0f}"
+                        f" bytes = {states / GIB:,.0f} GiB)")
+            message += (f"; the smallest power-of-two whole-node count with a feasible plan is {need}" if need else
                         f"; no power-of-two count up to {_MAX_ACCELERATORS} fits")
-            notes.append(f"model states alone: {structure.params_total / 1e9:.1f}B parameters x "
-                         f"{states / structure.params_total:.0f} bytes = {states / GIB:,.0f} GiB")
     if costs.num_experts and "deepseek" in structure.model_type:
         notes.append("1F1B schedule assumed; DualPipe (DeepSeek-V3) keeps two weight copies and is not modelled")
     return PlanReport(model=structure.model, params_total=structure.params_total,

@@ -30,6 +30,7 @@ class RankGroup:
     replicated: float
     expert: float          # routed-expert parameters
     active: float          # parameters multiplied per token
+    routed_active: float   # of which routed experts
     attn_per_seq: float    # forward attention FLOPs per token per unit of sequence length
     selective_flops: float
     moe_layers: int
@@ -89,6 +90,7 @@ def _group(costs: ModelCosts, rank: int, counts: tuple[int, ...], pp: int) -> Ra
         first_rank=rank, counts=counts, layers=sum(counts), has_embedding=rank == 0, has_head=rank == pp - 1,
         dense=total(lambda k: k.dense_params), replicated=total(lambda k: k.replicated_params),
         expert=total(lambda k: k.expert_params), active=total(lambda k: k.active_params),
+        routed_active=total(lambda k: k.routed_active_params),
         attn_per_seq=total(lambda k: k.attn_flops_per_seq), selective_flops=total(lambda k: k.selective_flops),
         moe_layers=sum(n for n, k in zip(counts, ks) if k.is_moe), cp_kv=total(lambda k: k.cp_kv_bytes),
         act_main=tuple(sum(n * s[0][i] for n, s in zip(counts, sums)) for i in range(3)),

@@ -9,7 +9,7 @@ interleaved 1F1B schedule (Narayanan et al. 2021, sec. 2.2); model FLOPs 6·N pe
 
 from __future__ import annotations
 
-__all__ = ["alltoall_seconds", "dp_sync_bytes", "exposed", "gemm_efficiency", "link_bandwidth",
+__all__ = ["alltoall_seconds", "dp_sync_bytes", "expert_rows", "exposed", "gemm_efficiency", "link_bandwidth",
            "pipeline_seconds", "ring_seconds"]
 
 
@@ -17,6 +17,13 @@ def gemm_efficiency(rows: float, base: float, half_rows: int) -> float:
     """Achievable fraction of peak for GEMMs with `rows` token rows: base·n/(n + n_half), a saturating
     curve (small micro-batches and heavy CP/TP splitting leave the tensor cores under-fed)."""
     return base * rows / (rows + half_rows)
+
+
+def expert_rows(tokens: float, top_k: int, ep: int, etp: int, num_experts: int) -> float:
+    """Rows of each local expert's GEMM: a rank's tokens x top-k copies, spread over the E/EP experts
+    it hosts, gathered from its EP peers and its expert-TP group: tokens·k·EP·ETP / E / TP-split handled
+    by the caller (`tokens` is already per rank). Few experts per rank -> big GEMMs (why EP pays)."""
+    return tokens * top_k * ep * etp / num_experts if num_experts else tokens
 
 
 def link_bandwidth(span: int, per_node: int, intra_gbps: float, inter_gbps: float) -> float:
