@@ -1,0 +1,91 @@
+"""Shared fixtures: a real Prefect server (test harness), a real S3-compatible server (versitygw),
+and an offline, telemetry-free environment."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+_TMP = Path(tempfile.mkdtemp(prefix="day0-tests-"))
+os.environ.setdefault("PREFECT_HOME", str(_TMP / "prefect"))
+os.environ["PREFECT_SERVER_ANALYTICS_ENABLED"] = "false"
+os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
+os.environ["HF_HUB_OFFLINE"] = "1"
+os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def prefect_server() -> Iterator[None]:
+    """A real Prefect API server for the whole session (Prefect's own test harness)."""
+    from prefect.testing.utilities import prefect_test_harness
+
+    with prefect_test_harness(server_startup_timeout=120):
+        yield
+
+
+@dataclass(frozen=True)
+class S3Server:
+    endpoint_url: str
+    access_key: str
+    secret_key: str
+    bucket: str
+    root: Path
+
+    def client(self):  # noqa: ANN201
+        import boto3
+
+        return boto3.client("s3", endpoint_url=self.endpoint_url, region_name="us-east-1",
+                            aws_access_key_id=self.access_key, aws_secret_access_key=self.secret_key)
+
+
+@pytest.fixture(scope="session")
+def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
+    """versitygw serving a temp dir over the S3 API on 127.0.0.1, with one bucket; DAY0_STORE_* set."""
+    binary = subprocess.run([str(REPO / "tests/tools/build-versitygw.sh")], check=True, text=True,
+                            stdout=subprocess.PIPE).stdout.strip()
+    root = tmp_path_factory.mktemp("s3")
+    port = free_port()
+    access, secret = "day0test", "day0test-secret"
+    proc = subprocess.Popen([binary, "--access", access, "--secret", secret, "--port", f"127.0.0.1:{port}",
+                             "posix", str(root)], stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+    server = S3Server(f"http://127.0.0.1:{port}", access, secret, "day0-artifacts", root)
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                server.client().create_bucket(Bucket=server.bucket)
+                break
+            except Exception:
+                if time.monotonic() > deadline or proc.poll() is not None:
+                    raise RuntimeError(f"versitygw did not start on port {port}") from None
+                time.sleep(0.3)
+        env = {"DAY0_STORE_ENDPOINT_URL": server.endpoint_url, "DAY0_STORE_ACCESS_KEY_ID": access,
+               "DAY0_STORE_SECRET_ACCESS_KEY": secret}
+        saved = {k: os.environ.get(k) for k in env}
+        os.environ.update(env)
+        yield server
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    finally:
+        proc.terminate()
+        proc.wait(10)

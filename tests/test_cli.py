@@ -1,0 +1,67 @@
+"""The CLI as a user runs it: real subprocesses, exit codes, JSON on stdout, nothing half-written."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def day0(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "COLUMNS": "200"}
+    return subprocess.run([sys.executable, "-m", "day0.cli", *args], cwd=cwd, env=env, text=True,
+                          capture_output=True, timeout=300)
+
+
+def test_analyze_json_deepseek_v3() -> None:
+    proc = day0("analyze", "deepseek-v3", "--platform", "ascend-910b", "--json")
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout)
+    assert abs(result["structure"]["params_total"] / 671e9 - 1) < 0.005
+    assert 36e9 < result["structure"]["params_active"] < 38e9
+    missing = {o["op"] for o in result["coverage"]["ops"] if o["status"] == "missing"}
+    assert "aten::_grouped_mm" in missing
+
+
+def test_analyze_table_and_bad_inputs() -> None:
+    proc = day0("analyze", "llama-3-8b", "--platform", "cpu")
+    assert proc.returncode == 0 and "8.030B" in proc.stdout
+    bad_model = day0("analyze", "no-such-model")
+    assert bad_model.returncode == 2 and "model no-such-model" in bad_model.stderr
+    bad_platform = day0("analyze", "llama-3-8b", "--platform", "tpu-v9")
+    assert bad_platform.returncode == 2 and "--platform" in bad_platform.stderr
+
+
+def test_validate_lists_every_error_and_exits_2(tmp_path: Path) -> None:
+    spec = tmp_path / "bad.yaml"
+    spec.write_text(yaml.safe_dump({"metadata": {"name": "ok"}, "model": "tiny-deepseek-v3",
+                                    "platform": "cpu", "training": {"seq_len": -1}, "extra": 1}))
+    proc = day0("validate", str(spec))
+    assert proc.returncode == 2
+    assert "training.seq_len" in proc.stderr and "extra" in proc.stderr and "2 error(s)" in proc.stderr
+    assert day0("validate", "configs/pipelines/tiny-local.yaml").returncode == 0
+
+
+def test_run_with_bad_spec_writes_nothing(tmp_path: Path) -> None:
+    spec = tmp_path / "bad.yaml"
+    spec.write_text(yaml.safe_dump({"metadata": {"name": "ok"}, "model": "tiny-deepseek-v3",
+                                    "platform": "cpu", "storage": f"file://{tmp_path}/store",
+                                    "steps": ["analyze", "bogus"]}))
+    proc = day0("run", str(spec))
+    assert proc.returncode == 2 and "steps" in proc.stderr
+    assert not (tmp_path / "store").exists()
+    good = tmp_path / "good.yaml"
+    good.write_text(yaml.safe_dump({"metadata": {"name": "ok"}, "model": "tiny-deepseek-v3", "platform": "cpu"}))
+    proc = day0("run", str(good), "--only", "analyze,warp")
+    assert proc.returncode == 2 and "unknown step" in proc.stderr
+
+
+def test_schema_is_json() -> None:
+    proc = day0("schema")
+    assert proc.returncode == 0 and json.loads(proc.stdout)["title"] == "PipelineSpec"

@@ -1,0 +1,57 @@
+"""Coverage diff: declared libraries and probing the device's dispatcher and kernels."""
+
+from __future__ import annotations
+
+import pytest
+
+from day0.analysis.coverage import diff_declared, probe_device
+from day0.analysis.inventory import OpInventory, OpRecord, capture_operators
+from day0.analysis.source import resolve_model_source
+from day0.analysis.structure import analyze_structure, build_meta_model, load_hf_config
+from day0.spec import OperatorSupport, spec_from_dict
+
+
+@pytest.fixture(scope="module")
+def tiny() -> OpInventory:
+    model = build_meta_model(load_hf_config(resolve_model_source("tiny-deepseek-v3")), "tiny", "fp32")
+    return capture_operators(model, analyze_structure(model, "tiny").attention_kind, "fp32")
+
+
+def test_declared_npu_library_reports_moe_gaps_with_their_layers(tiny: OpInventory) -> None:
+    platform = spec_from_dict({"metadata": {"name": "x"}, "model": "tiny-deepseek-v3",
+                               "platform": "ascend-910b"}).platform
+    report = diff_declared(tiny, platform.operator_library, platform.name)
+    missing = {o.op: o for o in report.by_status("missing")}
+    assert "aten::_grouped_mm" in missing and "aten::histc" in missing
+    assert missing["aten::_grouped_mm"].modules == ["layers.1 (mla+moe)"]
+    assert "aten::mm" not in missing
+    assert sum(report.counts.values()) == len(tiny.ops)
+
+
+def test_declared_dtype_restriction(tiny: OpInventory) -> None:
+    library = [OperatorSupport(op="aten::mm", dtypes=["bf16"])]
+    report = diff_declared(tiny, library, "test")
+    mm = next(o for o in report.ops if o.op == "aten::mm")
+    assert mm.status == "dtype_unsupported" and mm.dtypes_unsupported == ["fp32"]
+
+
+def test_probe_cpu_supports_the_tiny_model(tiny: OpInventory) -> None:
+    report = probe_device(tiny, "cpu", "cpu")
+    assert report.counts["missing"] == 0 and report.counts["dtype_unsupported"] == 0, \
+        [(o.op, o.detail) for o in report.ops if o.status != "supported"]
+
+
+def test_probe_finds_a_dtype_the_cpu_kernel_rejects() -> None:
+    """The CPU Cholesky kernel exists but rejects float16: the probe runs it and reports the dtype."""
+    rec = OpRecord(op="aten::linalg_cholesky_ex", calls=1, phases=["forward"], dtypes=["fp16"], modules=["m"],
+                   examples=[[{"shape": [4, 4], "dtype": "fp16"}]])
+    inv = OpInventory(compute_dtype="fp16", seq_len=1, layers_captured=[], ops=[rec], constraints=[],
+                      capture_seconds=0)
+    [cov] = probe_device(inv, "cpu", "cpu").ops
+    assert cov.status == "dtype_unsupported" and cov.dtypes_unsupported == ["fp16"], cov
+
+
+def test_probe_of_a_device_without_kernels_reports_missing(tiny: OpInventory) -> None:
+    report = probe_device(tiny, "npu", "bare-npu")  # no vendor plugin loaded: PrivateUse1 has no kernels
+    assert report.counts["missing"] > 0
+    assert "aten::mm" in {o.op for o in report.by_status("missing")}

@@ -1,0 +1,71 @@
+"""The adapt flow against a real Prefect server: results, report, artifacts, resume without recompute."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from day0.errors import UsageError
+from day0.spec import spec_from_dict
+from flows.adapt import adapt, plan_steps
+
+pytestmark = pytest.mark.integration
+
+
+def tiny_spec(storage: str, name: str = "tiny-flow") -> dict:
+    return {"metadata": {"name": name}, "model": "tiny-deepseek-v3", "platform": "cpu",
+            "training": {"precision": {"compute": "fp32"}}, "steps": ["analyze"], "storage": storage}
+
+
+def test_run_writes_results_report_and_resumes(prefect_server, tmp_path: Path) -> None:  # noqa: ANN001
+    spec = tiny_spec(f"file://{tmp_path}")
+    first = adapt(spec=spec)
+    assert first["executed"] == ["analyze"]
+    run_dir = tmp_path / first["prefix"]
+    result = yaml.safe_load((run_dir / "analyze/result.json").read_text())
+    assert result["structure"]["params_total"] > 0 and result["coverage"]["platform"] == "cpu"
+    assert (run_dir / "analyze/params.png").read_bytes()[:4] == b"\x89PNG"
+    report_md = (run_dir / "report.md").read_text()
+    assert "analyze/params.png" in report_md and "| analyze | executed |" in report_md
+    html = (run_dir / "report.html").read_text()
+    assert "data:image/png;base64," in html and "<table>" in html
+
+    second = adapt(spec=spec)
+    assert second["run_id"] == first["run_id"]
+    assert second["executed"] == [], "a rerun of the same spec must not recompute completed steps"
+    manifest = yaml.safe_load((run_dir / "manifest.json").read_text())
+    assert [[r["status"] for r in a] for a in manifest["attempts"]] == [["executed"], ["cached"]]
+
+
+def test_markdown_artifact_is_published(prefect_server, tmp_path: Path) -> None:  # noqa: ANN001
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
+
+    adapt(spec=tiny_spec(f"file://{tmp_path}", name="artifact-check"))
+
+    async def read() -> list:
+        async with get_client() as client:
+            return await client.read_artifacts(
+                artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=["artifact-check-analyze"])))
+
+    import asyncio
+
+    artifacts = asyncio.run(read())
+    assert artifacts and "Step 1: analyze" in artifacts[0].data
+
+
+def test_s3_storage(prefect_server, s3_server) -> None:  # noqa: ANN001
+    out = adapt(spec=tiny_spec(f"s3://{s3_server.bucket}/runs", name="tiny-s3"))
+    keys = {o["Key"] for o in s3_server.client().list_objects_v2(Bucket=s3_server.bucket)["Contents"]}
+    prefix = f"runs/{out['prefix']}"
+    assert {f"{prefix}/analyze/result.json", f"{prefix}/report.html", f"{prefix}/manifest.json"} <= keys
+
+
+def test_plan_steps_adds_prerequisites_and_reports_unavailable() -> None:
+    spec = spec_from_dict(tiny_spec("file:///tmp/x") | {"steps": ["analyze", "inference"]})
+    steps, unavailable = plan_steps(spec)
+    assert steps == ["analyze"] and unavailable == ["inference"]
+    with pytest.raises(UsageError, match="unknown step"):
+        plan_steps(spec, only=["nope"])

@@ -1,0 +1,75 @@
+"""Model sources: configs/ names, local dirs, and hf:// against a local hub-cache snapshot, offline."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from day0.analysis.source import resolve_model_source
+from day0.analysis.structure import load_hf_config
+from day0.errors import ModelError
+from day0.settings import HubSettings
+
+REPO = Path(__file__).resolve().parent.parent
+COMMIT = "0123456789abcdef0123456789abcdef01234567"
+
+
+def make_hub_cache(root: Path, repo_id: str, config: dict, revision: str = "main") -> Path:
+    """Lay out `root` exactly as huggingface_hub's cache: models--org--name/{refs,snapshots}."""
+    repo_dir = root / f"models--{repo_id.replace('/', '--')}"
+    snapshot = repo_dir / "snapshots" / COMMIT
+    snapshot.mkdir(parents=True)
+    (repo_dir / "refs").mkdir()
+    (repo_dir / "refs" / revision).write_text(COMMIT)
+    (snapshot / "config.json").write_text(json.dumps(config))
+    return snapshot
+
+
+def test_hf_source_resolves_from_hub_cache_offline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    config = json.loads((REPO / "configs/models/deepseek-v3/config.json").read_text())
+    snapshot = make_hub_cache(tmp_path, "deepseek-ai/DeepSeek-V3", config)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    resolved = resolve_model_source("hf://deepseek-ai/DeepSeek-V3@main", HubSettings(cache_dir=tmp_path))
+    assert resolved.directory == snapshot
+    assert resolved.repo_id == "deepseek-ai/DeepSeek-V3" and resolved.org == "deepseek-ai"
+    assert resolved.config["n_routed_experts"] == 256
+    assert load_hf_config(resolved).model_type == "deepseek_v3"
+
+
+def test_hf_source_missing_revision_offline_is_a_clear_error(tmp_path: Path) -> None:
+    make_hub_cache(tmp_path, "org/model", {"model_type": "llama"})
+    with pytest.raises(ModelError, match="not in the local hub cache and the hub is offline"):
+        resolve_model_source("hf://org/model@v2", HubSettings(cache_dir=tmp_path, offline=True))
+
+
+def test_bad_hf_reference() -> None:
+    with pytest.raises(ModelError, match=r"expected hf://org/name"):
+        resolve_model_source("hf://just-a-name", HubSettings(offline=True))
+
+
+def test_local_dir_and_named_config(tmp_path: Path) -> None:
+    shutil.copy(REPO / "configs/models/llama-3-8b/config.json", tmp_path / "config.json")
+    assert resolve_model_source(str(tmp_path)).config["model_type"] == "llama"
+    assert resolve_model_source("mixtral-8x7b").config["num_local_experts"] == 8
+
+
+@pytest.mark.parametrize("content, field, message", [
+    ("{not json", "config.json", "malformed JSON"),
+    ('{"hidden_size": 8}', "model_type", "no model_type"),
+    ('{"model_type": "llama", "hidden_size": -4}', "hidden_size", "positive integer"),
+    ('{"model_type": "no-such-arch"}', "model_type", "unknown architecture"),
+    ('{"model_type": "custom-arch", "auto_map": {"AutoConfig": "x.Config"}}', "model_type", "trust_remote_code"),
+])
+def test_malformed_configs_name_the_field(tmp_path: Path, content: str, field: str, message: str) -> None:
+    (tmp_path / "config.json").write_text(content)
+    with pytest.raises(ModelError, match=message) as info:
+        load_hf_config(resolve_model_source(str(tmp_path)))
+    assert info.value.field == field and str(tmp_path) in str(info.value)
+
+
+def test_unknown_source_lists_known_models() -> None:
+    with pytest.raises(ModelError, match="deepseek-v3"):
+        resolve_model_source("not-a-model")

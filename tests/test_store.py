@@ -1,0 +1,73 @@
+"""The artifact store: file:// and s3:// (a real versitygw server started by the test setup)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from day0.errors import StoreError
+from day0.store import FileStore, S3Store, open_store
+
+
+def exercise(store) -> None:  # noqa: ANN001 - any ArtifactStore
+    assert not store.exists("a/b.json")
+    url = store.put_json("a/b.json", {"x": 1})
+    assert url.endswith("a/b.json")
+    assert store.exists("a/b.json") and store.get_json("a/b.json") == {"x": 1}
+    store.put_text("a/c.md", "# hi")
+    store.put_bytes("d.bin", b"\x00\x01")
+    assert store.list("a") == ["a/b.json", "a/c.md"]
+    assert set(store.list()) >= {"a/b.json", "a/c.md", "d.bin"}
+    store.put_json("a/b.json", {"x": 2})  # overwrite
+    assert store.get_json("a/b.json") == {"x": 2}
+    with pytest.raises(StoreError, match="missing"):
+        store.get_bytes("missing")
+
+
+def test_file_store(tmp_path: Path) -> None:
+    store = open_store(f"file://{tmp_path}/store")
+    assert isinstance(store, FileStore)
+    exercise(store)
+    assert not list((tmp_path / "store").rglob("*.tmp")), "no temp files left behind"
+
+
+def test_file_store_rejects_keys_outside_its_root(tmp_path: Path) -> None:
+    with pytest.raises(StoreError, match="escapes"):
+        open_store(f"file://{tmp_path}").put_text("../outside.txt", "x")
+
+
+def test_file_store_write_is_atomic(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    store = FileStore(tmp_path)
+    store.put_text("r.json", "old")
+
+    def broken_replace(src: str, dst: str) -> None:
+        raise OSError("disk full")
+
+    monkeypatch.setattr("day0.store.os.replace", broken_replace)
+    with pytest.raises(OSError):
+        store.put_text("r.json", "new")
+    assert store.get_bytes("r.json") == b"old"
+    assert [p.name for p in tmp_path.iterdir()] == ["r.json"]
+
+
+@pytest.mark.parametrize("uri, message", [("ftp://x", "file:// or s3://"), ("s3://", "s3://bucket")])
+def test_bad_uris(uri: str, message: str) -> None:
+    with pytest.raises(StoreError, match=message):
+        open_store(uri)
+
+
+@pytest.mark.integration
+def test_s3_store_against_a_real_server(s3_server) -> None:  # noqa: ANN001
+    store = open_store(f"s3://{s3_server.bucket}/runs")
+    assert isinstance(store, S3Store)
+    exercise(store)
+    # The objects are really on the server, under the prefix.
+    keys = [o["Key"] for o in s3_server.client().list_objects_v2(Bucket=s3_server.bucket)["Contents"]]
+    assert "runs/a/b.json" in keys
+
+
+@pytest.mark.integration
+def test_s3_unreachable_bucket_is_a_store_error(s3_server) -> None:  # noqa: ANN001
+    with pytest.raises(StoreError, match="cannot write"):
+        open_store("s3://no-such-bucket/x").put_text("k", "v")

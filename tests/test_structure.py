@@ -1,0 +1,65 @@
+"""Parameter counts against published totals, MoE-aware active counts, layer kinds, KV cache."""
+
+from __future__ import annotations
+
+from functools import cache
+from pathlib import Path
+
+import pytest
+import yaml
+
+from day0.analysis.source import resolve_model_source
+from day0.analysis.structure import ModelStructure, analyze_structure, build_meta_model, load_hf_config
+
+PUBLISHED = yaml.safe_load((Path(__file__).parent / "data/published_params.yaml").read_text())
+
+
+@cache
+def structure(name: str) -> ModelStructure:
+    return analyze_structure(build_meta_model(load_hf_config(resolve_model_source(name)), name), name)
+
+
+@pytest.mark.parametrize("name", sorted(PUBLISHED))
+def test_totals_match_published(name: str) -> None:
+    s, ref = structure(name), PUBLISHED[name]
+    assert s.params_total / 1e9 == pytest.approx(ref["total"], rel=0.005)
+    assert s.params_active / 1e9 == pytest.approx(ref["active"], rel=ref["active_tolerance"])
+    assert s.params_total == sum(c.total for c in s.components.values())
+
+
+def test_deepseek_v3_structure() -> None:
+    s = structure("deepseek-v3")
+    assert s.attention_kind == "MLA" and s.mla.kv_lora_rank == 512
+    kinds = {k.name: k for k in s.layer_kinds}
+    assert kinds["mla+dense"].indices == [0, 1, 2] and kinds["mla+moe"].count == 58
+    assert s.moe.num_experts == 256 and s.moe.top_k == 8 and s.moe.num_shared_experts == 1
+    # Active routed experts are exactly top_k / num_experts of the routed total.
+    routed = s.components["routed_experts"]
+    assert routed.active == pytest.approx(routed.total * 8 / 256, rel=1e-9)
+    # Everything that is not a routed expert counts fully.
+    for name, comp in s.components.items():
+        if name != "routed_experts":
+            assert comp.active == comp.total
+    # MLA caches the latent plus the rope key: 61 layers x (512 + 64) x 2 bytes.
+    assert s.kv_cache_bytes_per_token["bf16"] == 61 * (512 + 64) * 2
+    assert any("multi-token-prediction" in n for n in s.notes)
+
+
+@pytest.mark.parametrize("name, kind, kv_bytes_bf16", [
+    ("llama-3-8b", "GQA", 2 * 32 * 8 * 128 * 2),
+    ("mixtral-8x7b", "GQA", 2 * 32 * 8 * 128 * 2),
+    ("qwen3-30b-a3b", "GQA", 2 * 48 * 4 * 128 * 2),
+])
+def test_attention_kind_and_kv_cache(name: str, kind: str, kv_bytes_bf16: int) -> None:
+    s = structure(name)
+    assert s.attention_kind == kind
+    assert s.kv_cache_bytes_per_token["bf16"] == kv_bytes_bf16
+    assert s.kv_cache_bytes_per_token["fp8"] * 2 == kv_bytes_bf16
+
+
+def test_dense_model_has_no_moe_and_layer_params_add_up() -> None:
+    s = structure("llama-3-8b")
+    assert s.moe is None and [k.name for k in s.layer_kinds] == ["gqa+dense"]
+    per_layer = s.layer_kinds[0].params_total
+    outside = s.components["embeddings"].total + s.components["head"].total + s.hidden_size  # final norm
+    assert per_layer * 32 + outside == s.params_total
