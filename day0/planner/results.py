@@ -114,6 +114,8 @@ class PlanReport(BaseModel):
     feasible: bool
     message: str
     plans: list[Plan]
+    closest_infeasible: list[Plan] = Field(default_factory=list,
+                                           description="When nothing fits: the leanest setups, with why not.")
     infeasible: list[Infeasibility]
     min_accelerators: int | None = None
     tuples_considered: int
@@ -124,6 +126,9 @@ class PlanReport(BaseModel):
     @property
     def best(self) -> Plan | None:
         return self.plans[0] if self.plans else None
+
+    def files(self) -> dict[str, bytes]:
+        return {"plan.yaml": self.to_yaml().encode()}
 
     def to_yaml(self) -> str:
         if self.best is None:
@@ -177,7 +182,8 @@ def _memory_section(p: Plan) -> str:
 
 def _time_section(p: Plan) -> str:
     t = p.time
-    rows = [(n.removesuffix("_s").replace("_", " "), getattr(t, n)) for n in TimeBreakdown.model_fields if n.endswith("_s")]
+    rows = [(n.removesuffix("_s").replace("_", " "), getattr(t, n)) for n in TimeBreakdown.model_fields
+            if n.endswith("_s") and n != "tokens_per_s"]
     body = "\n".join(f"| {n} | {v:.3f} |" for n, v in rows)
     return f"## Time of the best plan\n\n| term | s |\n|---|---|\n{body}\n\nMFU {t.mfu:.1%}, {t.tokens_per_s:,.0f} tokens/s"
 

@@ -21,7 +21,7 @@ from day0.planner.evaluate import OFFLOADS, RECOMPUTES, Degrees, Knobs, PlanCont
 from day0.planner.inputs import GIB, ClusterFigures, PlannerOptions
 from day0.planner.memory import param_bytes
 from day0.planner.model import ModelCosts, model_costs
-from day0.planner.results import Infeasibility, PlanReport, make_plan
+from day0.planner.results import Infeasibility, Plan, PlanReport, make_plan
 from day0.spec import ParallelConstraints, TrainingSpec
 
 __all__ = ["brute_force", "enumerate_degrees", "knob_settings", "min_accelerators", "plan_parallelism"]
@@ -122,7 +122,7 @@ def plan_parallelism(structure: ModelStructure, cluster: ClusterFigures, trainin
     knobs = knob_settings(options)
     order = sorted((static_lower_bound(costs, cluster, training, d, options), _key(d, knobs[0], 0.0)[1:], d)
                    for d in enumerate_degrees(costs, cluster, training, cons, options, rejected))
-    min_mem, evaluated, visited = math.inf, 0, 0
+    min_mem, evaluated, visited, leanest = math.inf, 0, 0, None
     kept: list[tuple] = []  # heap of negated keys: kept[0] is the worst kept plan
     for bound, _, d in order:
         if len(kept) >= options.keep_plans and bound > -kept[0][0][0]:
@@ -130,7 +130,8 @@ def plan_parallelism(structure: ModelStructure, cluster: ClusterFigures, trainin
         visited += 1
         ctx = PlanContext(costs, cluster, training, d, options)
         lb = ctx.memory_lower_bound()
-        min_mem = min(min_mem, lb)
+        if lb < min_mem:
+            min_mem, leanest = lb, ctx
         if lb > ctx.capacity:
             rejected["memory: no ZeRO/recompute/offload setting fits"] += 1
             continue
@@ -149,8 +150,21 @@ def plan_parallelism(structure: ModelStructure, cluster: ClusterFigures, trainin
     if len(order) > visited:
         rejected["pruned: step-time lower bound above the kept plans"] += len(order) - visited
     ranked = sorted(((tuple(-x for x in neg), k, ctx) for neg, k, ctx in kept), key=lambda r: r[0])
-    return _report(structure, costs, cluster, training, cons, options, ranked, rejected, min_mem, len(order),
-                   evaluated, time.perf_counter() - t0, find_min_accelerators)
+    report = _report(structure, costs, cluster, training, cons, options, ranked, rejected, min_mem, len(order),
+                     evaluated, time.perf_counter() - t0, find_min_accelerators)
+    if not report.plans and leanest is not None:
+        report.closest_infeasible = [_leanest_plan(leanest, knobs)]
+    return report
+
+
+def _leanest_plan(ctx: PlanContext, knobs: list[Knobs]) -> Plan:
+    """The least-memory knob setting of a tuple, as an infeasible plan that says by how much it misses."""
+    k = min(knobs, key=lambda k: (ctx.memory(k).total, _key(ctx.d, k, 0.0)))
+    m = ctx.memory(k)
+    reason = (f"needs {m.total / GIB:.1f} GiB per accelerator, {m.capacity / GIB:g} GiB available"
+              if m.total > m.capacity else f"needs {m.host / GIB:.1f} GiB host memory per accelerator, "
+              f"{m.host_capacity / GIB:g} GiB available")
+    return make_plan(ctx, k, m, ctx.time(k), reason)
 
 
 def brute_force(structure: ModelStructure, cluster: ClusterFigures, training: TrainingSpec,

@@ -1,0 +1,24 @@
+"""Step 4 as a Prefect task: memory/communication techniques for step 3's best plan, each with its
+estimated effect; optimized-plan.yaml is what the trial step applies."""
+
+from __future__ import annotations
+
+from prefect import task
+from prefect.cache_policies import NO_CACHE
+from pydantic import BaseModel
+
+from day0.planner.optimize import OptimizationReport
+from day0.planner.step import optimize_for_spec
+from day0.runs import RunContext
+from tasks._step import run_step
+
+__all__ = ["optimize"]
+
+
+@task(name="optimize", cache_policy=NO_CACHE)
+def optimize(ctx: RunContext, inputs: dict[str, BaseModel]) -> OptimizationReport:
+    """Needs inputs['analyze'] (AnalyzeResult) and inputs['parallel'] (PlanReport)."""
+    structure = inputs["analyze"].structure  # type: ignore[attr-defined]
+    report = inputs["parallel"]
+    return run_step("optimize", ctx, OptimizationReport,
+                    lambda: optimize_for_spec(ctx.spec, structure, report))  # type: ignore[arg-type]
