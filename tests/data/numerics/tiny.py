@@ -1,0 +1,37 @@
+"""Shared test inputs: the tiny DeepSeek-V3-family model's step-1 inventory (captured once per test
+process, on meta tensors) and platforms built from plugin entry points in faulty_kernels.py."""
+
+from __future__ import annotations
+
+import functools
+from importlib.metadata import EntryPoint
+
+from day0.analysis.inventory import OpInventory, capture_operators
+from day0.analysis.source import resolve_model_source
+from day0.analysis.structure import analyze_structure, build_meta_model, load_hf_config
+from day0.numerics.platform_kernels import ENTRY_POINT_GROUP, Platform
+from day0.spec import PlatformSpec, load_yaml
+from day0.paths import CONFIGS_DIR
+
+MODEL = "tiny-deepseek-v3"
+
+
+@functools.lru_cache(maxsize=None)
+def tiny_inventory(dtype: str = "fp32") -> OpInventory:
+    model = build_meta_model(load_hf_config(resolve_model_source(MODEL)), MODEL, dtype)
+    structure = analyze_structure(model, MODEL)
+    return capture_operators(model, structure.attention_kind, dtype)
+
+
+def entry_point(target: str, name: str | None = None) -> EntryPoint:
+    return EntryPoint(name=name or target, value=f"faulty_kernels:{target}", group=ENTRY_POINT_GROUP)
+
+
+def cpu_spec(**update: object) -> PlatformSpec:
+    spec = PlatformSpec.model_validate(load_yaml(CONFIGS_DIR / "platforms" / "cpu.yaml"))
+    return spec.model_copy(update=update)
+
+
+def faulty_platform(*faults: str) -> Platform:
+    """The CPU platform with the named faulty kernels loaded as its vendor plugin(s)."""
+    return Platform.from_spec(cpu_spec(name="faulty-" + "-".join(faults)), plugins=[entry_point(f) for f in faults])
