@@ -4,6 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 SPEC ?= configs/pipelines/tiny-local.yaml
+export DAY0_CACHE ?= $(HOME)/.cache/day0
 export PREFECT_SERVER_ANALYTICS_ENABLED ?= false
 export HF_HUB_OFFLINE ?= 1
 export RAY_AUTH_MODE ?= disabled
@@ -21,11 +22,15 @@ $(STAMP): pyproject.toml
 run: setup
 	$(BIN)/day0 run $(SPEC)
 
-test: setup
-	$(BIN)/python -m pytest -q tests
+# The whole suite: unit, integration (Prefect server, Ray, versitygw S3) and the Kubernetes e2e
+# tests against the kwok control plane (built once into $(DAY0_CACHE), then reused).
+test: setup e2e-build
+	$(BIN)/python -m pytest -q -ra tests
 
 bench: setup
-	$(BIN)/python -m benchmarks.run
+	$(BIN)/python -m benchmarks.run $(BENCH)
 
 clean:
 	rm -rf $(VENV) .day0
+
+include k8s/Makefile.mk
