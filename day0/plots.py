@@ -33,7 +33,7 @@ def grouped_bars(title: str, categories: Sequence[str], series: Mapping[str, Seq
     ax.set_title(title)
     if log:
         ax.set_yscale("log")
-    ax.legend()
+    ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0))
     return _png(fig)
 
 
