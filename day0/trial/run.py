@@ -127,7 +127,7 @@ def run_training(loop: LoopConfig, tokens, *, name: str, storage_uri: str, worke
     """Run (or resume) `loop` on `workers` Ray Train workers; never raises for training errors
     (the returned run carries `error`), so a caller can still report what was done."""
     import torch
-    from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
+    from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig, TrainingFailedError
     from ray.train.torch import TorchConfig, TorchTrainer
 
     log = log or event_log()
@@ -143,27 +143,50 @@ def run_training(loop: LoopConfig, tokens, *, name: str, storage_uri: str, worke
                              checkpoint_config=CheckpointConfig(num_to_keep=2), callbacks=[_callback(log)]),
     )
     t0 = time.time()
-    result = trainer.fit()
-    return _collect(result, log, name=name, storage_uri=storage_uri, workers=workers, t0=t0)
+    try:
+        result, error = trainer.fit(), None
+    except TrainingFailedError as exc:  # retries exhausted: report what the checkpoints kept
+        result, error = None, exc
+    return _collect(result, error, log, filesystem, name=name, storage_uri=storage_uri, workers=workers, t0=t0)
 
 
-def _collect(result, log, *, name: str, storage_uri: str, workers: int, t0: float) -> TrainingRun:  # noqa: ANN001
+def _last_checkpoint_history(events: list[RunEvent], filesystem) -> tuple[list[StepRecord], str | None]:  # noqa: ANN001
+    import json
+
+    from ray.train import Checkpoint
+
+    saved = [e for e in events if e.kind == "checkpoint" and e.detail]
+    if not saved:
+        return [], None
+    with Checkpoint(saved[-1].detail, filesystem).as_directory() as d:
+        raw = json.loads((Path(d) / "history.json").read_text())
+    return [StepRecord.model_validate(h) for h in raw], saved[-1].detail
+
+
+def _collect(result, error, log, filesystem, *, name: str, storage_uri: str, workers: int,  # noqa: ANN001
+             t0: float) -> TrainingRun:
     import ray
 
     events = [RunEvent.model_validate(e) for e in ray.get(log.events.remote()) if e["time"] >= t0]
-    history = [StepRecord.model_validate(h) for h in (result.return_value or [])]
-    if not history and result.checkpoint is not None:  # failed run: the last checkpoint's curve
-        import json
-
-        with result.checkpoint.as_directory() as d:
-            history = [StepRecord.model_validate(h) for h in json.loads((Path(d) / "history.json").read_text())]
+    if result is not None:
+        history = [StepRecord.model_validate(h) for h in (result.return_value or [])]
+        checkpoint_path = result.checkpoint.path if result.checkpoint else None
+    else:
+        history, checkpoint_path = _last_checkpoint_history(events, filesystem)
     starts = [e for e in events if e.kind == "started" and e.rank == 0]
     resumed = (starts[0].from_step or 0) if starts else 0
     executed = sum(_steps_until_next(starts, i, len(history)) for i in range(len(starts)))
     return TrainingRun(name=name, storage_uri=storage_uri, workers=workers, history=history, events=events,
                        steps_executed=executed, resumed_from_step=resumed, wall_s=time.time() - t0,
-                       checkpoint_path=result.checkpoint.path if result.checkpoint else None,
-                       error=f"{type(result.error).__name__}: {result.error}" if result.error else None)
+                       checkpoint_path=checkpoint_path, error=_error_line(error))
+
+
+def _error_line(error: BaseException | None) -> str | None:
+    """The innermost line of a Ray Train failure (the worker's own exception), not the whole traceback."""
+    if error is None:
+        return None
+    lines = [ln.strip() for ln in str(error).splitlines() if ln.strip()]
+    return f"{type(error).__name__}: {lines[-1] if lines else ''}"
 
 
 def _steps_until_next(starts: list[RunEvent], i: int, total: int) -> int:

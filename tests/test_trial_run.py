@@ -1,0 +1,90 @@
+"""Step 5 through Ray Train: an aligned reference/candidate trial (2-worker DDP candidate), and a task
+rerun on an S3-compatible store that resumes from the checkpoint instead of starting over."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from day0.runs import RunContext
+from day0.spec import load_yaml, spec_from_dict
+from day0.paths import CONFIGS_DIR
+from day0.trial.loop import StepRecord, TrialFaults, run_steps
+from day0.trial.results import TrialCurve, TrialResult
+from tests._trial_helpers import tiny_data, tiny_loop
+
+pytestmark = pytest.mark.integration
+
+TRIAL = {"scale": {"layers": 2, "hidden": 64, "experts": 4}, "steps": 12, "seq_len": 32, "micro_batch": 2,
+         "learning_rate": 3e-3, "checkpoint_every": 5, "tolerance": {"warmup_steps": 4}}
+
+
+@pytest.fixture(scope="module")
+def local_ray() -> Iterator[None]:
+    import ray
+
+    from day0.backends.local import connect
+
+    ray.shutdown()
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    connect(num_cpus=2)
+    yield
+    ray.shutdown()
+
+
+def _spec(storage: str, **trial: Any):  # noqa: ANN202
+    raw = load_yaml(CONFIGS_DIR / "pipelines" / "tiny-local.yaml")
+    raw["trial"] = TRIAL | trial
+    raw["storage"] = storage
+    return spec_from_dict(raw)
+
+
+def test_aligned_trial_two_workers(local_ray, tmp_path: Path) -> None:  # noqa: ANN001
+    from day0.trial.step import run_trial
+
+    spec = _spec(f"file://{tmp_path}", workers=2)
+    result = run_trial(spec, checkpoint_uri=f"file://{tmp_path}/ckpt")
+    assert result.alignment.passed, result.alignment.failures
+    assert result.passed and result.candidate.workers == 2 and result.global_batch == 4
+    assert len(result.reference.loss) == len(result.candidate.loss) == 12
+    assert [r.steps_executed for r in result.runs] == [12, 12]
+    assert [m.rank for m in result.memory] == [0, 1] and all(m.measured_training_bytes > 0 for m in result.memory)
+    assert all(m.estimate_bytes for m in result.memory)
+    assert (tmp_path / "ckpt" / "candidate").is_dir() and result.runs[1].checkpoint_path.endswith("step_000012")
+    md = result.to_markdown()
+    assert "PASS" in md and "mean relative loss error" in md and "loss.png" in md
+    assert result.files()["loss.png"][:8] == b"\x89PNG\r\n\x1a\n"
+    TrialResult.model_validate_json(result.model_dump_json())  # round-trips as the step's result.json
+
+
+def test_task_rerun_resumes_from_s3_checkpoint(local_ray, s3_server, tmp_path: Path) -> None:  # noqa: ANN001
+    from day0.trial.step import TrialTrainingError
+    from tasks.trial import trial
+
+    # The reference: a stored curve (public API: trial.reference = a URI), made here by the bare loop.
+    ref = [StepRecord.model_validate(h) for h in run_steps(tiny_loop(12, micro_batch=2, lr_warmup_steps=1),
+                                                           tiny_data().tokens)]
+    curve = TrialCurve(label="stored reference", platform="cpu", compute_dtype="fp32", workers=1,
+                       steps=[h.step for h in ref], loss=[h.loss for h in ref], grad_norm=[h.grad_norm for h in ref])
+    (tmp_path / "ref.json").write_text(curve.model_dump_json())
+    spec = _spec(f"s3://{s3_server.bucket}/runs", workers=1, reference=str(tmp_path / "ref.json"))
+    ctx = RunContext.create(spec)
+    ctx.begin_attempt()
+
+    with pytest.raises(TrialTrainingError, match="injected crash at step 7.*rerun the same spec to resume"):
+        trial.fn(ctx, {}, faults=TrialFaults(crash_at_step=7), max_failures=0)
+    keys = [o["Key"] for o in s3_server.client().list_objects_v2(Bucket=s3_server.bucket)["Contents"]]
+    assert any("/trial/checkpoints/candidate/step_000005/model.pt" in k for k in keys), keys
+
+    ctx.begin_attempt()
+    result = trial.fn(ctx, {})
+    [run] = result.runs
+    assert run.resumed_from_step == 5 and run.steps_executed == 7 < spec.trial.steps
+    assert result.alignment.passed, result.alignment.failures
+    assert ctx.store().exists(ctx.key("trial", "result.json")) and ctx.store().exists(ctx.key("trial", "loss.png"))
+    assert json.loads(ctx.store().get_bytes(ctx.key("trial", "result.json")))["runs"][0]["steps_executed"] == 7
