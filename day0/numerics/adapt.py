@@ -91,7 +91,7 @@ def _launches(record: Any, platform: Platform, dtype: str, inventory_dtype: str)
     """Kernels one adapted call launches on the platform (the decomposition's cost)."""
     master = build_call(record.op, record.examples[0], 0)
     inv, target = DTYPE.get(inventory_dtype, torch.float32), DTYPE[dtype]
-    call = cast_call(master, lambda cur, rec: target if cur == inv else cur, platform.device)
+    call = cast_call(master, lambda cur, rec: target if cur == inv or rec == inventory_dtype else cur, platform.device)
     try:
         with platform.mode() as mode:
             resolve_op(record.op)(*call[0], **call[1])

@@ -176,7 +176,9 @@ def check_op(record: OpRecord, platform: Platform, dtype: str, validation: Valid
                     pg = _grads(func, cast_call(master, to_platform, platform.device, True), platform, seed, target)
                     rg = _grads(func, cast_call(p_call, to_reference, "cpu", True), None, seed, target)
                 except MissingKernelError as exc:
-                    result.grad_status, notes = "missing", notes + [str(exc)]
+                    # the backward kernels the model runs are inventory ops, checked on their own;
+                    # a derivative needing another op is not this model's gap
+                    result.grad_status, notes = "skipped", notes + [f"gradient not checked: {exc}"]
                     differentiable = False
                     continue
                 except RuntimeError:  # not differentiable (integer outputs, no derivative formula)

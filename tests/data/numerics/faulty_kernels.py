@@ -48,12 +48,15 @@ def sigmoid_wrong_fp32(table: KernelTable) -> None:
 
 
 def plugin_grouped_mm(table: KernelTable) -> None:
-    """A correct vendor kernel for aten::_grouped_mm (2D x 3D with offsets), from plain matmuls."""
+    """A correct vendor kernel for aten::_grouped_mm with offsets, from plain matmuls: 2D x 3D (groups
+    of rows, the MoE forward) and 2D x 2D (groups along K, the weight gradient)."""
     def grouped_mm(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor | None = None, bias=None, out_dtype=None):  # noqa: ANN001
-        out = a.new_zeros(a.shape[0], b.shape[-1])
-        start = 0
-        for g, end in enumerate(offs.tolist()):
-            out[start:end] = a[start:end] @ b[g]
-            start = end
-        return out
+        bounds = [0, *offs.tolist()]
+        if b.dim() == 3:
+            out = a.new_zeros(a.shape[0], b.shape[-1])
+            for g in range(len(bounds) - 1):
+                out[bounds[g]:bounds[g + 1]] = (a[bounds[g]:bounds[g + 1]].float() @ b[g].float()).to(a.dtype)
+            return out
+        return torch.stack([(a[:, bounds[g]:bounds[g + 1]].float() @ b[bounds[g]:bounds[g + 1]].float()).to(a.dtype)
+                            for g in range(len(bounds) - 1)])
     table.register("aten::_grouped_mm", grouped_mm)

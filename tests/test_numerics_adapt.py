@@ -1,0 +1,112 @@
+"""Adaptation: missing ops on a declared-library platform get a decomposition, a fallback or a
+plugin kernel; wrong ops get replaced; every adaptation is re-checked before it is kept."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent / "data" / "numerics"))
+from tiny import MODEL, cpu_spec, entry_point, faulty_platform, tiny_inventory  # noqa: E402
+
+from day0.numerics.adapt import adapt_report  # noqa: E402
+from day0.numerics.layers import build_model, compare_layers  # noqa: E402
+from day0.numerics.opcheck import check_inventory  # noqa: E402
+from day0.numerics.platform_kernels import Platform, load_plugin_kernels  # noqa: E402
+from day0.numerics.step import run_operators  # noqa: E402
+from day0.spec import OperatorSupport, ValidationSpec  # noqa: E402
+
+V = ValidationSpec(seeds=2)
+SOFTMAX_OPS = ["aten::_safe_softmax", "aten::_softmax_backward_data", "aten::_grouped_mm", "aten::scatter_add"]
+
+
+def _lacking(*missing: str) -> Platform:
+    """A declared operator library: every op of the tiny inventory except `missing`, plus the
+    elementwise ops a softmax decomposition needs."""
+    ops = {r.op for r in tiny_inventory("fp32").ops} - set(missing)
+    ops |= {"aten::amax", "aten::exp", "aten::sub.Tensor", "aten::div.Tensor", "aten::sum.dim_IntList",
+            "aten::where.self", "aten::logical_not", "aten::all.dim", "aten::eq.Scalar", "aten::isinf",
+            "aten::scalar_tensor", "aten::full", "aten::zeros_like", "aten::mul.Tensor"}
+    spec = cpu_spec(name="lacking", operator_library=[OperatorSupport(op=o) for o in sorted(ops)])
+    return Platform.from_spec(spec, plugins=[])
+
+
+def test_missing_ops_adapted_then_pass() -> None:
+    inv = tiny_inventory("fp32")
+    platform = _lacking(*SOFTMAX_OPS)
+    report = check_inventory(inv, platform, V, ["bf16"], ops=SOFTMAX_OPS)
+    assert {c.op: c.status for c in report.checks} == {op: "missing" for op in SOFTMAX_OPS}
+    adapted = adapt_report(report, inv, platform, V)
+    assert all(c.ok for c in adapted.checks), adapted.to_markdown()
+    how = {a.op: a.strategy for a in adapted.adaptations}
+    assert how == {"aten::_safe_softmax": "decomposition", "aten::_softmax_backward_data": "decomposition",
+                   "aten::_grouped_mm": "cpu_fallback", "aten::scatter_add": "cpu_fallback"}
+    by = {c.op: c for c in adapted.checks}
+    assert "adapt:decomposition" in by["aten::_safe_softmax"].served_by
+    assert "stock" in by["aten::_safe_softmax"].served_by  # the decomposition's own ops ran on the platform
+    costs = {a.op: a.overhead for a in adapted.adaptations}
+    assert costs["aten::_safe_softmax"] > 1 and costs["aten::_grouped_mm"] > costs["aten::_safe_softmax"]
+    assert "#### Adaptations" in adapted.to_markdown()
+
+
+def test_plugin_kernel_preferred_for_missing_op() -> None:
+    inv = tiny_inventory("fp32")
+    platform = _lacking("aten::_grouped_mm")
+    report = check_inventory(inv, platform, V, ["bf16"], ops=["aten::_grouped_mm"])
+    plugins = load_plugin_kernels([entry_point("plugin_grouped_mm", "vendor-extra")])
+    adapted = adapt_report(report, inv, platform, V, plugins)
+    (a,) = adapted.adaptations
+    assert a.strategy == "plugin" and adapted.checks[0].ok
+    assert adapted.checks[0].served_by == ["plugin:vendor-extra"]
+
+
+def test_wrong_kernel_replaced_by_decomposition() -> None:
+    inv = tiny_inventory("fp32")
+    platform = faulty_platform("softmax_without_max")
+    report = check_inventory(inv, platform, V, ["bf16"], ops=["aten::_safe_softmax"])
+    assert report.checks[0].status == "fail"
+    adapted = adapt_report(report, inv, platform, V)
+    assert adapted.adaptations[0].strategy == "decomposition" and adapted.checks[0].ok
+
+
+def test_unfixable_op_reports_every_strategy_tried() -> None:
+    inv = tiny_inventory("fp32")
+    platform = _lacking("aten::histc")  # no decomposition, no fp32 kernel declared, host has no int histc
+    report = check_inventory(inv, platform, V, ["bf16"], ops=["aten::histc"])
+    adapted = adapt_report(report, inv, platform, V)
+    (a,) = adapted.adaptations
+    assert a.strategy is None and not adapted.checks[0].ok
+    assert [t.split(":")[0] for t in a.tried] == ["plugin", "decomposition", "upcast", "cpu_fallback"]
+
+
+def test_int_op_missing_on_host_adapted_by_upcast() -> None:
+    inv = tiny_inventory("fp32")
+    platform = Platform("cpu")
+    report = check_inventory(inv, platform, V, ["bf16"], ops=["aten::histc"])
+    assert report.checks[0].status == "error"  # "histogram_cpu" not implemented for 'Int'
+    adapted = adapt_report(report, inv, platform, V)
+    assert adapted.adaptations[0].strategy == "upcast" and adapted.checks[0].ok
+
+
+def test_whole_model_runs_after_adaptation_and_step_result() -> None:
+    platform = _lacking("aten::_safe_softmax", "aten::_softmax_backward_data")
+    model = build_model(MODEL, layers=2)
+    before = compare_layers(model, platform, "fp32", batch=1, seq_len=16)
+    assert before.error is not None and "_safe_softmax" in before.error
+    result = run_operators(tiny_inventory("fp32"), platform, V, "fp32", model_source=MODEL)
+    assert result.passed, result.to_markdown()
+    assert {a.op for a in result.ops.adaptations if a.strategy} >= {"aten::_safe_softmax", "aten::_softmax_backward_data"}
+    assert result.layers is not None and result.layers.passed and result.layers.layers == 2
+    md = result.to_markdown()
+    assert "Step 2" in md and "Whole-model check" in md
+
+
+def test_declared_platform_is_emulated_when_device_absent() -> None:
+    from day0.paths import CONFIGS_DIR
+    from day0.spec import PlatformSpec, load_yaml
+
+    spec = PlatformSpec.model_validate(load_yaml(CONFIGS_DIR / "platforms" / "ascend-910b.yaml"))
+    platform = Platform.from_spec(spec, plugins=[])
+    assert platform.emulated_on == "npu" and platform.device == "cpu"
+    assert not platform.supports("aten::_grouped_mm", "bf16")
+    assert not platform.supports("aten::_softmax", "bf16") and platform.supports("aten::_softmax", "fp32")
