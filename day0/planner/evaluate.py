@@ -283,8 +283,9 @@ class PlanContext:
             self._prepare_time()
         slot = min(max(self.stage[rc]) for rc in self.o.recompute) + self.p2p
         pipe = tm.pipeline_seconds(self.d.num_microbatches, self.d.pp, self.d.vpp, slot)[0]
-        return pipe + min(self._dp_exposed(z, slot) + min(self._optimizer_seconds(z, off) for off in self.o.offload)
+        best = pipe + min(self._dp_exposed(z, slot) + min(self._optimizer_seconds(z, off) for off in self.o.offload)
                           for z in self.o.zero_stages)
+        return best * (1 - 1e-12)  # summation order differs from time(): keep a bound under rounding
 
     def step_seconds(self, k: Knobs) -> float:
         return self.time(k).step
