@@ -13,6 +13,7 @@ import heapq
 import math
 import time
 from collections import Counter
+from dataclasses import dataclass
 from collections.abc import Iterator
 
 from day0.analysis.structure import ModelStructure
@@ -48,6 +49,9 @@ def enumerate_degrees(costs: ModelCosts, cluster: ClusterFigures, training: Trai
     """Every degree tuple meeting the structural constraints; counts why others were rejected."""
     rejected = rejected if rejected is not None else Counter()
     c, n, L = constraints, constraints.accelerators or cluster.accelerators, costs.num_layers
+    if n > cluster.accelerators:
+        rejected[f"{n} accelerators requested, the cluster has {cluster.accelerators}"] += 1
+        return
     if c.tensor_parallel and c.tensor_parallel > cluster.per_node:
         rejected[f"TP {c.tensor_parallel} exceeds one node ({cluster.per_node} accelerators)"] += 1
     tps = [t for t in _fixed(c.tensor_parallel, _divisors(cluster.per_node))
@@ -150,8 +154,8 @@ def plan_parallelism(structure: ModelStructure, cluster: ClusterFigures, trainin
     if len(order) > visited:
         rejected["pruned: step-time lower bound above the kept plans"] += len(order) - visited
     ranked = sorted(((tuple(-x for x in neg), k, ctx) for neg, k, ctx in kept), key=lambda r: r[0])
-    report = _report(structure, costs, cluster, training, cons, options, ranked, rejected, min_mem, len(order),
-                     evaluated, time.perf_counter() - t0, find_min_accelerators)
+    outcome = _Outcome(ranked, rejected, min_mem, len(order), evaluated, time.perf_counter() - t0)
+    report = _report(structure, cluster, training, cons, options, outcome, find_min_accelerators)
     if not report.plans and leanest is not None:
         report.closest_infeasible = [_leanest_plan(leanest, knobs)]
     return report
@@ -187,8 +191,8 @@ def brute_force(structure: ModelStructure, cluster: ClusterFigures, training: Tr
         else:
             ranked.append(best)
     ranked = sorted(ranked, key=lambda r: r[0])[:options.keep_plans]
-    return _report(structure, costs, cluster, training, cons, options, ranked, rejected, min_mem, tuples, evaluated,
-                   time.perf_counter() - t0, False)
+    outcome = _Outcome(ranked, rejected, min_mem, tuples, evaluated, time.perf_counter() - t0)
+    return _report(structure, cluster, training, cons, options, outcome, False)
 
 
 def min_accelerators(structure: ModelStructure, cluster: ClusterFigures, training: TrainingSpec,
@@ -218,8 +222,19 @@ def min_accelerators(structure: ModelStructure, cluster: ClusterFigures, trainin
     return None, states
 
 
-def _report(structure, costs, cluster, training, cons, options, ranked, rejected, min_mem, tuples, evaluated,
-            seconds, find_min) -> PlanReport:  # noqa: ANN001 - internal assembly
+@dataclass
+class _Outcome:
+    ranked: list[tuple[tuple, Knobs, PlanContext]]
+    rejected: Counter[str]
+    min_memory: float
+    tuples: int
+    evaluated: int
+    seconds: float
+
+
+def _report(structure: ModelStructure, cluster: ClusterFigures, training: TrainingSpec, cons: ParallelConstraints,
+            options: PlannerOptions, outcome: _Outcome, find_min: bool) -> PlanReport:
+    ranked, rejected, min_mem, tuples = outcome.ranked, outcome.rejected, outcome.min_memory, outcome.tuples
     plans = []
     for i, (key, k, ctx) in enumerate(ranked, 1):
         plan = make_plan(ctx, k, ctx.memory(k), ctx.time(k))
@@ -241,7 +256,7 @@ def _report(structure, costs, cluster, training, cons, options, ranked, rejected
             message += f"; the leanest setup needs {min_mem / GIB:.1f} GiB per accelerator"
         if tuples == 0:
             message += "; no parallel layout satisfies the constraints (see rejected)"
-        if find_min:
+        elif find_min:
             need, states = min_accelerators(structure, cluster, training, cons, options)
             usable = cluster.memory_bytes * (1 - options.fragmentation_fraction) - options.framework_overhead_gib * GIB
             floor = math.ceil(states / usable)
@@ -250,10 +265,10 @@ def _report(structure, costs, cluster, training, cons, options, ranked, rejected
                         f" bytes = {states / GIB:,.0f} GiB)")
             message += (f"; the smallest power-of-two whole-node count with a feasible plan is {need}" if need else
                         f"; no power-of-two count up to {_MAX_ACCELERATORS} fits")
-    if costs.num_experts and "deepseek" in structure.model_type:
+    if structure.moe and "deepseek" in structure.model_type:
         notes.append("1F1B schedule assumed; DualPipe (DeepSeek-V3) keeps two weight copies and is not modelled")
     return PlanReport(model=structure.model, params_total=structure.params_total,
                       params_active=structure.params_active, cluster=cluster.with_accelerators(n_acc),
                       training=training, options=options, feasible=bool(plans), message=message, plans=plans,
                       infeasible=infeasible, min_accelerators=need, tuples_considered=tuples,
-                      configurations_evaluated=evaluated, search_seconds=seconds, notes=notes)
+                      configurations_evaluated=outcome.evaluated, search_seconds=outcome.seconds, notes=notes)
