@@ -82,3 +82,31 @@ def test_wired_into_day0_cli_when_available(tmp_path: Path) -> None:
     except SystemExit:
         pytest.skip("`day0 plan` not wired into day0.cli yet")
     assert code == 0
+
+
+def test_parallel_and_optimize_tasks_store_results_and_resume(tmp_path: Path, prefect_server: None) -> None:
+    from pydantic import BaseModel
+
+    from day0.analysis.structure import ModelStructure
+    from day0.paths import CONFIGS_DIR
+    from day0.runs import RunContext
+    from day0.spec import load_yaml, spec_from_dict
+    from tasks.optimize import optimize
+    from tasks.parallel import parallel
+
+    class Analyzed(BaseModel):  # the part of step 1's AnalyzeResult that steps 3-4 read
+        structure: ModelStructure
+
+    raw = load_yaml(CONFIGS_DIR / "pipelines" / "tiny-local.yaml")
+    raw["storage"] = f"file://{tmp_path}"
+    ctx = RunContext.create(spec_from_dict(raw))
+    analyzed = Analyzed(structure=ModelStructure.model_validate_json(
+        (DATA / "tiny-deepseek-v3.structure.json").read_text()))
+    plans = parallel.fn(ctx, {"analyze": analyzed})
+    assert plans.feasible and plans.best.parallel.accelerators == 1
+    optimized = optimize.fn(ctx, {"analyze": analyzed, "parallel": plans})
+    assert optimized.plan is not None and optimized.plan.feasible
+    store = ctx.store()
+    for step, name in (("parallel", "plan.yaml"), ("parallel", "result.md"), ("optimize", "optimized-plan.yaml")):
+        assert store.exists(ctx.key(step, name)), (step, name)
+    assert parallel.fn(ctx, {"analyze": analyzed}).model_dump() == plans.model_dump()  # reused, not recomputed
