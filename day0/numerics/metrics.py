@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 
 import torch
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 __all__ = ["ErrorMetrics", "Thresholds", "compare", "default_thresholds", "ulp_error", "verdict"]
 
@@ -42,6 +42,8 @@ def default_thresholds(dtype: str, min_cosine: float = 0.99) -> Thresholds:
 
 
 class ErrorMetrics(BaseModel):
+    model_config = ConfigDict(ser_json_inf_nan="strings")  # an infinite error must survive JSON
+
     numel: int
     max_abs: float
     max_rel: float

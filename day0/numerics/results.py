@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from day0.numerics.metrics import ErrorMetrics
 
@@ -102,6 +102,8 @@ class LayerRow(BaseModel):
 
 
 class LayerReport(BaseModel):
+    model_config = ConfigDict(ser_json_inf_nan="strings")  # a NaN loss is a finding: keep it in JSON
+
     model: str
     layers: int
     compute_dtype: str
