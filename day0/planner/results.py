@@ -165,6 +165,12 @@ class PlanReport(BaseModel):
         if self.infeasible:
             lines += ["", "## Rejected", "", "| reason | tuples |", "|---|---|"]
             lines += [f"| {i.reason} | {i.count} |" for i in self.infeasible[:10]]
+        o = self.options
+        lines += ["", f"- assumptions: GEMMs at {o.compute_efficiency:.0%} of peak (saturating with rows), "
+                  f"{'FlashAttention' if o.flash_attention else 'stored attention scores'}, fused norm/SwiGLU kernels, "
+                  f"TP with sequence parallelism, {o.grad_dtype} gradients, {o.optimizer_state_dtype} Adam moments, "
+                  f"{o.fragmentation_fraction:.0%} fragmentation reserve + {o.framework_overhead_gib:g} GiB runtime, "
+                  f"1F1B / interleaved 1F1B pipeline"]
         lines += [f"- note: {n}" for n in [*self.cluster.notes, *self.notes]]
         return "\n".join(lines) + "\n"
 
