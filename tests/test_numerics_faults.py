@@ -14,6 +14,7 @@ from tiny import MODEL, faulty_platform, tiny_inventory  # noqa: E402
 from day0.numerics.layers import build_model, compare_layers  # noqa: E402
 from day0.numerics.opcheck import check_inventory  # noqa: E402
 from day0.numerics.platform_kernels import Platform  # noqa: E402
+from day0.numerics.results import LayerReport  # noqa: E402
 from day0.spec import ValidationSpec  # noqa: E402
 
 FAULTS = ("softmax_without_max", "rmsnorm_wrong_eps", "matmul_low_precision", "sigmoid_wrong_fp32")
@@ -67,15 +68,6 @@ def test_softmax_fault_named_at_the_layer_with_large_logits(model) -> None:  # n
     assert report.first_divergent == "layers.1", report.to_markdown()
     row = next(r for r in report.rows if r.module == "layers.1" and r.phase == "forward")
     assert row.metrics.nan_inf_mismatch > 0
+    back = LayerReport.model_validate_json(report.model_dump_json())  # NaN loss survives JSON
+    assert back.first_divergent == "layers.1" and back.rows == report.rows
 
-
-def test_nan_loss_and_infinite_errors_survive_json(model) -> None:  # noqa: ANN001
-    import copy
-
-    from day0.numerics.results import LayerReport
-
-    sharp = copy.deepcopy(model)
-    sharp.model.layers[1].self_attn.scaling *= 2000.0
-    report = compare_layers(sharp, faulty_platform("softmax_without_max"), "fp32", batch=1, seq_len=16)
-    back = LayerReport.model_validate_json(report.model_dump_json())
-    assert back.first_divergent == "layers.1" and [r.metrics for r in back.rows] == [r.metrics for r in report.rows]
