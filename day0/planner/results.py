@@ -110,7 +110,6 @@ class PlanReport(BaseModel):
     params_active: int
     cluster: ClusterFigures
     training: TrainingSpec
-    options: PlannerOptions
     feasible: bool
     message: str
     plans: list[Plan]
@@ -122,6 +121,8 @@ class PlanReport(BaseModel):
     configurations_evaluated: int
     search_seconds: float
     notes: list[str] = Field(default_factory=list)
+    options: PlannerOptions = Field(default_factory=PlannerOptions, description="The assumptions used (last: "
+                                    "duck-typed readers find the best plan's knobs first).")
 
     @property
     def best(self) -> Plan | None:
