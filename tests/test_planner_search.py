@@ -93,7 +93,8 @@ def test_plan_yaml_has_the_pipeline_vocabulary() -> None:
     assert set(doc["parallel"]) >= {"tensor_parallel", "pipeline_parallel", "expert_parallel", "data_parallel"}
     assert set(doc["memory"]) == {"recompute", "zero_stage", "offload"}
     assert doc["precision"] == {"master_weights": "fp32", "compute": "bf16"}
-    assert "plan.yaml" in report.files()
+    files = report.files()
+    assert yaml.safe_load(files["plan.yaml"]) == doc and files["memory.png"].startswith(b"\x89PNG")
     md = report.to_markdown()
     assert "| # | TP |" in md and "## Memory of the best plan" in md
 

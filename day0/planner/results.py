@@ -129,7 +129,19 @@ class PlanReport(BaseModel):
         return self.plans[0] if self.plans else None
 
     def files(self) -> dict[str, bytes]:
-        return {"plan.yaml": self.to_yaml().encode()}
+        """plan.yaml, and memory.png: each memory term of the top three plans (the report embeds it)."""
+        out = {"plan.yaml": self.to_yaml().encode()}
+        if self.plans:
+            from day0.plots import grouped_bars
+
+            terms = [t for t in _MEMORY_TERMS if any(getattr(p.memory, t) for p in self.plans[:3])]
+            out["memory.png"] = grouped_bars(
+                f"{self.model}: memory per accelerator by term (capacity {self.cluster.memory_gib:g} GiB)",
+                [t.removesuffix("_bytes").replace("_", " ") for t in terms],
+                {f"#{p.rank} TP{p.parallel.tensor_parallel} PP{p.parallel.pipeline_parallel} "
+                 f"EP{p.parallel.expert_parallel} {p.memory_knobs.recompute}": [getattr(p.memory, t) / GIB for t in terms]
+                 for p in self.plans[:3]}, "GiB")
+        return out
 
     def to_yaml(self) -> str:
         if self.best is None:
@@ -162,7 +174,8 @@ class PlanReport(BaseModel):
                  f"- search: {self.tuples_considered} degree tuples, {self.configurations_evaluated} configurations "
                  f"evaluated in {self.search_seconds:.2f} s", "", f"**{self.message}**", ""]
         if self.plans:
-            lines += [self.table(top), "", _memory_section(self.plans[0]), "", _time_section(self.plans[0])]
+            lines += [self.table(top), "", _memory_section(self.plans[0]), "",
+                      "![memory per accelerator by term](memory.png)", "", _time_section(self.plans[0])]
         if self.infeasible:
             lines += ["", "## Rejected", "", "| reason | tuples |", "|---|---|"]
             lines += [f"| {i.reason} | {i.count} |" for i in self.infeasible[:10]]
@@ -176,11 +189,13 @@ class PlanReport(BaseModel):
         return "\n".join(lines) + "\n"
 
 
+_MEMORY_TERMS = [name for name in MemoryBreakdown.model_fields if name.endswith("_bytes") and name not in (
+    "total_bytes", "capacity_bytes", "activations_per_microbatch_bytes", "host_offload_bytes")]
+
+
 def _memory_section(p: Plan) -> str:
     m = p.memory
-    rows = [(name.removesuffix("_bytes").replace("_", " "), getattr(m, name)) for name in MemoryBreakdown.model_fields
-            if name.endswith("_bytes") and name not in ("total_bytes", "capacity_bytes",
-                                                         "activations_per_microbatch_bytes", "host_offload_bytes")]
+    rows = [(name.removesuffix("_bytes").replace("_", " "), getattr(m, name)) for name in _MEMORY_TERMS]
     body = "\n".join(f"| {n} | {v / GIB:.2f} |" for n, v in rows)
     return (f"## Memory of the best plan (stage {m.peak_stage}, {m.inflight_microbatches:g} micro-batches in flight)"
             f"\n\n| term | GiB |\n|---|---|\n{body}\n| **total** | **{m.total_bytes / GIB:.2f}** of "
