@@ -135,7 +135,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _extensions() -> list[Callable[[argparse._SubParsersAction], None]]:
     """Subcommands that live beside their step's code."""
-    return []
+    from day0.planner.cli import add_plan_command
+
+    return [add_plan_command]
 
 
 def main(argv: list[str] | None = None) -> int:

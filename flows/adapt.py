@@ -21,12 +21,20 @@ from day0.report import write_report
 from day0.runs import RunContext
 from day0.spec import STEPS, PipelineSpec, load_spec, spec_from_dict
 from tasks.analyze import analyze
+from tasks.operators import operators
+from tasks.optimize import optimize
+from tasks.parallel import parallel
+from tasks.trial import trial
 
 __all__ = ["PIPELINE", "adapt", "plan_steps"]
 
 # step -> (task, the steps whose results it reads). Steps not listed are not built yet.
 PIPELINE: dict[str, tuple[Callable[..., Any], tuple[str, ...]]] = {
     "analyze": (analyze, ()),
+    "operators": (operators, ("analyze",)),
+    "parallel": (parallel, ("analyze",)),
+    "optimize": (optimize, ("analyze", "parallel")),
+    "trial": (trial, ("optimize", "parallel")),
 }
 
 

@@ -19,7 +19,9 @@ def connect(address: str | None = None, *, num_cpus: int | None = None, namespac
     if not ray.is_initialized():
         os.environ.setdefault("RAY_AUTH_MODE", "disabled")
         if address is None:
-            ray.init(num_cpus=num_cpus, namespace=namespace, include_dashboard=False, log_to_driver=False,
+            # "local" always starts a private instance; a bare ray.init() would join any cluster
+            # that `ray start` left on this machine.
+            ray.init(address="local", num_cpus=num_cpus, namespace=namespace, include_dashboard=False, log_to_driver=False,
                      configure_logging=False)
         else:
             ray.init(address=address, namespace=namespace, log_to_driver=False)
