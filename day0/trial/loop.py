@@ -137,6 +137,16 @@ def _save_state(directory: Path, model_sd, optim_sd, history: list[dict[str, Any
     (directory / "history.json").write_text(json.dumps(history))
 
 
+def _import_model_code(config: dict[str, Any]) -> None:
+    """Build the model once on the meta device so its modelling code is imported (no memory)."""
+    from transformers import AutoModelForCausalLM
+
+    from day0.trial.model import _hf_config
+
+    with torch.device("meta"):
+        AutoModelForCausalLM.from_config(_hf_config(config))
+
+
 def _grad_norm(model: torch.nn.Module, max_norm: float) -> float:
     norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
     return float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm)
@@ -165,7 +175,8 @@ def run_steps(cfg: LoopConfig, tokens: torch.Tensor, *, rank: int = 0, world: in
     """The loop itself; `report`/`checkpoint` are Ray Train's (None when run bare by the benchmark)."""
     torch.set_num_threads(cfg.num_threads)
     tokens = torch.as_tensor(tokens)
-    baseline_mem = _peak_memory_bytes(device)
+    _import_model_code(cfg.model_config_dict)
+    baseline_mem = _peak_memory_bytes(device)  # after imports: the rest is the model, optimizer, activations
     if cfg.global_batch % (cfg.micro_batch * world):
         raise ValueError(f"global batch {cfg.global_batch} is not a multiple of micro_batch {cfg.micro_batch} "
                          f"x workers {world}")
