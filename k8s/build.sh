@@ -49,11 +49,13 @@ build_kubernetes() {
 build_etcd() {
   have "$ETCD_BIN" etcd && return
   log "etcd ${ETCD_VERSION}"
-  local src="${CACHE_ROOT}/src/etcd-${ETCD_VERSION}"
+  local src="${CACHE_ROOT}/src/etcd-${ETCD_VERSION}" commit
   mkdir -p "$src" "$ETCD_BIN"
+  read -r _ commit < <(mod_info "go.etcd.io/etcd/server/v3@${ETCD_VERSION}")
   cp "${K8S_DIR}/go/etcd/main.go" "$src/main.go"
   printf 'module day0.local/k8s/etcd\n\ngo 1.26.0\n\nrequire go.etcd.io/etcd/server/v3 %s\n' "$ETCD_VERSION" > "$src/go.mod"
-  (cd "$src" && go mod tidy >/dev/null && go build -trimpath -ldflags "-s -w" -o "$src/etcd" .)
+  (cd "$src" && go mod tidy >/dev/null && go build -trimpath \
+    -ldflags "-s -w -X go.etcd.io/etcd/api/v3/version.GitSHA=${commit:0:8}" -o "$src/etcd" .)
   mv "$src/etcd" "$ETCD_BIN/etcd"
 }
 

@@ -41,9 +41,7 @@ def node(name: str, *, pool: str, cpus: int = 96, memory_gib: int = 1536, resour
                                 "kubernetes.io/arch": "amd64", "type": "kwok", POOL_LABEL: pool,
                                 **(labels or {})}},
         "spec": {"taints": [_taint(t) for t in taints or []]},
-        "status": {"capacity": capacity, "allocatable": dict(capacity),
-                   "nodeInfo": {"architecture": "amd64", "operatingSystem": "linux",
-                                "kubeletVersion": "fake", "kubeProxyVersion": "fake"}},
+        "status": {"capacity": capacity, "allocatable": dict(capacity)},  # kwok fills the rest
     }
 
 
