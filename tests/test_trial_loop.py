@@ -58,3 +58,12 @@ def test_injected_bugs_fail_alignment(reference: list[StepRecord], faults: Trial
 def test_lr_schedule_is_a_function_of_the_step() -> None:
     cfg = tiny_loop(lr_warmup_steps=4, learning_rate=1.0)
     assert [lr_at(s, cfg) for s in range(6)] == [0.25, 0.5, 0.75, 1.0, 1.0, 1.0]
+
+
+def test_plan_from_step_results_is_duck_typed() -> None:
+    from day0.trial.step import plan_from_results
+
+    assert plan_from_results(None, None).model_dump() == {"recompute": "none", "sharding": "ddp", "source": "default"}
+    optimize = {"model": "m", "plan": {"memory_knobs": {"recompute": "selective", "zero_stage": 3, "offload": "none"}}}
+    plan = plan_from_results(optimize, {"plans": [{"memory_knobs": {"recompute": "full", "zero_stage": 1}}]})
+    assert (plan.recompute, plan.sharding) == ("selective", "fsdp")

@@ -70,8 +70,13 @@ def _find(obj: Any, key: str) -> Any:
 
 
 def plan_from_results(*results: BaseModel | dict | None) -> TrialPlan:
-    """Read `recompute` and `zero_stage` from step 4's (then step 3's) result, whatever its shape."""
-    dumps = [r.model_dump(mode="json") if isinstance(r, BaseModel) else r for r in results if r is not None]
+    """Read `recompute` and `zero_stage` from step 4's (then step 3's) result: the chosen plan's
+    `memory_knobs` (OptimizationReport.plan, PlanReport.best) when present, else the first found."""
+    knobs = [k for r in results if r is not None
+             for k in (getattr(getattr(r, "plan", None), "memory_knobs", None),
+                       getattr(getattr(r, "best", None), "memory_knobs", None)) if k is not None]
+    dumps = [k.model_dump(mode="json") for k in knobs]
+    dumps += [r.model_dump(mode="json") if isinstance(r, BaseModel) else r for r in results if r is not None]
     recompute = next((v for d in dumps if (v := _find(d, "recompute")) in ("none", "selective", "full")), "none")
     zero = next((v for d in dumps if isinstance(v := _find(d, "zero_stage"), int)), 0)
     return TrialPlan(recompute=recompute, sharding="fsdp" if zero >= 2 else "ddp",
