@@ -20,7 +20,7 @@ from torch._decomp import decomposition_table
 from torch.utils._pytree import tree_map
 
 from day0.analysis.inventory import OpInventory, OpRecord
-from day0.numerics.inputs import build_call, cast_call
+from day0.numerics.inputs import build_call
 from day0.numerics.opcheck import DTYPE, check_op, upcast_kernel
 from day0.numerics.platform_kernels import KernelEntry, KernelTable, MissingKernelError, Platform, resolve_op
 from day0.numerics.results import Adaptation, OpCheck, OpCheckReport
@@ -89,9 +89,10 @@ def make_kernel(strategy: str, op: str, platform: Platform, dtype: str,
 
 def _launches(record: Any, platform: Platform, dtype: str, inventory_dtype: str) -> int:
     """Kernels one adapted call launches on the platform (the decomposition's cost)."""
-    master = build_call(record.op, record.examples[0], 0)
-    inv, target = DTYPE.get(inventory_dtype, torch.float32), DTYPE[dtype]
-    call = cast_call(master, lambda cur, rec: target if cur == inv or rec == inventory_dtype else cur, platform.device)
+    target = DTYPE[dtype]
+    call = build_call(record.op, record.examples[0], 0,
+                      dtype_for=lambda name: target if name == inventory_dtype else DTYPE.get(name, torch.float32),
+                      device=platform.device)
     try:
         with platform.mode() as mode:
             resolve_op(record.op)(*call[0], **call[1])

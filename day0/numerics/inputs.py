@@ -145,9 +145,13 @@ def _index_fixups(op: str, args: list[Any], g: torch.Generator) -> None:
         args[0] = torch.randint(lo, hi + 1, args[0].shape, generator=g, dtype=args[0].dtype)
 
 
-def build_call(op: str, example: list[Any], seed: int = 0, edge: bool = True) -> Call:
-    """Master inputs (floats in float64) for `op` from an inventory example."""
+def build_call(op: str, example: list[Any], seed: int = 0, edge: bool = True,
+               dtype_for: Callable[[str], torch.dtype] | None = None, device: str = "cpu") -> Call:
+    """Seeded inputs for `op` from an inventory example. Floating values are drawn in float64 and
+    rounded to `dtype_for(recorded dtype name)` (default: the recorded dtype); floating dtype
+    arguments are mapped the same way, so a recorded `dtype=torch.float32` follows the compute dtype."""
     g = torch.Generator().manual_seed(seed)
+    to = dtype_for or (lambda name: _ALL_DTYPES[name])
     kwargs: dict[str, Any] = {}
     if example and isinstance(example[-1], dict) and set(example[-1]) == {"kwargs"}:
         kwargs = {k: _value(v) for k, v in example[-1]["kwargs"].items() if v != "<device>"}
@@ -159,9 +163,7 @@ def build_call(op: str, example: list[Any], seed: int = 0, edge: bool = True) ->
             dtype = _ALL_DTYPES[v["dtype"]]
             pos = next(counter)
             if dtype.is_floating_point:
-                t = _float(v["shape"], g, op, pos, edge)
-                t.day0_dtype = v["dtype"]  # the dtype the model ran it at
-                return t
+                return _float(v["shape"], g, op, pos, edge).to(to(v["dtype"]))
             if dtype == torch.bool:
                 return torch.rand(v["shape"], generator=g) < 0.5
             return torch.randint(0, 16, v["shape"], generator=g, dtype=dtype)
@@ -173,21 +175,22 @@ def build_call(op: str, example: list[Any], seed: int = 0, edge: bool = True) ->
     if op in _FILL_SCALAR and len(args) > _FILL_SCALAR[op] and args[_FILL_SCALAR[op]] is None:
         args[_FILL_SCALAR[op]] = -math.inf  # JSON stores +-inf as null; -inf is the masking value
     _index_fixups(op, args, g)
-    return args, kwargs
+    names = {v: k for k, v in _ALL_DTYPES.items()}
+    fix = lambda v: to(names[v]) if isinstance(v, torch.dtype) and v.is_floating_point else v  # noqa: E731
+    return cast_call(([fix(a) for a in args], {k: fix(v) for k, v in kwargs.items()}), lambda d: d, device)
 
 
-def cast_call(call: Call, float_dtype: Callable[[torch.dtype | None, str | None], torch.dtype],
-              device: str = "cpu", requires_grad: bool = False) -> Call:
-    """Cast every floating tensor (and floating dtype argument) with `float_dtype(current, recorded)`."""
+def cast_call(call: Call, float_dtype: Callable[[torch.dtype], torch.dtype], device: str = "cpu",
+              requires_grad: bool = False) -> Call:
+    """A fresh copy of `call` with every floating tensor (and floating dtype argument) cast by
+    `float_dtype`; floating tensors become autograd leaves if `requires_grad`."""
     def conv(v: Any) -> Any:
         if isinstance(v, torch.Tensor):
             if v.is_floating_point():
-                t = v.to(device=device, dtype=float_dtype(v.dtype, getattr(v, "day0_dtype", None)))
-                t.day0_dtype = getattr(v, "day0_dtype", None)
-                return t.requires_grad_(requires_grad)
+                return v.detach().to(device=device, dtype=float_dtype(v.dtype), copy=True).requires_grad_(requires_grad)
             return v.to(device).clone()
         if isinstance(v, torch.dtype) and v.is_floating_point:
-            return float_dtype(v, None)
+            return float_dtype(v)
         if isinstance(v, (list, tuple)):
             return type(v)(conv(x) for x in v)
         return v

@@ -114,96 +114,125 @@ def _grads(func: Any, call: Call, platform: Platform | None, seed: int, cot_dtyp
     return [x if x is not None else torch.zeros(()) for x in got]
 
 
+def _run_dtype(record: OpRecord, dtype: str, inventory_dtype: str) -> str:
+    """What the op runs at: the compute dtype if the model ran it at its compute dtype, else the
+    dtype it was recorded at (a bf16 model's fp32 router stays fp32), 'int' for integer-only ops."""
+    if not record.dtypes:
+        return "int"
+    return dtype if inventory_dtype in record.dtypes else record.dtypes[0]
+
+
+def _fail(result: OpCheck, status: str, reason: str, start: float) -> OpCheck:
+    return result.model_copy(update={"status": status, "reason": reason, "seconds": time.perf_counter() - start})
+
+
+def _first_line(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {(str(exc).splitlines() or [''])[0][:150]}"
+
+
 def check_op(record: OpRecord, platform: Platform, dtype: str, validation: ValidationSpec,
              inventory_dtype: str = "fp32", seeds: Iterable[int] = (0,), max_examples: int = 3,
              max_elements: int = 1 << 22, grads: bool = True) -> OpCheck:
-    """Check one op at platform dtype `dtype` over its examples and seeds; never raises."""
+    """Check one op at platform dtype `dtype` over its examples and seeds; never raises.
+
+    Gradients (ops the model runs forward, with floating inputs and a derivative) are checked on
+    the first example for every seed: the backward ops themselves are inventory ops with their own
+    checks, so this catches composite errors at bounded cost."""
     start = time.perf_counter()
     kind = classify(record.op)
-    run_dtype = "int" if not record.dtypes else dtype
-    thresholds = thresholds_for(dtype if run_dtype != "int" else "fp32", validation)
-    ref = DTYPE[validation.reference_dtype]
-    target = DTYPE[dtype]
-    inv = DTYPE.get(inventory_dtype, torch.float32)
+    run_dtype = _run_dtype(record, dtype, inventory_dtype)
+    t = thresholds_for(run_dtype if run_dtype != "int" else "fp32", validation)
     result = OpCheck(op=record.op, dtype=run_dtype, kind=kind, status="pass")
     try:
         func = resolve_op(record.op)
     except KeyError as exc:
-        return result.model_copy(update={"status": "skipped", "reason": str(exc)})
-    to_platform = lambda cur, rec: target if cur == inv or rec == inventory_dtype else cur  # noqa: E731
-    to_reference = lambda cur, rec: ref  # noqa: E731
-    differentiable = grads and kind == "compute" and not record.op.split(".")[0].endswith("_") and "forward" in record.phases
+        return _fail(result, "skipped", str(exc), start)
+    ref = DTYPE[validation.reference_dtype]
+    to_platform = lambda name: DTYPE[dtype] if name == inventory_dtype else DTYPE.get(name, torch.float32)  # noqa: E731
+    do_grads = grads and kind == "compute" and not record.op.split(".")[0].endswith("_") and "forward" in record.phases
     metrics: ErrorMetrics | None = None
     grad_metrics: ErrorMetrics | None = None
     served: set[str] = set()
-    notes: list[str] = []
-    for example in record.examples[:max_examples]:
+    notes: set[str] = set()
+    for index, example in enumerate(record.examples[:max_examples]):
         if example_numel(example) > max_elements:
             example = shrink_example(example, max_elements)
-            notes.append("shrunk to element cap")
+            notes.add("shrunk to element cap")
         for seed in seeds:
-            master = build_call(record.op, example, seed)
-            p_call = cast_call(master, to_platform, platform.device)
-            r_call = cast_call(p_call, to_reference)
+            p_call = build_call(record.op, example, seed, dtype_for=to_platform, device=platform.device)
+            r_call = cast_call(p_call, lambda _d: ref)
             try:
-                try:
-                    r_out, _ = _run(func, r_call, None)
-                except RuntimeError:
-                    if run_dtype != "int":
-                        raise
-                    r_out, _ = _run(upcast_kernel(func, ref), r_call, None)  # e.g. histc has no int kernel
-                    notes.append(f"reference ran at {validation.reference_dtype} (no integer kernel)")
+                r_out = _reference(func, r_call, ref, run_dtype, notes)
             except Exception as exc:  # noqa: BLE001 - the example is not runnable on the reference
-                return result.model_copy(update={"status": "skipped", "reason": f"reference failed: {str(exc).splitlines()[0][:150]}",
-                                                 "seconds": time.perf_counter() - start})
+                return _fail(result, "skipped", f"reference failed: {_first_line(exc)}", start)
             try:
-                p_out, src = _run(func, p_call, platform)
+                p_out, src = _run(func, cast_call(p_call, lambda d: d, platform.device), platform)
             except MissingKernelError as exc:
-                return result.model_copy(update={"status": "missing", "reason": str(exc), "seconds": time.perf_counter() - start})
+                return _fail(result, "missing", str(exc), start)
             except Exception as exc:  # noqa: BLE001 - a platform kernel that raises is a failed op
-                return result.model_copy(update={"status": "error", "reason": f"{type(exc).__name__}: {str(exc).splitlines()[0][:150]}",
-                                                 "seconds": time.perf_counter() - start})
+                return _fail(result, "error", _first_line(exc), start)
             served.update(src)
             result.examples += 1
             try:
-                m = _compare_outputs(_outputs(p_out), _outputs(r_out), kind, thresholds)
+                m = _compare_outputs(_outputs(p_out), _outputs(r_out), kind, t)
             except AssertionError as exc:
-                return result.model_copy(update={"status": "fail", "reason": str(exc), "served_by": sorted(served)})
+                return _fail(result.model_copy(update={"served_by": sorted(served)}), "fail", str(exc), start)
             if m is not None:
                 metrics = m if metrics is None else metrics.merge(m)
-            if differentiable and grad_metrics is None or (differentiable and seed != 0):
-                try:
-                    pg = _grads(func, cast_call(master, to_platform, platform.device, True), platform, seed, target)
-                    rg = _grads(func, cast_call(p_call, to_reference, "cpu", True), None, seed, target)
-                except MissingKernelError as exc:
-                    # the backward kernels the model runs are inventory ops, checked on their own;
-                    # a derivative needing another op is not this model's gap
-                    result.grad_status, notes = "skipped", notes + [f"gradient not checked: {exc}"]
-                    differentiable = False
-                    continue
-                except RuntimeError:  # not differentiable (integer outputs, no derivative formula)
-                    differentiable = False
-                    continue
-                if pg is None or rg is None:
-                    differentiable = False
-                    continue
-                gm = _compare_outputs(pg, rg, kind, thresholds)
-                if gm is not None:
+            if do_grads and index == 0:
+                gm, status, note = _grad_check(func, p_call, r_call, platform, seed, DTYPE[dtype], kind, t)
+                if note:
+                    notes.add(note)
+                if status is not None:
+                    result.grad_status, do_grads = status, False  # type: ignore[assignment]
+                elif gm is not None:
                     grad_metrics = gm if grad_metrics is None else grad_metrics.merge(gm)
+    return _judge(result, metrics, grad_metrics, t, kind, served, notes, start)
+
+
+def _reference(func: Any, r_call: Call, ref: torch.dtype, run_dtype: str, notes: set[str]) -> Any:
+    try:
+        return _run(func, r_call, None)[0]
+    except RuntimeError:
+        if run_dtype != "int":
+            raise
+        notes.add("reference ran at float (no integer kernel)")  # e.g. histc on int32
+        return _run(upcast_kernel(func, ref), r_call, None)[0]
+
+
+def _grad_check(func: Any, p_call: Call, r_call: Call, platform: Platform, seed: int, cot_dtype: torch.dtype,
+                kind: Kind, t: Thresholds) -> tuple[ErrorMetrics | None, str | None, str | None]:
+    """(metrics, terminal grad status or None, note)."""
+    try:
+        pg = _grads(func, cast_call(p_call, lambda d: d, platform.device, True), platform, seed, cot_dtype)
+        rg = _grads(func, cast_call(r_call, lambda d: d, "cpu", True), None, seed, cot_dtype)
+    except MissingKernelError as exc:
+        # the backward kernels the model runs are inventory ops, checked on their own;
+        # a derivative needing another op is not this model's gap
+        return None, "skipped", f"gradient not checked: {exc}"
+    except RuntimeError:  # not differentiable (integer outputs, no derivative formula)
+        return None, "n/a", None
+    if pg is None or rg is None:
+        return None, "n/a", None
+    return _compare_outputs(pg, rg, kind, t), None, None
+
+
+def _judge(result: OpCheck, metrics: ErrorMetrics | None, grad_metrics: ErrorMetrics | None, t: Thresholds,
+           kind: Kind, served: set[str], notes: set[str], start: float) -> OpCheck:
     result.served_by = sorted(served)
     result.metrics, result.grad_metrics = metrics, grad_metrics
     if metrics is not None:
-        ok, why = verdict(metrics, thresholds)
+        ok, why = verdict(metrics, t)
         result.status, result.reason = ("pass" if ok else "fail"), why
     elif kind == "nondeterministic":
         result.reason = "values not compared: random or uninitialised memory; shape and dtype checked"
     if grad_metrics is not None:  # a gradient is a chain of two rounded ops: forgive twice the RMS
-        ok, why = verdict(grad_metrics, thresholds.model_copy(update={"rms_share": min(1.0, 2 * thresholds.rms_share)}))
+        ok, why = verdict(grad_metrics, t.model_copy(update={"rms_share": min(1.0, 2 * t.rms_share)}))
         result.grad_status = "pass" if ok else "fail"
         if not ok:
             result.reason = (result.reason + "; " if result.status == "fail" else "") + f"gradient: {why}"
     if notes:
-        result.reason = "; ".join([result.reason, *sorted(set(notes))]).strip("; ")
+        result.reason = "; ".join([result.reason, *sorted(notes)]).strip("; ")
     result.seconds = time.perf_counter() - start
     return result
 
