@@ -27,7 +27,7 @@ def _step_sections(ctx: RunContext, steps: list[str]) -> list[str]:
             continue
         body = store.get_bytes(key).decode()
         body = _IMAGE.sub(lambda m: f"![{m.group(1)}]({step}/{m.group(2)})", body)
-        body = re.sub(r"^# ", "## ", body, flags=re.M) if body.startswith("# ") else body
+        body = re.sub(r"^(#+) ", r"#\1 ", body, flags=re.M)  # each step's headings one level down
         sections.append(f"{body}\n[result.json]({step}/result.json) · [result.md]({step}/result.md)\n")
     return sections
 
