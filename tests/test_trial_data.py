@@ -17,7 +17,7 @@ def test_default_text_is_the_python_docs() -> None:
 
 
 def test_tokenizer_trained_once_then_reused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("DAY0_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("DAY0_CACHE", str(tmp_path / "cache"))
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("the quick brown fox jumps over the lazy dog. " * 400)
     first = prepare_data(str(corpus), vocab_size=300)

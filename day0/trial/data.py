@@ -4,7 +4,7 @@ Contract: the batch of step `s` depends only on (tokens, seed, s, global batch, 
 world size or on where a run resumed, so the reference and the candidate, a resumed run and an
 uninterrupted one, all see the same sequences at every step. Rank r of a world of W takes its slice
 of that global batch. The tokenizer and token ids are cached outside the repository under
-`$DAY0_CACHE_DIR` (default `~/.cache/day0`), keyed by the text's hash and the vocabulary size.
+`$DAY0_CACHE` (default `~/.cache/day0`), keyed by the text's hash and the vocabulary size.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ EOS_TOKEN = "<|endoftext|>"
 
 
 def cache_dir() -> Path:
-    return Path(os.environ.get("DAY0_CACHE_DIR", Path.home() / ".cache" / "day0"))
+    return Path(os.environ.get("DAY0_CACHE", Path.home() / ".cache" / "day0"))
 
 
 def load_text(dataset: str | None) -> tuple[str, str]:
