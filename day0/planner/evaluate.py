@@ -8,89 +8,15 @@ Lower bounds (`time_lower_bound`, `memory_lower_bound`) never exceed the value o
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from day0.planner import memory as mem
 from day0.planner import timing as tm
 from day0.planner.inputs import GIB, ClusterFigures, PlannerOptions
 from day0.planner.model import ModelCosts
 from day0.planner.stages import rank_groups
+from day0.planner.values import OFFLOADS, RECOMPUTES, Degrees, Knobs, MemoryEstimate, TimeEstimate
 from day0.spec import TrainingSpec
 
 __all__ = ["RECOMPUTES", "OFFLOADS", "Degrees", "Knobs", "MemoryEstimate", "PlanContext", "TimeEstimate"]
-
-RECOMPUTES = ("none", "selective", "full")
-OFFLOADS = ("none", "optimizer", "activations")
-_OPT_BYTES_TOUCHED = 2 * 4 + 2 * 8  # master + two moments, read and written (fp32)
-
-
-@dataclass(frozen=True, slots=True)
-class Degrees:
-    tp: int
-    pp: int
-    vpp: int
-    cp: int
-    ep: int
-    etp: int
-    dp: int
-    micro_batch: int
-    num_microbatches: int
-
-    @property
-    def accelerators(self) -> int:
-        return self.tp * self.pp * self.cp * self.dp
-
-
-@dataclass(frozen=True, slots=True)
-class Knobs:
-    zero_stage: int
-    recompute: str
-    offload: str
-
-
-@dataclass(frozen=True, slots=True)
-class MemoryEstimate:
-    """Bytes on the peak pipeline rank; `activations` already multiplies the in-flight micro-batches."""
-
-    rank: int
-    weights: float
-    gradients: float
-    optimizer_states: float
-    embedding_head: float
-    activations: float
-    inflight_microbatches: float
-    activations_per_microbatch: float
-    recompute_working: float
-    logits: float
-    comm_buffers: float
-    framework: float
-    fragmentation_reserve: float
-    total: float
-    capacity: float
-    host: float
-    host_capacity: float
-
-    @property
-    def feasible(self) -> bool:
-        return self.total <= self.capacity and self.host <= self.host_capacity
-
-
-@dataclass(frozen=True, slots=True)
-class TimeEstimate:
-    compute: float
-    recompute: float
-    tp_comm: float
-    ep_comm: float
-    cp_comm: float
-    pp_comm: float
-    bubble: float
-    dp_comm: float
-    optimizer: float
-    offload: float
-    step: float
-    tokens_per_s: float
-    mfu: float
-    model_flops: float
 
 
 class PlanContext:
@@ -256,7 +182,7 @@ class PlanContext:
                      + self.expert[i] / (self.edp if zero else 1) for i in range(len(self.groups)))
         if offload == "optimizer":  # ZeRO-Offload (Ren et al. 2021): grads down, weights up, Adam on the CPU
             return params * (pb.grad + pb.weight) / (o.host_bandwidth_gbps * 1e9) + params / o.cpu_adam_params_per_s
-        return params * (_OPT_BYTES_TOUCHED + pb.grad + pb.weight) / (o.hbm_bandwidth_gbps * 1e9)
+        return params * (tm.OPTIMIZER_BYTES_TOUCHED + pb.grad + pb.weight) / (o.hbm_bandwidth_gbps * 1e9)
 
     def _slot(self, rc: str, offload: str) -> tuple[float, float, int]:
         """(slowest stage's time per micro-batch incl. p2p, activation-offload time in it, its group)."""

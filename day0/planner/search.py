@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from collections.abc import Iterator
 
 from day0.analysis.structure import ModelStructure
-from day0.planner.bounds import static_lower_bound
+from day0.planner.bounds import StaticBound
 from day0.planner.evaluate import OFFLOADS, RECOMPUTES, Degrees, Knobs, PlanContext
 from day0.planner.inputs import GIB, ClusterFigures, PlannerOptions
 from day0.planner.memory import param_bytes
@@ -124,7 +124,8 @@ def plan_parallelism(structure: ModelStructure, cluster: ClusterFigures, trainin
     options, cons, costs = options or PlannerOptions(), _constraints(constraints), model_costs(structure)
     rejected: Counter[str] = Counter()
     knobs = knob_settings(options)
-    order = sorted((static_lower_bound(costs, cluster, training, d, options), _key(d, knobs[0], 0.0)[1:], d)
+    bound_of = StaticBound(costs, cluster, training, options)
+    order = sorted((bound_of(d), _key(d, knobs[0], 0.0)[1:], d)
                    for d in enumerate_degrees(costs, cluster, training, cons, options, rejected))
     min_mem, evaluated, visited, leanest = math.inf, 0, 0, None
     kept: list[tuple] = []  # heap of negated keys: kept[0] is the worst kept plan

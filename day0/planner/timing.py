@@ -9,8 +9,10 @@ interleaved 1F1B schedule (Narayanan et al. 2021, sec. 2.2); model FLOPs 6·N pe
 
 from __future__ import annotations
 
-__all__ = ["alltoall_seconds", "dp_sync_bytes", "expert_rows", "exposed", "gemm_efficiency", "link_bandwidth",
-           "pipeline_seconds", "ring_seconds"]
+__all__ = ["OPTIMIZER_BYTES_TOUCHED", "alltoall_seconds", "dp_sync_bytes", "expert_rows", "exposed",
+           "gemm_efficiency", "link_bandwidth", "pipeline_seconds", "ring_seconds"]
+
+OPTIMIZER_BYTES_TOUCHED = 2 * 4 + 2 * 8  # fp32 master + two fp32 moments, each read and written per update
 
 
 def gemm_efficiency(rows: float, base: float, half_rows: int) -> float:
