@@ -75,3 +75,13 @@ def test_big_example_is_shrunk() -> None:
     inv = tiny_inventory("fp32")
     check = check_op(inv.by_name()["aten::mm"], Platform("cpu"), "bf16", ValidationSpec(), max_elements=4096)
     assert check.status == "pass" and "shrunk" in check.reason
+
+
+def test_huge_outputs_from_small_inputs_are_shrunk() -> None:
+    from day0.analysis.inventory import OpRecord
+
+    # DeepSeek-V3's expert-weight gradient buffer: tiny input, 3.7G-element output
+    rec = OpRecord(op="aten::new_zeros", calls=1, phases=["backward"], dtypes=["fp32"],
+                   examples=[[{"shape": [32, 256], "dtype": "fp32"}, [256, 2048, 7168], {"kwargs": {"dtype": "torch.float32"}}]])
+    check = check_op(rec, Platform("cpu"), "bf16", ValidationSpec(), max_elements=1 << 20)
+    assert check.status == "pass" and "shrunk" in check.reason and check.examples == 1

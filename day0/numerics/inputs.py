@@ -19,7 +19,7 @@ import torch
 
 from day0.analysis.structure import DTYPES
 
-__all__ = ["Call", "build_call", "cast_call", "example_numel", "shrink_example"]
+__all__ = ["Call", "build_call", "call_numel", "cast_call", "example_numel", "shrink_example"]
 
 _SOFTMAX = {"aten::_softmax", "aten::_safe_softmax", "aten::_log_softmax", "aten::softmax.int"}
 _POSITIVE = {"aten::rsqrt", "aten::sqrt", "aten::log", "aten::reciprocal"}
@@ -57,22 +57,53 @@ def example_numel(example: list[Any]) -> int:
     return total
 
 
-def shrink_example(example: list[Any], cap: int) -> list[Any]:
-    """Halve the largest dimension size everywhere it appears (shapes and equal int args) until the
-    call's inputs hold at most `cap` elements: keeps shape relations (mm's K, split sizes) intact."""
+def call_numel(op: str, example: list[Any]) -> int:
+    """Elements in the inputs plus the outputs of one call, the outputs found by running the op on
+    meta tensors (no memory): a creation or expand op can be tiny going in and huge coming out."""
+    from day0.numerics.platform_kernels import resolve_op
+
+    def meta(v: Any) -> Any:
+        if _is_tensor_desc(v):
+            return torch.empty(v["shape"], dtype=_ALL_DTYPES[v["dtype"]], device="meta")
+        if isinstance(v, dict) and set(v) == {"kwargs"}:
+            return v
+        return [meta(x) for x in v] if isinstance(v, list) else _value(v)
+
+    args = [meta(v) for v in example]
+    kwargs = {}
+    if args and isinstance(args[-1], dict):
+        kwargs = {k: _value(v) for k, v in args.pop()["kwargs"].items() if v != "<device>"}
+    total = example_numel(example)
+    try:
+        out = resolve_op(op)(*args, **kwargs)
+    except Exception:  # noqa: BLE001 - data-dependent ops have no meta kernel; inputs bound them
+        return total
+    return total + sum(t.numel() for t in torch.utils._pytree.tree_leaves(out) if isinstance(t, torch.Tensor))
+
+
+def shrink_example(example: list[Any], cap: int, size: Callable[[list[Any]], int] = example_numel) -> list[Any]:
+    """Halve the largest dimension size everywhere it appears (shapes and equal int args) until
+    `size(example)` is at most `cap`: keeps shape relations (mm's K, split sizes) intact."""
     def remap(v: Any, old: int, new: int) -> Any:
         if _is_tensor_desc(v):
             return {"shape": [new if s == old else s for s in v["shape"]], "dtype": v["dtype"]}
         if isinstance(v, list):
             return [remap(x, old, new) for x in v]
         return new if type(v) is int and v == old else v
-    while example_numel(example) > cap:
-        dims = [s for v in _tensor_descs(example) for s in v["shape"]]
+    while size(example) > cap:
+        dims = [s for v in _tensor_descs(example) for s in v["shape"]] + _size_lists(example)
         big = max(dims, default=1)
         if big <= 1:
             break
         example = remap(example, big, big // 2)
     return example
+
+
+def _size_lists(v: Any) -> list[int]:
+    """Positive ints of int lists (sizes of new_zeros, expand, view ...)."""
+    if isinstance(v, list) and v and all(type(x) is int for x in v):
+        return [x for x in v if x > 1]
+    return [s for x in v for s in _size_lists(x)] if isinstance(v, list) else []
 
 
 def _tensor_descs(v: Any) -> list[dict[str, Any]]:

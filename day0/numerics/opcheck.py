@@ -10,14 +10,14 @@ compared with the metrics of `day0.numerics.metrics` against per-dtype threshold
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import torch
 from torch.utils._pytree import tree_leaves, tree_map
 
 from day0.analysis.inventory import OpInventory, OpRecord
-from day0.numerics.inputs import Call, build_call, cast_call, example_numel, shrink_example
+from day0.numerics.inputs import Call, build_call, call_numel, cast_call, example_numel, shrink_example
 from day0.numerics.metrics import ErrorMetrics, Thresholds, compare, default_thresholds, verdict
 from day0.numerics.platform_kernels import MissingKernelError, Platform, resolve_op
 from day0.numerics.results import Kind, OpCheck, OpCheckReport
@@ -155,9 +155,11 @@ def check_op(record: OpRecord, platform: Platform, dtype: str, validation: Valid
     served: set[str] = set()
     notes: set[str] = set()
     for index, example in enumerate(record.examples[:max_examples]):
-        if example_numel(example) > max_elements:
-            example = shrink_example(example, max_elements)
-            notes.add("shrunk to element cap")
+        if example_numel(example) > max_elements or call_numel(record.op, example) > max_elements:
+            example = shrink_example(example, max_elements, lambda ex: call_numel(record.op, ex))
+            if call_numel(record.op, example) > max_elements:
+                return _fail(result, "skipped", f"cannot shrink below {max_elements} elements", start)
+            notes.add(f"shrunk to {max_elements} elements")
         for seed in seeds:
             p_call = build_call(record.op, example, seed, dtype_for=to_platform, device=platform.device)
             r_call = cast_call(p_call, lambda _d: ref)
@@ -239,18 +241,21 @@ def _judge(result: OpCheck, metrics: ErrorMetrics | None, grad_metrics: ErrorMet
 
 def check_inventory(inventory: OpInventory, platform: Platform, validation: ValidationSpec | None = None,
                     compute_dtypes: Iterable[str] | None = None, *, ops: Iterable[str] | None = None,
-                    max_examples: int = 3, max_elements: int = 1 << 22, grads: bool = True) -> OpCheckReport:
-    """Check every op of `inventory` (or those named in `ops`) at each compute dtype."""
+                    max_examples: int = 3, max_elements: int = 1 << 22, grads: bool = True,
+                    progress: Callable[[int, int, OpCheck], None] | None = None) -> OpCheckReport:
+    """Check every op of `inventory` (or those named in `ops`) at each compute dtype;
+    `progress(done, total, last_check)` after each op."""
     validation = validation or ValidationSpec()
     dtypes = list(compute_dtypes or [inventory.compute_dtype])
     wanted = set(ops) if ops is not None else None
     start = time.perf_counter()
+    todo = [(d, r) for d in dtypes for r in inventory.ops if wanted is None or r.op in wanted]
     checks = []
-    for dtype in dtypes:
-        for record in inventory.ops:
-            if wanted is None or record.op in wanted:
-                checks.append(check_op(record, platform, dtype, validation, inventory.compute_dtype,
-                                       range(validation.seeds), max_examples, max_elements, grads))
+    for dtype, record in todo:
+        checks.append(check_op(record, platform, dtype, validation, inventory.compute_dtype,
+                               range(validation.seeds), max_examples, max_elements, grads))
+        if progress is not None:
+            progress(len(checks), len(todo), checks[-1])
     seconds = time.perf_counter() - start
     return OpCheckReport(platform=platform.name, emulated_on=platform.emulated_on, compute_dtypes=dtypes,
                          reference_dtype=validation.reference_dtype, seeds=validation.seeds, checks=checks,

@@ -19,7 +19,7 @@ from day0.numerics.adapt import adapt_report
 from day0.numerics.layers import build_model, compare_layers
 from day0.numerics.opcheck import check_inventory
 from day0.numerics.platform_kernels import ENTRY_POINT_GROUP, KernelTable, Platform, load_plugin_kernels
-from day0.numerics.results import OperatorsResult
+from day0.numerics.results import OpCheck, OperatorsResult
 from day0.spec import PlatformSpec, ValidationSpec
 
 __all__ = ["MAX_MODEL_PARAMS", "run_operators"]
@@ -83,7 +83,11 @@ def run_operators(inventory: OpInventory, platform: PlatformSpec | Platform, val
     if plat.emulated_on:
         notes.append(f"no {plat.emulated_on} device here: the platform's operator library runs on the host CPU")
     say(f"checking {len(inventory.ops)} ops at {dtype} on {plat.name}")
-    report = check_inventory(inventory, plat, validation, [dtype], max_elements=max_elements)
+    def tick(done: int, total: int, check: OpCheck) -> None:
+        if done % 10 == 0 or done == total or not check.ok:
+            say(f"{done}/{total} ops checked; {check.op}: {check.status}")
+
+    report = check_inventory(inventory, plat, validation, [dtype], max_elements=max_elements, progress=tick)
     if adapt and report.failing:
         say(f"adapting {len(report.failing)} failing/missing ops")
         vendor = platform.vendor_plugin if isinstance(platform, PlatformSpec) else None
