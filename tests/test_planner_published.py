@@ -89,3 +89,8 @@ def test_deepseek_v3_on_8_gpus_is_infeasible_with_minimum_count() -> None:
     assert report.closest_infeasible and not report.closest_infeasible[0].feasible
     assert "GiB per accelerator" in report.closest_infeasible[0].reason
     assert "feasible: false" in report.to_yaml()
+    n, training = report.min_accelerators, TrainingSpec(seq_len=4096, global_batch=1536)
+    assert f"smallest whole-node count with a feasible plan is {n}" in report.message
+    assert plan_parallelism(structure("deepseek-v3"), cluster_figures(hardware("h800"), n, 8), training).feasible
+    assert not plan_parallelism(structure("deepseek-v3"), cluster_figures(hardware("h800"), n - 8, 8), training,
+                                find_min_accelerators=False).feasible

@@ -199,28 +199,39 @@ def brute_force(structure: ModelStructure, cluster: ClusterFigures, training: Tr
 def min_accelerators(structure: ModelStructure, cluster: ClusterFigures, training: TrainingSpec,
                      constraints: ParallelConstraints | None = None,
                      options: PlannerOptions | None = None) -> tuple[int | None, float]:
-    """(smallest whole-node power-of-two count with a feasible plan, or None up to 2^18; model-state
-    bytes with every state sharded, which alone need states/usable accelerators)."""
+    """(smallest whole-node accelerator count with a feasible plan, or None up to 2^18; model-state bytes
+    with every state sharded). Doubles from the model-state floor to the first count that fits, then scans
+    the whole-node counts below it (feasibility is not monotone: batch and layer divisibility)."""
     options, costs = options or PlannerOptions(), model_costs(structure)
     cons = _constraints(constraints).model_copy(update={"accelerators": None})
     prec = training.precision
     pb = param_bytes(prec.compute, prec.master_weights, options.grad_dtype, options.optimizer_state_dtype)
     states = structure.params_total * pb.total
     usable = cluster.memory_bytes * (1 - options.fragmentation_fraction) - options.framework_overhead_gib * GIB
-    n = cluster.per_node * 2 ** max(0, math.ceil(math.log2(max(1.0, states / max(usable, 1) / cluster.per_node))))
+    floor_nodes = max(1, math.ceil(states / max(usable, 1) / cluster.per_node))
     knobs = sorted(knob_settings(options), key=lambda k: (-k.zero_stage, -RECOMPUTES.index(k.recompute)))
-    while n <= _MAX_ACCELERATORS:
-        sized = cluster.with_accelerators(n)
-        ctxs = sorted((PlanContext(costs, sized, training, d, options)
-                       for d in enumerate_degrees(costs, sized, training, cons, options)),
-                      key=lambda c: c.memory_lower_bound())
-        for ctx in ctxs:
-            if ctx.memory_lower_bound() > ctx.capacity:
-                break
-            if any(ctx.memory(k).feasible for k in knobs):
-                return n, states
-        n *= 2
+    nodes = 2 ** math.ceil(math.log2(floor_nodes))
+    while nodes * cluster.per_node <= _MAX_ACCELERATORS:
+        if _fits(costs, cluster.with_accelerators(nodes * cluster.per_node), training, cons, options, knobs):
+            below = (n for n in range(max(floor_nodes, nodes // 2 + 1), nodes)
+                     if _fits(costs, cluster.with_accelerators(n * cluster.per_node), training, cons, options, knobs))
+            return next(below, nodes) * cluster.per_node, states
+        nodes *= 2
     return None, states
+
+
+def _fits(costs: ModelCosts, cluster: ClusterFigures, training: TrainingSpec, cons: ParallelConstraints,
+          options: PlannerOptions, knobs: list[Knobs]) -> bool:
+    """Whether any degree tuple and knob setting fits (tuples tried leanest first)."""
+    ctxs = sorted((PlanContext(costs, cluster, training, d, options)
+                   for d in enumerate_degrees(costs, cluster, training, cons, options)),
+                  key=lambda c: c.memory_lower_bound())
+    for ctx in ctxs:
+        if ctx.memory_lower_bound() > ctx.capacity:
+            return False
+        if any(ctx.memory(k).feasible for k in knobs):
+            return True
+    return False
 
 
 @dataclass
@@ -264,8 +275,8 @@ def _report(structure: ModelStructure, cluster: ClusterFigures, training: Traini
             message += (f"; needs at least {floor} accelerators of {cluster.memory_gib:g} GiB for the model states "
                         f"alone ({structure.params_total / 1e9:.1f}B parameters x {states / structure.params_total:.0f}"
                         f" bytes = {states / GIB:,.0f} GiB)")
-            message += (f"; the smallest power-of-two whole-node count with a feasible plan is {need}" if need else
-                        f"; no power-of-two count up to {_MAX_ACCELERATORS} fits")
+            message += (f"; the smallest whole-node count with a feasible plan is {need}" if need else
+                        f"; no count up to {_MAX_ACCELERATORS} fits")
     if structure.moe and "deepseek" in structure.model_type:
         notes.append("1F1B schedule assumed; DualPipe (DeepSeek-V3) keeps two weight copies and is not modelled")
     return PlanReport(model=structure.model, params_total=structure.params_total,
