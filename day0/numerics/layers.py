@@ -23,25 +23,64 @@ from day0.numerics.platform_kernels import Platform
 from day0.numerics.results import LayerReport, LayerRow
 from day0.spec import ValidationSpec
 
-__all__ = ["build_model", "compare_layers", "layer_units"]
+__all__ = ["build_model", "compare_layers", "layer_units", "reduced_params"]
 
 
-def build_model(source: str, layers: int = 2, seed: int = 0) -> nn.Module:
-    """The model of `source` (a configs/models name, a dir or hf://) at `layers` decoder layers, with
-    seeded random weights in fp32 on the CPU."""
-    from transformers import AutoModelForCausalLM
-
+def _plan(source: str, layers: int | None) -> tuple[Any, list[int]]:
+    """(config at the depth to build, decoder layer indices to keep). `layers=None`: the first
+    layer of each distinct kind (dense/MoE, attention types), as step 1's inventory does."""
     from day0.analysis.source import resolve_model_source
-    from day0.analysis.structure import load_hf_config
+    from day0.analysis.structure import analyze_structure, build_meta_model, layer_kinds, load_hf_config
 
     cfg = load_hf_config(resolve_model_source(source))
-    cfg.num_hidden_layers = min(layers, cfg.num_hidden_layers)
+    if layers is not None:
+        keep = list(range(min(layers, cfg.num_hidden_layers)))
+    else:
+        meta = build_meta_model(cfg, source, "fp32")
+        first: dict[str, int] = {}
+        for i, (kind, _) in enumerate(layer_kinds(meta, analyze_structure(meta, source).attention_kind)):
+            first.setdefault(kind, i)
+        keep = sorted(first.values())
+        cfg = load_hf_config(resolve_model_source(source))
+    cfg.num_hidden_layers = keep[-1] + 1
     if getattr(cfg, "layer_types", None):
         cfg.layer_types = cfg.layer_types[: cfg.num_hidden_layers]
     cfg.use_cache = False
+    return cfg, keep
+
+
+def _trim(model: nn.Module, keep: list[int]) -> nn.Module:
+    inner = getattr(model, "model", model)
+    if len(keep) != len(inner.layers):
+        inner.layers = nn.ModuleList([inner.layers[i] for i in keep])
+        for new, layer in enumerate(inner.layers):  # attention modules index their KV cache slot
+            if hasattr(getattr(layer, "self_attn", None), "layer_idx"):
+                layer.self_attn.layer_idx = new
+        model.config.num_hidden_layers = len(keep)
+        if getattr(model.config, "layer_types", None):
+            model.config.layer_types = [model.config.layer_types[i] for i in keep]
+    return model
+
+
+def reduced_params(source: str, layers: int | None = None) -> int:
+    """Parameters of the model `build_model` would build, counted on the meta device."""
+    from transformers import AutoModelForCausalLM
+
+    cfg, keep = _plan(source, layers)
+    with torch.device("meta"):
+        model = _trim(AutoModelForCausalLM.from_config(cfg), keep)
+    return sum(p.numel() for p in model.parameters())
+
+
+def build_model(source: str, layers: int | None = None, seed: int = 0) -> nn.Module:
+    """The model of `source` (a configs/models name, a dir or hf://) at reduced depth and full
+    width, with seeded random weights in fp32 on the CPU: its first `layers` decoder layers, or
+    (None) the first layer of each distinct kind."""
+    from transformers import AutoModelForCausalLM
+
+    cfg, keep = _plan(source, layers)
     torch.manual_seed(seed)
-    model = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)
-    return model.eval()
+    return _trim(AutoModelForCausalLM.from_config(cfg, dtype=torch.float32), keep).eval()
 
 
 def layer_units(model: nn.Module) -> list[tuple[str, nn.Module]]:

@@ -31,7 +31,8 @@ class OperatorsRequest(BaseModel):
     validation: ValidationSpec = Field(default_factory=ValidationSpec)
     compute_dtype: str | None = None
     model_source: str | None = None
-    layers: int = 2
+    layers: int | None = None
+    max_model_params: int = Field(300_000_000, description="Largest reduced model the worker builds.")
 
 
 def accelerator_options(platform: PlatformSpec, cluster: ClusterSpec | None = None) -> dict[str, Any]:
@@ -49,7 +50,8 @@ def _execute(request: OperatorsRequest) -> OperatorsResult:
     from day0.numerics.step import run_operators
 
     return run_operators(request.inventory, request.platform, request.validation, request.compute_dtype,
-                         model_source=request.model_source, layers=request.layers)
+                         model_source=request.model_source, layers=request.layers,
+                         max_model_params=request.max_model_params)
 
 
 def run_operators_on_ray(request: OperatorsRequest, cluster: ClusterSpec | None = None,

@@ -16,7 +16,7 @@ from importlib.metadata import EntryPoint
 
 from day0.analysis.inventory import OpInventory
 from day0.numerics.adapt import adapt_report
-from day0.numerics.layers import build_model, compare_layers
+from day0.numerics.layers import build_model, compare_layers, reduced_params
 from day0.numerics.opcheck import check_inventory
 from day0.numerics.platform_kernels import ENTRY_POINT_GROUP, KernelTable, Platform, load_plugin_kernels
 from day0.numerics.results import OpCheck, OperatorsResult
@@ -29,22 +29,6 @@ MAX_MODEL_PARAMS = 300_000_000
 ~1.2 GB of weights plus a copy per side and gradients)."""
 
 Progress = Callable[[str], None]
-
-
-def _reduced_params(source: str, layers: int) -> int:
-    import torch
-    from transformers import AutoModelForCausalLM
-
-    from day0.analysis.source import resolve_model_source
-    from day0.analysis.structure import load_hf_config
-
-    cfg = load_hf_config(resolve_model_source(source))
-    cfg.num_hidden_layers = min(layers, cfg.num_hidden_layers)
-    if getattr(cfg, "layer_types", None):
-        cfg.layer_types = cfg.layer_types[: cfg.num_hidden_layers]
-    with torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(cfg)
-    return sum(p.numel() for p in model.parameters())
 
 
 def _adaptation_plugins(vendor: str | None, eps: list[EntryPoint] | None) -> tuple[KernelTable, list[str]]:
@@ -67,9 +51,9 @@ def _adaptation_plugins(vendor: str | None, eps: list[EntryPoint] | None) -> tup
 
 
 def run_operators(inventory: OpInventory, platform: PlatformSpec | Platform, validation: ValidationSpec | None = None,
-                  compute_dtype: str | None = None, *, model_source: str | None = None, layers: int = 2,
+                  compute_dtype: str | None = None, *, model_source: str | None = None, layers: int | None = None,
                   adapt: bool = True, plugins: list[EntryPoint] | None = None, max_elements: int = 1 << 22,
-                  progress: Progress | None = None) -> OperatorsResult:
+                  max_model_params: int = MAX_MODEL_PARAMS, progress: Progress | None = None) -> OperatorsResult:
     """Check, adapt, re-check every op; then the layer comparison when `model_source` is given."""
     start = time.perf_counter()
     say = progress or (lambda _msg: None)
@@ -96,11 +80,12 @@ def run_operators(inventory: OpInventory, platform: PlatformSpec | Platform, val
         report = adapt_report(report, inventory, plat, validation, table)
     layer_report = None
     if model_source is not None:
-        n = _reduced_params(model_source, layers)
-        if n > MAX_MODEL_PARAMS:
-            notes.append(f"whole-model check skipped: {layers} layers at full width hold {n / 1e9:.1f}B parameters "
-                         f"(> {MAX_MODEL_PARAMS / 1e9:.1f}B host limit); run it on the cluster")
+        n = reduced_params(model_source, layers)
+        depth = f"{layers} layers" if layers else "one layer of each kind"
+        if n > max_model_params:
+            notes.append(f"whole-model check skipped: {depth} at full width hold {n / 1e9:.1f}B parameters "
+                         f"(> {max_model_params / 1e9:.1f}B limit for this worker)")
         else:
-            say(f"whole-model check: {layers} layers, {n / 1e6:.1f}M parameters")
+            say(f"whole-model check: {depth}, {n / 1e6:.1f}M parameters")
             layer_report = compare_layers(build_model(model_source, layers), plat, dtype, validation, name=model_source)
     return OperatorsResult(ops=report, layers=layer_report, notes=notes, seconds=time.perf_counter() - start)
