@@ -60,10 +60,20 @@ def test_lr_schedule_is_a_function_of_the_step() -> None:
     assert [lr_at(s, cfg) for s in range(6)] == [0.25, 0.5, 0.75, 1.0, 1.0, 1.0]
 
 
-def test_plan_from_step_results_is_duck_typed() -> None:
+def test_plan_from_step_results() -> None:
+    from types import SimpleNamespace
+
+    from day0.planner.results import MemoryKnobs
     from day0.trial.step import plan_from_results
 
     assert plan_from_results(None, None).model_dump() == {"recompute": "none", "sharding": "ddp", "source": "default"}
-    optimize = {"model": "m", "plan": {"memory_knobs": {"recompute": "selective", "zero_stage": 3, "offload": "none"}}}
-    plan = plan_from_results(optimize, {"plans": [{"memory_knobs": {"recompute": "full", "zero_stage": 1}}]})
-    assert (plan.recompute, plan.sharding) == ("selective", "fsdp")
+
+    def with_knobs(recompute: str, zero: int) -> SimpleNamespace:
+        return SimpleNamespace(memory_knobs=MemoryKnobs(recompute=recompute, zero_stage=zero, offload="none"))
+
+    optimized = SimpleNamespace(plan=with_knobs("selective", 3))
+    planned = SimpleNamespace(best=with_knobs("full", 1))
+    plan = plan_from_results(optimized, planned)  # type: ignore[arg-type]
+    assert (plan.recompute, plan.sharding, plan.source) == ("selective", "fsdp", "step 4 plan")
+    plan = plan_from_results(SimpleNamespace(plan=None), planned)  # type: ignore[arg-type]
+    assert (plan.recompute, plan.sharding, plan.source) == ("full", "ddp", "step 3 best plan")

@@ -24,6 +24,8 @@ from pydantic import BaseModel, Field
 
 from day0.analysis.source import resolve_model_source
 from day0.errors import UsageError
+from day0.planner.optimize import OptimizationReport
+from day0.planner.results import PlanReport
 from day0.settings import StoreSettings
 from day0.spec import PipelineSpec
 from day0.trial.alignment import AlignmentThresholds, compare_curves
@@ -56,31 +58,14 @@ class TrialPlan(BaseModel):
 MemoryEstimate = Callable[[dict[str, Any], TrialPlan, LoopConfig, int], float]
 
 
-def _find(obj: Any, key: str) -> Any:
-    """First value of `key` anywhere in a nested dict/list (step 3/4 results, duck-typed)."""
-    if isinstance(obj, dict):
-        if key in obj:
-            return obj[key]
-        obj = list(obj.values())
-    if isinstance(obj, list):
-        for item in obj:
-            if (found := _find(item, key)) is not None:
-                return found
-    return None
-
-
-def plan_from_results(*results: BaseModel | dict | None) -> TrialPlan:
-    """Read `recompute` and `zero_stage` from step 4's (then step 3's) result: the chosen plan's
-    `memory_knobs` (OptimizationReport.plan, PlanReport.best) when present, else the first found."""
-    knobs = [k for r in results if r is not None
-             for k in (getattr(getattr(r, "plan", None), "memory_knobs", None),
-                       getattr(getattr(r, "best", None), "memory_knobs", None)) if k is not None]
-    dumps = [k.model_dump(mode="json") for k in knobs]
-    dumps += [r.model_dump(mode="json") if isinstance(r, BaseModel) else r for r in results if r is not None]
-    recompute = next((v for d in dumps if (v := _find(d, "recompute")) in ("none", "selective", "full")), "none")
-    zero = next((v for d in dumps if isinstance(v := _find(d, "zero_stage"), int)), 0)
-    return TrialPlan(recompute=recompute, sharding="fsdp" if zero >= 2 else "ddp",
-                     source="step 4/3 results" if dumps else "default")
+def plan_from_results(optimized: OptimizationReport | None, planned: PlanReport | None) -> TrialPlan:
+    """The chosen plan's memory knobs: step 4's plan, else step 3's best; defaults without either."""
+    plan = (optimized.plan if optimized else None) or (planned.best if planned else None)
+    if plan is None:
+        return TrialPlan()
+    knobs = plan.memory_knobs
+    return TrialPlan(recompute=knobs.recompute, sharding="fsdp" if knobs.zero_stage >= 2 else "ddp",
+                     source="step 4 plan" if optimized and optimized.plan else "step 3 best plan")
 
 
 def model_state_estimate(config: dict[str, Any], plan: TrialPlan, loop: LoopConfig, workers: int) -> float:
