@@ -25,5 +25,6 @@ def test_operators_task_stores_result_and_resumes(tmp_path: Path, prefect_server
     store = ctx.store()
     assert store.exists(ctx.key("operators", "result.json"))
     assert "Step 2" in store.get_bytes(ctx.key("operators", "result.md")).decode()
+    assert store.get_bytes(ctx.key("operators", "layers.png")).startswith(b"\x89PNG")  # bf16 errors plotted
     again = operators.fn(ctx, {"analyze": analyzed})  # completed earlier: read back, not recomputed
     assert again.model_dump() == result.model_dump()

@@ -149,9 +149,28 @@ class OperatorsResult(BaseModel):
     def passed(self) -> bool:
         return not self.ops.failing and (self.layers is None or self.layers.passed)
 
+    def _plot_layers(self) -> bool:
+        return self.layers is not None and any(r.metrics.rel_rmse > 0 for r in self.layers.rows)
+
+    def files(self) -> dict[str, bytes]:
+        """layers.png: relative RMS error per module and phase, where a picture reads faster."""
+        if not self._plot_layers():
+            return {}
+        from day0.plots import grouped_bars
+
+        assert self.layers is not None
+        modules = list(dict.fromkeys(r.module for r in self.layers.rows))
+        series = {phase: [next((max(r.metrics.rel_rmse, 1e-12) for r in self.layers.rows
+                                if r.module == m and r.phase == phase), 1e-12) for m in modules]
+                  for phase in ("forward", "backward", "param_grad")}
+        title = f"{self.layers.model}: {self.layers.compute_dtype} vs {self.layers.reference_dtype}, per module"
+        return {"layers.png": grouped_bars(title, modules, series, "RMS error / RMS(reference)", log=True)}
+
     def to_markdown(self) -> str:
         head = "## Step 2: operators and numerical alignment: " + ("PASS" if self.passed else "FAIL")
         parts = [head, *(["\n".join(f"- note: {n}" for n in self.notes)] if self.notes else []), self.ops.to_markdown()]
         if self.layers is not None:
             parts.append(self.layers.to_markdown())
+            if self._plot_layers():
+                parts.append("![per-module error](layers.png)")
         return "\n\n".join(parts)
