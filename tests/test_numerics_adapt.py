@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent / "data" / "numerics"))
-from tiny import MODEL, cpu_spec, entry_point, faulty_platform, tiny_inventory  # noqa: E402
+from numerics_fixtures import MODEL, cpu_spec, entry_point, faulty_platform, tiny_inventory  # noqa: E402
 
 from day0.numerics.adapt import adapt_report  # noqa: E402
 from day0.numerics.layers import build_model, compare_layers  # noqa: E402

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent / "data" / "numerics"))
-from tiny import MODEL, faulty_platform, tiny_inventory  # noqa: E402
+from numerics_fixtures import MODEL, faulty_platform, tiny_inventory  # noqa: E402
 
 from day0.numerics.layers import build_model, compare_layers  # noqa: E402
 from day0.numerics.opcheck import check_inventory  # noqa: E402

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent / "data" / "numerics"))
-from tiny import tiny_inventory  # noqa: E402
+from numerics_fixtures import tiny_inventory  # noqa: E402
 
 from day0.numerics.inputs import build_call, example_numel, shrink_example  # noqa: E402
 from day0.numerics.opcheck import check_inventory, check_op, classify  # noqa: E402

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent / "data" / "numerics"))
-from tiny import cpu_spec, tiny_inventory  # noqa: E402
+from numerics_fixtures import cpu_spec, tiny_inventory  # noqa: E402
 
 from day0.numerics.ray_job import OperatorsRequest, accelerator_options, main, run_operators_on_ray  # noqa: E402
 from day0.spec import Accelerator, ClusterSpec, NodePool  # noqa: E402
