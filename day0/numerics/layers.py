@@ -16,9 +16,10 @@ from typing import Any
 
 import torch
 from torch import nn
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from day0.numerics.metrics import ErrorMetrics, Thresholds, compare, verdict
-from day0.numerics.opcheck import DTYPE, thresholds_for
+from day0.numerics.opcheck import DTYPE, ReferenceMode, thresholds_for
 from day0.numerics.platform_kernels import Platform
 from day0.numerics.results import LayerReport, LayerRow
 from day0.spec import ValidationSpec
@@ -125,21 +126,14 @@ def _capture(model: nn.Module) -> Iterator[tuple[dict[str, torch.Tensor], dict[s
             h.remove()
 
 
-def _run(model: nn.Module, ids: torch.Tensor, platform: Platform | None) -> tuple[float, dict, dict, dict]:
+def _run(model: nn.Module, ids: torch.Tensor, mode: TorchDispatchMode) -> tuple[float, dict, dict, dict]:
     model.zero_grad(set_to_none=True)
-    with _capture(model) as (outs, grads):
-        ctx = platform.mode() if platform is not None else _null()
-        with ctx:
-            loss = model(input_ids=ids, labels=ids, use_cache=False).loss
-            loss.backward()
+    with _capture(model) as (outs, grads), mode:
+        loss = model(input_ids=ids, labels=ids, use_cache=False).loss
+        loss.backward()
     params = {n: torch.cat([p.grad.detach().flatten().double() for p in m.parameters() if p.grad is not None] or
                            [torch.zeros(0, dtype=torch.float64)]) for n, m in layer_units(model)}
     return loss.item(), outs, grads, params
-
-
-@contextmanager
-def _null() -> Iterator[None]:
-    yield
 
 
 def _row(module: str, phase: str, p: torch.Tensor | None, r: torch.Tensor | None, t: Thresholds,
@@ -164,14 +158,17 @@ def compare_layers(model: nn.Module, platform: Platform, compute_dtype: str = "f
     candidate = copy.deepcopy(model).to(dtype).to(platform.device)
     vocab = model.config.vocab_size
     ids = torch.randint(0, vocab, (batch, seq_len), generator=torch.Generator().manual_seed(seed))
-    ref_loss, ref_out, ref_grad, ref_param = _run(reference, ids, None)
+    ref_mode = ReferenceMode()
+    ref_loss, ref_out, ref_grad, ref_param = _run(reference, ids, ref_mode)
     t = thresholds_for(compute_dtype, validation)
     units = [n for n, _ in layer_units(model)]
     report = LayerReport(model=name, layers=sum(n.startswith("layers.") for n in units), compute_dtype=compute_dtype,
                          reference_dtype=validation.reference_dtype, seed=seed, loss_reference=ref_loss,
-                         loss_platform=float("nan"), rows=[], seconds=0.0)
+                         loss_platform=float("nan"), rows=[], seconds=0.0,
+                         notes=[f"reference ran {op} at fp32 (no {validation.reference_dtype} kernel)"
+                                for op in sorted(ref_mode.downcast)])
     try:
-        loss, out, grad, param = _run(candidate, ids.to(platform.device), platform)
+        loss, out, grad, param = _run(candidate, ids.to(platform.device), platform.mode())
     except Exception as exc:  # noqa: BLE001 - a kernel that raises is a finding, not a crash
         report.error = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
         report.seconds = time.perf_counter() - start

@@ -14,16 +14,17 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves, tree_map
 
 from day0.analysis.inventory import OpInventory, OpRecord
 from day0.numerics.inputs import Call, build_call, call_numel, cast_call, example_numel, shrink_example
 from day0.numerics.metrics import ErrorMetrics, Thresholds, compare, default_thresholds, verdict
-from day0.numerics.platform_kernels import MissingKernelError, Platform, resolve_op
+from day0.numerics.platform_kernels import MissingKernelError, Platform, op_name, resolve_op
 from day0.numerics.results import Kind, OpCheck, OpCheckReport
 from day0.spec import ValidationSpec
 
-__all__ = ["DTYPE", "check_inventory", "check_op", "classify", "thresholds_for", "upcast_kernel"]
+__all__ = ["DTYPE", "ReferenceMode", "check_inventory", "check_op", "classify", "thresholds_for", "upcast_kernel"]
 
 DTYPE = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16, "fp64": torch.float64,
          "fp8": torch.bfloat16}  # fp8 GEMMs are checked at bf16 on the CPU: no fp8 compute here
@@ -68,6 +69,25 @@ def upcast_kernel(func: Any, to: torch.dtype = torch.float32) -> Any:
         return tree_map(lambda o: o.to(back) if isinstance(o, torch.Tensor) and o.is_floating_point()
                         and back is not None else o, out)
     return kernel
+
+
+class ReferenceMode(TorchDispatchMode):
+    """The reference run of a whole model: an op with no kernel at the reference dtype (fp64
+    `_grouped_mm` on the CPU) runs at fp32 instead, and is named in `downcast`."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.downcast: set[str] = set()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
+        kwargs = kwargs or {}
+        try:
+            return func(*args, **kwargs)
+        except RuntimeError:
+            if not any(isinstance(t, torch.Tensor) and t.dtype == torch.float64 for t in tree_leaves((args, kwargs))):
+                raise
+            self.downcast.add(op_name(func))
+            return upcast_kernel(func, torch.float32)(*args, **kwargs)
 
 
 def _outputs(out: Any) -> list[torch.Tensor]:
@@ -196,10 +216,13 @@ def _reference(func: Any, r_call: Call, ref: torch.dtype, run_dtype: str, notes:
     try:
         return _run(func, r_call, None)[0]
     except RuntimeError:
-        if run_dtype != "int":
-            raise
-        notes.add("reference ran at float (no integer kernel)")  # e.g. histc on int32
-        return _run(upcast_kernel(func, ref), r_call, None)[0]
+        if run_dtype == "int":
+            notes.add("reference ran at float (no integer kernel)")  # e.g. histc on int32
+            return _run(upcast_kernel(func, ref), r_call, None)[0]
+        if ref == torch.float64:
+            notes.add("reference ran at fp32 (no fp64 kernel)")  # e.g. _grouped_mm on the CPU
+            return _run(upcast_kernel(func, torch.float32), r_call, None)[0]
+        raise
 
 
 def _grad_check(func: Any, p_call: Call, r_call: Call, platform: Platform, seed: int, cot_dtype: torch.dtype,

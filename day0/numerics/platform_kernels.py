@@ -150,7 +150,10 @@ class Platform:
         if self.library is None or _is_composite(op):
             return True
         # exact overload, or the base name when the library names no overload ('aten::sum')
-        dtypes = self.library.get(op, self.library.get(op.split(".")[0], frozenset()))
+        base = op.split(".")[0]
+        if op not in self.library and base not in self.library:
+            return False
+        dtypes = self.library[op] if op in self.library else self.library[base]
         return dtypes is None or dtype not in _DTYPE_NAMES.values() or dtype in dtypes
 
     def supports(self, op: str, dtype: str | None) -> bool:

@@ -115,6 +115,7 @@ class LayerReport(BaseModel):
     first_divergent: str | None = Field(None, description="First module (forward order, then backward) over tolerance.")
     first_divergent_phase: str | None = None
     error: str | None = Field(None, description="Why the platform run did not complete, if it did not.")
+    notes: list[str] = Field(default_factory=list)
     seconds: float
 
     @property
@@ -127,7 +128,8 @@ class LayerReport(BaseModel):
                    f"first divergent: **{self.first_divergent}** ({self.first_divergent_phase})")
         lines = [f"### Whole-model check: {self.model}, {self.layers} layer(s), {self.compute_dtype} vs "
                  f"{self.reference_dtype}: {verdict}",
-                 f"loss reference {self.loss_reference:.6f}, platform {self.loss_platform:.6f}; {self.seconds:.1f} s", "",
+                 f"loss reference {self.loss_reference:.6f}, platform {self.loss_platform:.6f}; {self.seconds:.1f} s",
+                 *(f"- note: {n}" for n in self.notes), "",
                  "| module | phase | max abs | rel RMSE | cosine | beyond tol | NaN/Inf | verdict |",
                  "|---|---|---|---|---|---|---|---|"]
         for r in self.rows:
