@@ -54,7 +54,10 @@ def _fallback(func: Any, device: str) -> Callable[..., Any]:
         host = tree_map(lambda a: a.to("cpu") if isinstance(a, torch.Tensor) else a, (args, kwargs))
         from torch.utils._python_dispatch import _disable_current_modes
         with _disable_current_modes():  # the stock host kernel, not the platform's
-            out = func(*host[0], **host[1])
+            try:
+                out = func(*host[0], **host[1])
+            except RuntimeError:  # the host lacks it at this dtype too (histc on int32): at fp32
+                out = upcast_kernel(func)(*host[0], **host[1])
         return tree_map(lambda o: o.to(device) if isinstance(o, torch.Tensor) else o, out)
     return kernel
 
@@ -125,7 +128,7 @@ def adapt_op(record: Any, platform: Platform, dtype: str, validation: Validation
             result.tried.append(f"{strategy}: {note}")
             continue
         trial = Platform(platform.name, platform.device, platform.library, platform.kernels.copy(), platform.emulated_on)
-        only = _int_dtypes(record) if dtype == "int" else [dtype]
+        only = (_int_dtypes(record) or None) if dtype == "int" else [dtype]
         trial.kernels.register(record.op, entry.fn, source=entry.source if strategy == "plugin" else f"adapt:{strategy}",
                                dtypes=only, reenter=entry.reenter)
         recheck = check_op(record, trial, dtype if dtype != "int" else "fp32", validation, inventory_dtype, seeds)
@@ -142,7 +145,7 @@ def adapt_op(record: Any, platform: Platform, dtype: str, validation: Validation
 
 
 def adapt_report(report: OpCheckReport, inventory: OpInventory, platform: Platform, validation: ValidationSpec,
-                 plugins: KernelTable | None = None) -> OpCheckReport:
+                 plugins: KernelTable | None = None, strategies: tuple[str, ...] = STRATEGIES) -> OpCheckReport:
     """Adapt every failing/missing op of `report`; failing checks are replaced by their re-checks."""
     records = inventory.by_name()
     checks: dict[int, OpCheck] = {}
@@ -162,7 +165,8 @@ def adapt_report(report: OpCheckReport, inventory: OpInventory, platform: Platfo
                 checks[i] = again.model_copy(update={"reason": again.reason + "; passes once its backward ops are adapted"})
                 continue
         problem = f"{check.status}: {check.reason}" if check.status != "pass" else f"gradient {check.grad_status}: {check.reason}"
-        a = adapt_op(records[check.op], platform, check.dtype, validation, problem, plugins, inventory.compute_dtype)
+        a = adapt_op(records[check.op], platform, check.dtype, validation, problem, plugins, inventory.compute_dtype,
+                     strategies)
         adaptations.append(a)
         checks[i] = a.recheck if a.recheck is not None else check
     return report.model_copy(update={"checks": [checks[i] for i in range(len(report.checks))],

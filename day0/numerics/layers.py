@@ -20,7 +20,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from day0.numerics.metrics import ErrorMetrics, Thresholds, compare, verdict
 from day0.numerics.opcheck import DTYPE, ReferenceMode, thresholds_for
-from day0.numerics.platform_kernels import Platform
+from day0.numerics.platform_kernels import MissingKernelError, Platform
 from day0.numerics.results import LayerReport, LayerRow
 from day0.spec import ValidationSpec
 
@@ -171,6 +171,7 @@ def compare_layers(model: nn.Module, platform: Platform, compute_dtype: str = "f
         loss, out, grad, param = _run(candidate, ids.to(platform.device), platform.mode())
     except Exception as exc:  # noqa: BLE001 - a kernel that raises is a finding, not a crash
         report.error = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
+        report._missing = exc if isinstance(exc, MissingKernelError) else None
         report.seconds = time.perf_counter() - start
         return report
     report.loss_platform = loss

@@ -27,14 +27,32 @@ from torch.utils._pytree import tree_leaves
 from day0.spec import PlatformSpec
 
 __all__ = ["ENTRY_POINT_GROUP", "KernelEntry", "KernelTable", "MissingKernelError", "Platform", "PlatformMode",
-           "call_dtype", "load_plugin_kernels", "op_name", "resolve_op"]
+           "call_dtype", "describe", "load_plugin_kernels", "op_name", "resolve_op"]
 
 ENTRY_POINT_GROUP = "day0.platforms"
 _DTYPE_NAMES = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16", torch.float64: "fp64"}
 
 
 class MissingKernelError(NotImplementedError):
-    """The platform has no kernel for this op at this dtype."""
+    """The platform has no kernel for this op at this dtype. `op` and `example` (the call, described
+    like a step-1 inventory example) let step 2 adapt an op it only meets at run time."""
+
+    def __init__(self, message: str, op: str = "", example: list[Any] | None = None, dtype: str | None = None) -> None:
+        super().__init__(message)
+        self.op, self.example, self.dtype = op, example, dtype
+
+
+def describe(value: Any) -> Any:
+    """A call argument in the step-1 inventory's notation: tensors as {shape, dtype}."""
+    if isinstance(value, torch.Tensor):
+        return {"shape": list(value.shape), "dtype": _DTYPE_NAMES.get(value.dtype, str(value.dtype).removeprefix("torch."))}
+    if isinstance(value, torch.device):
+        return "<device>"
+    if isinstance(value, (torch.dtype, torch.layout, torch.memory_format)):
+        return str(value)
+    if isinstance(value, (list, tuple)):
+        return [describe(v) for v in value]
+    return value
 
 
 def op_name(func: torch._ops.OpOverload) -> str:
@@ -188,6 +206,7 @@ class PlatformMode(TorchDispatchMode):
                     return entry.fn(*args, **kwargs)
             return entry.fn(*args, **kwargs)
         if not self.platform.declares(name, dtype):
-            raise MissingKernelError(f"{self.platform.name}: no kernel for {name} at {dtype}")
+            example = [describe(a) for a in args] + ([{"kwargs": {k: describe(v) for k, v in kwargs.items()}}] if kwargs else [])
+            raise MissingKernelError(f"{self.platform.name}: no kernel for {name} at {dtype}", name, example, dtype)
         self.served[(name, "stock")] += 1
         return func(*args, **kwargs)

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
 from day0.numerics.metrics import ErrorMetrics
 
@@ -117,6 +117,7 @@ class LayerReport(BaseModel):
     error: str | None = Field(None, description="Why the platform run did not complete, if it did not.")
     notes: list[str] = Field(default_factory=list)
     seconds: float
+    _missing: Any = PrivateAttr(default=None)  # the MissingKernelError that stopped the run, if any
 
     @property
     def passed(self) -> bool:

@@ -14,12 +14,12 @@ import time
 from collections.abc import Callable
 from importlib.metadata import EntryPoint
 
-from day0.analysis.inventory import OpInventory
-from day0.numerics.adapt import adapt_report
+from day0.analysis.inventory import OpInventory, OpRecord
+from day0.numerics.adapt import adapt_op, adapt_report
 from day0.numerics.layers import build_model, compare_layers, reduced_params
 from day0.numerics.opcheck import check_inventory
 from day0.numerics.platform_kernels import ENTRY_POINT_GROUP, KernelTable, Platform, load_plugin_kernels
-from day0.numerics.results import OpCheck, OperatorsResult
+from day0.numerics.results import LayerReport, OpCheck, OperatorsResult
 from day0.spec import PlatformSpec, ValidationSpec
 
 __all__ = ["MAX_MODEL_PARAMS", "run_operators"]
@@ -48,6 +48,20 @@ def _adaptation_plugins(vendor: str | None, eps: list[EntryPoint] | None) -> tup
             for entry in reversed(loaded._entries[op]):
                 table.register(op, entry.fn, source=entry.source, dtypes=entry.dtypes, reenter=entry.reenter)
     return table, notes
+
+
+_MAX_RUNTIME_ADAPTATIONS = 20
+
+
+def _runtime_record(layer_report: LayerReport) -> OpRecord | None:
+    """An inventory record for an op the real run needs but the meta capture never saw (real
+    tensors take data-dependent paths, e.g. attention-mask shortcuts), from the failing call."""
+    exc = layer_report._missing
+    if exc is None or not exc.op or exc.example is None:
+        return None
+    floats = [exc.dtype] if exc.dtype in ("fp32", "bf16", "fp16", "fp64") else []
+    return OpRecord(op=exc.op, calls=1, phases=["forward"], dtypes=floats, modules=["whole-model run"],
+                    examples=[exc.example])
 
 
 def run_operators(inventory: OpInventory, platform: PlatformSpec | Platform, validation: ValidationSpec | None = None,
@@ -87,5 +101,18 @@ def run_operators(inventory: OpInventory, platform: PlatformSpec | Platform, val
                          f"(> {max_model_params / 1e9:.1f}B limit for this worker)")
         else:
             say(f"whole-model check: {depth}, {n / 1e6:.1f}M parameters")
-            layer_report = compare_layers(build_model(model_source, layers), plat, dtype, validation, name=model_source)
+            model = build_model(model_source, layers)
+            layer_report = compare_layers(model, plat, dtype, validation, name=model_source)
+            for _ in range(_MAX_RUNTIME_ADAPTATIONS if adapt else 0):
+                record = _runtime_record(layer_report)
+                if record is None:
+                    break
+                say(f"whole-model run needs {record.op}, not in the inventory: adapting")
+                table, _ = _adaptation_plugins(platform.vendor_plugin if isinstance(platform, PlatformSpec) else None, plugins)
+                a = adapt_op(record, plat, record.dtypes[0] if record.dtypes else "int", validation,
+                             f"missing in the whole-model run: {layer_report.error}", table, dtype)
+                report.adaptations.append(a)
+                if a.strategy is None:
+                    break
+                layer_report = compare_layers(model, plat, dtype, validation, name=model_source)
     return OperatorsResult(ops=report, layers=layer_report, notes=notes, seconds=time.perf_counter() - start)
