@@ -131,3 +131,18 @@ def test_emulated_vendor_library_runs_whole_model_after_adaptation() -> None:
     runtime = [a for a in result.ops.adaptations if a.problem.startswith("missing in the whole-model run")]
     assert runtime and all(a.strategy for a in runtime)
     assert any("emulated" in n or "no npu device" in n for n in result.notes)
+
+
+def test_adapted_in_place_ops_stay_in_place() -> None:
+    import torch
+
+    from day0.numerics.adapt import make_kernel
+
+    platform = Platform("cpu")
+    idx, vals = torch.tensor([0, 2]), torch.tensor([1.5, 2.5], dtype=torch.bfloat16)
+    for strategy in ("upcast", "cpu_fallback"):
+        entry, _ = make_kernel(strategy, "aten::index_put_", platform, "bf16")
+        x = torch.zeros(4, dtype=torch.bfloat16)
+        with platform.mode():
+            out = entry.fn(x, [idx], vals)
+        assert out is x and x.tolist() == [1.5, 0.0, 2.5, 0.0] and x.dtype == torch.bfloat16, strategy

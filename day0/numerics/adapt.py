@@ -21,7 +21,7 @@ from torch.utils._pytree import tree_map
 
 from day0.analysis.inventory import OpInventory, OpRecord
 from day0.numerics.inputs import build_call
-from day0.numerics.opcheck import DTYPE, check_op, upcast_kernel
+from day0.numerics.opcheck import DTYPE, check_op, upcast_kernel, write_back
 from day0.numerics.platform_kernels import KernelEntry, KernelTable, MissingKernelError, Platform, resolve_op
 from day0.numerics.results import Adaptation, OpCheck, OpCheckReport
 from day0.spec import ValidationSpec
@@ -58,6 +58,7 @@ def _fallback(func: Any, device: str) -> Callable[..., Any]:
                 out = func(*host[0], **host[1])
             except RuntimeError:  # the host lacks it at this dtype too (histc on int32): at fp32
                 out = upcast_kernel(func)(*host[0], **host[1])
+            out = write_back(func, args, host[0], out)
         return tree_map(lambda o: o.to(device) if isinstance(o, torch.Tensor) else o, out)
     return kernel
 

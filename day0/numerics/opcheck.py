@@ -24,7 +24,7 @@ from day0.numerics.platform_kernels import MissingKernelError, Platform, op_name
 from day0.numerics.results import Kind, OpCheck, OpCheckReport
 from day0.spec import ValidationSpec
 
-__all__ = ["DTYPE", "ReferenceMode", "check_inventory", "check_op", "classify", "thresholds_for", "upcast_kernel"]
+__all__ = ["DTYPE", "ReferenceMode", "check_inventory", "check_op", "classify", "thresholds_for", "upcast_kernel", "write_back"]
 
 DTYPE = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16, "fp64": torch.float64,
          "fp8": torch.bfloat16}  # fp8 GEMMs are checked at bf16 on the CPU: no fp8 compute here
@@ -55,6 +55,18 @@ def thresholds_for(dtype: str, validation: ValidationSpec) -> Thresholds:
     return base.model_copy(update={"rtol": tol.rtol, "atol": tol.atol}) if tol else base
 
 
+def write_back(func: Any, args: tuple | list, copies: tuple | list, out: Any) -> Any:
+    """After running `func` on copies of its arguments (cast or moved), copy what it mutated back
+    into the caller's tensors and return those for the aliasing outputs: in-place ops stay in-place."""
+    written = [i for i, a in enumerate(func._schema.arguments[: len(args)])
+               if a.alias_info is not None and a.alias_info.is_write]
+    for i in written:
+        if isinstance(args[i], torch.Tensor) and copies[i] is not args[i]:
+            args[i].copy_(copies[i])
+            out = tree_map(lambda o, c=copies[i], a=args[i]: a if o is c else o, out)
+    return out
+
+
 def upcast_kernel(func: Any, to: torch.dtype = torch.float32) -> Any:
     """`func` run at `to`: floating inputs (or, for integer-only calls, the integer ones) are cast up,
     floating outputs cast back to the call's dtype. The reference for an integer op the host lacks
@@ -65,9 +77,9 @@ def upcast_kernel(func: Any, to: torch.dtype = torch.float32) -> Any:
         any_float = any(t.is_floating_point() for t in tensors)
         up = tree_map(lambda a: a.to(to) if isinstance(a, torch.Tensor) and (
             a.is_floating_point() or (not any_float and a.dtype != torch.bool)) else a, (args, kwargs))
-        out = func(*up[0], **up[1])
+        out = write_back(func, args, up[0], func(*up[0], **up[1]))
         return tree_map(lambda o: o.to(back) if isinstance(o, torch.Tensor) and o.is_floating_point()
-                        and back is not None else o, out)
+                        and back is not None and o.dtype != back else o, out)
     return kernel
 
 
