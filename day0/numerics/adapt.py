@@ -128,7 +128,8 @@ def adapt_op(record: Any, platform: Platform, dtype: str, validation: Validation
         if entry is None:
             result.tried.append(f"{strategy}: {note}")
             continue
-        trial = Platform(platform.name, platform.device, platform.library, platform.kernels.copy(), platform.emulated_on)
+        trial = Platform(platform.name, platform.device, platform.library, platform.kernels.copy(), platform.emulated_on,
+                         platform.notes)
         only = (_int_dtypes(record) or None) if dtype == "int" else [dtype]
         trial.kernels.register(record.op, entry.fn, source=entry.source if strategy == "plugin" else f"adapt:{strategy}",
                                dtypes=only, reenter=entry.reenter)

@@ -150,19 +150,25 @@ class Platform:
     kernels: KernelTable = field(default_factory=KernelTable)
     emulated_on: str | None = None
     """Set when the device type is not present here and the library runs on the host CPU."""
+    notes: list[str] = field(default_factory=list)
 
     @classmethod
     def from_spec(cls, spec: PlatformSpec, plugins: Iterable[EntryPoint] | None = None) -> Platform:
         library = None
         if spec.operator_library != "probe":
             library = {o.op: frozenset(o.dtypes) if o.dtypes else None for o in spec.operator_library}
-        kernels = KernelTable()
-        if plugins is not None or spec.vendor_plugin:
-            kernels = load_plugin_kernels(plugins, None if plugins is not None else [spec.vendor_plugin])
+        kernels, notes = KernelTable(), []
+        if plugins is not None:
+            kernels = load_plugin_kernels(plugins)
+        elif spec.vendor_plugin:
+            if not any(ep.name == spec.vendor_plugin for ep in entry_points(group=ENTRY_POINT_GROUP)):
+                notes.append(f"vendor plugin {spec.vendor_plugin!r} is not installed (no '{ENTRY_POINT_GROUP}' "
+                             "entry point): stock kernels stand in for the vendor's")
+            kernels = load_plugin_kernels(names=[spec.vendor_plugin])
         device, emulated = spec.device_type, None
         if device != "cpu" and not _device_available(device):
             device, emulated = "cpu", spec.device_type
-        return cls(spec.name, device, library, kernels, emulated)
+        return cls(spec.name, device, library, kernels, emulated, notes)
 
     def declares(self, op: str, dtype: str | None) -> bool:
         if self.library is None or _is_composite(op):

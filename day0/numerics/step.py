@@ -78,6 +78,7 @@ def run_operators(inventory: OpInventory, platform: PlatformSpec | Platform, val
         notes.append("fp8 compute is checked at bf16: the host has no fp8 arithmetic")
         dtype = "bf16"
     plat = platform if isinstance(platform, Platform) else Platform.from_spec(platform)
+    notes += plat.notes
     if plat.emulated_on:
         notes.append(f"no {plat.emulated_on} device here: the platform's operator library runs on the host CPU")
     say(f"checking {len(inventory.ops)} ops at {dtype} on {plat.name}")
