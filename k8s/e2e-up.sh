@@ -11,14 +11,17 @@ log() { printf '[k8s/e2e-up] %s\n' "$*" >&2; }
 
 "${K8S_DIR}/build.sh"
 export KWOK_KUBECTL_BINARY="${KUBE_BIN}/kubectl"  # kwokctl has no flag for it; unset, it downloads
-KWOKCTL=("${KWOK_BIN}/kwokctl" --name "$DAY0_CLUSTER")
+KWOKCTL=("${KWOK_BIN}/kwokctl" -c "${K8S_DIR}/kwokctl.yaml" --name "$DAY0_CLUSTER")
 kubectl() { "${KUBE_BIN}/kubectl" --kubeconfig "$KUBECONFIG_PATH" "$@"; }
-healthy() { [[ -f "$KUBECONFIG_PATH" ]] && kubectl get --raw /readyz >/dev/null 2>&1; }
+# Healthy: the API server answers and every component kwokctl started is still alive.
+alive() { local f; for f in "${STATE_DIR}"/pids/*.pid; do kill -0 "$(cat "$f")" 2>/dev/null || return 1; done; }
+healthy() { [[ -f "$KUBECONFIG_PATH" ]] && alive && kubectl get --raw /readyz >/dev/null 2>&1; }
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
 if ! healthy; then
   if [[ -d "$STATE_DIR" ]]; then
     log "restarting cluster ${DAY0_CLUSTER}"
+    "${KWOKCTL[@]}" stop cluster >&2 || true
     "${KWOKCTL[@]}" start cluster --wait 3m >&2 || { "${KWOKCTL[@]}" delete cluster >&2 || true; }
   fi
   if ! healthy; then
