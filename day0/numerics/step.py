@@ -19,7 +19,7 @@ from day0.numerics.adapt import adapt_op, adapt_report
 from day0.numerics.layers import build_model, compare_layers, reduced_params
 from day0.numerics.opcheck import check_inventory
 from day0.numerics.platform_kernels import ENTRY_POINT_GROUP, KernelTable, Platform, load_plugin_kernels
-from day0.numerics.results import LayerReport, OpCheck, OperatorsResult
+from day0.numerics.results import LayerReport, OpCheck, OpCheckReport, OperatorsResult
 from day0.spec import PlatformSpec, ValidationSpec
 
 __all__ = ["MAX_MODEL_PARAMS", "run_operators"]
@@ -64,6 +64,35 @@ def _runtime_record(layer_report: LayerReport) -> OpRecord | None:
                     examples=[exc.example])
 
 
+def _whole_model(source: str, layers: int | None, plat: Platform, dtype: str, validation: ValidationSpec,
+                 report: OpCheckReport, notes: list[str], say: Progress, max_params: int,
+                 plugins: KernelTable | None) -> LayerReport | None:
+    """The layer comparison; ops the real run needs and the platform lacks are adapted as met
+    (when `plugins` is not None, i.e. adaptation is on) and the run repeated."""
+    n = reduced_params(source, layers)
+    depth = f"{layers} layers" if layers else "one layer of each kind"
+    if n > max_params:
+        notes.append(f"whole-model check skipped: {depth} at full width hold {n / 1e9:.1f}B parameters "
+                     f"(> {max_params / 1e9:.1f}B limit for this worker)")
+        return None
+    say(f"whole-model check: {depth}, {n / 1e6:.1f}M parameters")
+    model = build_model(source, layers)
+    layer_report = compare_layers(model, plat, dtype, validation, name=source)
+    for _ in range(_MAX_RUNTIME_ADAPTATIONS if plugins is not None else 0):
+        record = _runtime_record(layer_report)
+        if record is None:
+            break
+        call_dtype = record.dtypes[0] if record.dtypes else "int"
+        say(f"the whole-model run needs {record.op} at {call_dtype}: adapting")
+        a = adapt_op(record, plat, call_dtype, validation, f"missing in the whole-model run: {layer_report.error}",
+                     plugins, dtype)
+        report.adaptations.append(a)
+        if a.strategy is None:
+            break
+        layer_report = compare_layers(model, plat, dtype, validation, name=source)
+    return layer_report
+
+
 def run_operators(inventory: OpInventory, platform: PlatformSpec | Platform, validation: ValidationSpec | None = None,
                   compute_dtype: str | None = None, *, model_source: str | None = None, layers: int | None = None,
                   adapt: bool = True, plugins: list[EntryPoint] | None = None, max_elements: int = 1 << 22,
@@ -82,38 +111,20 @@ def run_operators(inventory: OpInventory, platform: PlatformSpec | Platform, val
     if plat.emulated_on:
         notes.append(f"no {plat.emulated_on} device here: the platform's operator library runs on the host CPU")
     say(f"checking {len(inventory.ops)} ops at {dtype} on {plat.name}")
+
     def tick(done: int, total: int, check: OpCheck) -> None:
         if done % 10 == 0 or done == total or not check.ok:
             say(f"{done}/{total} ops checked; {check.op}: {check.status}")
 
     report = check_inventory(inventory, plat, validation, [dtype], max_elements=max_elements, progress=tick)
+    vendor = platform.vendor_plugin if isinstance(platform, PlatformSpec) else None
     if adapt and report.failing:
         say(f"adapting {len(report.failing)} failing/missing ops")
-        vendor = platform.vendor_plugin if isinstance(platform, PlatformSpec) else None
         table, plugin_notes = _adaptation_plugins(vendor, plugins)
         notes += plugin_notes
         report = adapt_report(report, inventory, plat, validation, table)
     layer_report = None
     if model_source is not None:
-        n = reduced_params(model_source, layers)
-        depth = f"{layers} layers" if layers else "one layer of each kind"
-        if n > max_model_params:
-            notes.append(f"whole-model check skipped: {depth} at full width hold {n / 1e9:.1f}B parameters "
-                         f"(> {max_model_params / 1e9:.1f}B limit for this worker)")
-        else:
-            say(f"whole-model check: {depth}, {n / 1e6:.1f}M parameters")
-            model = build_model(model_source, layers)
-            layer_report = compare_layers(model, plat, dtype, validation, name=model_source)
-            for _ in range(_MAX_RUNTIME_ADAPTATIONS if adapt else 0):
-                record = _runtime_record(layer_report)
-                if record is None:
-                    break
-                say(f"whole-model run needs {record.op}, not in the inventory: adapting")
-                table, _ = _adaptation_plugins(platform.vendor_plugin if isinstance(platform, PlatformSpec) else None, plugins)
-                a = adapt_op(record, plat, record.dtypes[0] if record.dtypes else "int", validation,
-                             f"missing in the whole-model run: {layer_report.error}", table, dtype)
-                report.adaptations.append(a)
-                if a.strategy is None:
-                    break
-                layer_report = compare_layers(model, plat, dtype, validation, name=model_source)
+        layer_report = _whole_model(model_source, layers, plat, dtype, validation, report, notes, say,
+                                    max_model_params, _adaptation_plugins(vendor, plugins)[0] if adapt else None)
     return OperatorsResult(ops=report, layers=layer_report, notes=notes, seconds=time.perf_counter() - start)
