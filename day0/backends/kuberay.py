@@ -71,8 +71,7 @@ class PoolReport(BaseModel):
 
     def __str__(self) -> str:
         why = f": {'; '.join(self.reasons)}" if self.reasons else ""
-        return (f"pool {self.pool!r}: {self.ready}/{self.desired} workers ready, {self.pods} pods, "
-                f"{self.pending} Pending{why}")
+        return f"pool {self.pool!r}: {self.ready}/{self.desired} Ready, {self.pods} pods, {self.pending} Pending{why}"
 
 
 # --- names and labels --------------------------------------------------------------------------
@@ -263,7 +262,8 @@ def _unschedulable(pod: Any) -> str | None:
     message = (cond.message or cond.reason or "unschedulable").strip()
     short = sorted(set(re.findall(r"Insufficient ([\w./-]+)", message)))
     head = f"short of {', '.join(short)}" if short else "no matching node"
-    return f"{head} ({message.split(' preemption:')[0]})"
+    found = re.match(r"\d+/\d+ nodes are available: [^.]*", message)  # drop preemption/DRA notes
+    return f"{head} ({found.group(0) if found else message})"
 
 
 class KubeRayCluster:

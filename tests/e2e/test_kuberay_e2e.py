@@ -13,7 +13,9 @@ from typing import Any
 
 import pytest
 
-from day0.backends.kuberay import ClusterError, KubeRayCluster, build_raycluster, raycluster_session
+from day0.backends.kuberay import (
+    ClusterError, KubeRayCluster, build_raycluster, cluster_name, raycluster_session,
+)
 from day0.spec import ClusterSpec
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
@@ -85,13 +87,14 @@ def test_full_elastic_pool_stays_pending_with_a_clear_report(api: Any, pools: tu
     cluster = spec(fixed, elastic, nodes=3, elastic_max=4, timeout_s=20)  # the spec allows 4, 2 exist
     with pytest.raises(ClusterError) as err:
         with raycluster_session(cluster, "e2e full", api_client=api, workers={"fixed": 3, "elastic": 4},
-                                head_node_selector=HEAD_ON_CPU) as rc:
+                                head_node_selector=HEAD_ON_CPU):
             pass
     message = str(err.value)
-    assert "not Ready after 20 s" in message and "pool 'elastic': 2/4 workers ready" in message, message
+    print(message)
+    assert "not Ready after 20 s" in message and "pool 'elastic': 2/4 Ready" in message, message
     assert "2 Pending" in message and "short of nvidia.com/gpu" in message, message
     assert "pool 'fixed'" not in message and "pool 'head'" not in message, message
-    assert_gone(rc)
+    assert_gone(KubeRayCluster.attach(cluster_name("e2e full"), "day0", api_client=api))
 
 
 @pytest.mark.parametrize("failure", ["delete", "notready"])
@@ -153,5 +156,7 @@ def test_unschedulable_head_and_workers_are_reported(api: Any) -> None:
                                 head_node_selector={"day0.io/role": "no-such-node"}):
             pass
     message = str(err.value)
-    assert "not Ready after 5 s" in message and "pool 'head': 0/1 workers ready" in message, message
-    assert "pool 'fixed': 0/1 workers ready" in message and "no matching node" in message, message
+    print(message)
+    assert_gone(KubeRayCluster.attach(cluster_name("e2e nowhere"), "day0", api_client=api))
+    assert "not Ready after 5 s" in message and "pool 'head': 0/1 Ready" in message, message
+    assert "pool 'fixed': 0/1 Ready" in message and "no matching node" in message, message
