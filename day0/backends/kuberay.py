@@ -260,9 +260,9 @@ def _unschedulable(pod: Any) -> str | None:
     if pod.status.phase != "Pending" or cond is None or cond.status != "False":
         return None
     message = (cond.message or cond.reason or "unschedulable").strip()
-    short = sorted(set(re.findall(r"Insufficient ([\w./-]+)", message)))
+    short = sorted(set(re.findall(r"Insufficient ([\w./-]*[\w/-])", message)))
     head = f"short of {', '.join(short)}" if short else "no matching node"
-    found = re.match(r"\d+/\d+ nodes are available: [^.]*", message)  # drop preemption/DRA notes
+    found = re.match(r"\d+/\d+ nodes are available: .*?(?=\.(\s|$))", message)  # drop preemption/DRA notes
     return f"{head} ({found.group(0) if found else message})"
 
 
