@@ -131,13 +131,28 @@ def test_node_failure_is_detected_and_recovered(api: Any, pools: tuple[str, str]
     assert_gone(rc)
 
 
-def test_teardown_after_a_failure_on_purpose(api: Any, pools: tuple[str, str]) -> None:
+@pytest.mark.parametrize("exc", [RuntimeError, KeyboardInterrupt], ids=["error", "cancel"])
+def test_teardown_after_a_failure_on_purpose(api: Any, pools: tuple[str, str], exc: type[BaseException]) -> None:
     fixed, elastic = pools
-    with pytest.raises(RuntimeError, match="on purpose"):
-        with raycluster_session(spec(fixed, elastic, nodes=3, elastic_max=2), "e2e boom", api_client=api,
-                                workers={"fixed": 1, "elastic": 1}, head_node_selector=HEAD_ON_CPU) as rc:
-            assert rc.pods()
-            raise RuntimeError("failing on purpose")
+    with pytest.raises(exc, match="on purpose"):
+        with raycluster_session(spec(fixed, elastic, nodes=3, elastic_max=2), f"e2e boom {exc.__name__}",
+                                api_client=api, workers={"fixed": 1, "elastic": 1},
+                                head_node_selector=HEAD_ON_CPU) as rc:
+            assert len(rc.pods()) == 3
+            raise exc("failing on purpose")
+    assert_gone(rc)
+
+
+def test_keep_cluster_is_honoured(api: Any, pools: tuple[str, str]) -> None:
+    fixed, elastic = pools
+    cluster = spec(fixed, elastic, nodes=3, elastic_max=2).model_copy(update={"keep_cluster": True})
+    with raycluster_session(cluster, "e2e keep", api_client=api, workers={"fixed": 1, "elastic": 0},
+                            head_node_selector=HEAD_ON_CPU) as rc:
+        pass
+    try:
+        assert rc.get() is not None and len(rc.pods()) == 2
+    finally:
+        rc.delete()
     assert_gone(rc)
 
 
