@@ -1,21 +1,15 @@
-"""Job submission against a real local Ray head (`ray start --head --block`), the same path the
-KubeRay backend uses against a head pod's dashboard."""
+"""Job submission against a real local Ray head (`local_head`: `ray start --head --block` in its
+own process group), the same path the KubeRay backend uses against a head pod's dashboard."""
 
 from __future__ import annotations
 
-import os
-import signal
 import socket
-import subprocess
-import sys
-import tempfile
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
-from day0.backends.jobs import JobError, connect, run_job, submission_id
+from day0.backends.jobs import JobError, connect, local_head, run_job, submission_id
 
 pytestmark = pytest.mark.integration
 
@@ -28,28 +22,8 @@ def _free_port() -> int:
 
 @pytest.fixture(scope="module")
 def ray_head() -> Iterator[str]:
-    """A private Ray head: own ports and temp dir; stopped by killing its own process group
-    (never `ray stop`, which would kill other Ray sessions on this machine)."""
-    ray = Path(sys.executable).with_name("ray")
-    dash, tmp = _free_port(), tempfile.mkdtemp(prefix="d0ray", dir="/tmp")
-    env = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
-    cmd = [str(ray), "start", "--head", "--block", f"--port={_free_port()}", "--num-cpus=1",
-           "--include-dashboard=true", "--dashboard-host=127.0.0.1", f"--dashboard-port={dash}",
-           f"--temp-dir={tmp}", "--disable-usage-stats",
-           f"--dashboard-agent-listen-port={_free_port()}", f"--ray-client-server-port={_free_port()}",
-           f"--metrics-export-port={_free_port()}", f"--runtime-env-agent-port={_free_port()}"]
-    proc = subprocess.Popen(cmd, env=env, start_new_session=True,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    address = f"http://127.0.0.1:{dash}"
-    try:
-        connect(address, timeout_s=120)
+    with local_head() as address:
         yield address
-    finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
 
 
 def test_submission_id_is_readable_and_unique() -> None:

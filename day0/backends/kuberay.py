@@ -27,11 +27,12 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from day0.backends.jobs import JobOutcome, run_job
 from day0.errors import Day0Error
 from day0.spec import ClusterSpec, NodePool
 
 __all__ = [
-    "ClusterError", "ClusterEvent", "KubeRayCluster", "PoolReport", "build_raycluster", "cluster_name",
+    "ClusterError", "ClusterEvent", "KubeRayCluster", "PoolReport", "RunResult", "build_raycluster", "cluster_name",
     "delete_run_clusters", "label_value", "labels", "plan_accelerators", "raycluster_session",
     "workers_per_pool",
 ]
@@ -57,6 +58,13 @@ class ClusterEvent(BaseModel):
     pod: str | None = None
     node: str | None = None
     message: str = ""
+
+
+class RunResult(BaseModel):
+    """A job run on the cluster and what happened to the cluster meanwhile."""
+
+    job: JobOutcome
+    events: list[ClusterEvent] = Field(default_factory=list)
 
 
 class PoolReport(BaseModel):
@@ -457,6 +465,23 @@ class KubeRayCluster:
         took = time.monotonic() - start
         self.events.append(ClusterEvent(kind="recovered", message=f"all workers Ready again in {took:.1f} s"))
         return took
+
+    def dashboard_address(self) -> str:
+        """The head's job API inside the cluster (KubeRay's `<name>-head-svc` service)."""
+        return f"http://{self.name}-head-svc.{self.namespace}.svc.cluster.local:8265"
+
+    def run_job(self, entrypoint: str, *, timeout_s: float, address: str | None = None,
+                monitor_interval_s: float = 2.0, **job: Any) -> RunResult:
+        """Run a Ray job on the head while watching the cluster; lost nodes/pods are recovered
+        (KubeRay recreates the pods, the job resumes from its checkpoint through Ray Train's
+        FailureConfig) and every event during the job is in the result."""
+        first = len(self.events)
+        self.start_monitor(monitor_interval_s)
+        try:
+            outcome = run_job(address or self.dashboard_address(), entrypoint, timeout_s=timeout_s, **job)
+        finally:
+            self.stop_monitor()
+        return RunResult(job=outcome, events=self.events[first:])
 
     def delete(self, timeout_s: float = 120.0) -> None:
         """Delete the RayCluster and wait until it and its pods are gone; force-delete stragglers."""

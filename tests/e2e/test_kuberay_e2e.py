@@ -175,3 +175,30 @@ def test_unschedulable_head_and_workers_are_reported(api: Any) -> None:
     assert_gone(KubeRayCluster.attach(cluster_name("e2e nowhere"), "day0", api_client=api))
     assert "not Ready after 5 s" in message and "pool 'head': 0/1 Ready" in message, message
     assert "pool 'fixed': 0/1 Ready" in message and "no matching node" in message, message
+
+
+def test_node_lost_during_a_job_is_in_the_result(api: Any, pools: tuple[str, str]) -> None:
+    """The job runs on a real local Ray head (kwok pods run no processes) while the backend watches
+    the RayCluster; a worker's node dies mid-job and the result carries the events."""
+    import threading
+
+    from kubernetes import client
+
+    from day0.backends.jobs import local_head
+
+    fixed, elastic = pools
+    with local_head() as head, raycluster_session(spec(fixed, elastic, nodes=3, elastic_max=2), "e2e job",
+                                                  api_client=api, workers={"fixed": 2, "elastic": 0},
+                                                  head_node_selector=HEAD_ON_CPU) as rc:
+        victim = next(p for p in rc.pods() if p.metadata.labels.get("ray.io/group") == "fixed")
+        killer = threading.Timer(3.0, client.CoreV1Api(api).delete_node, args=(victim.spec.node_name,))
+        killer.start()
+        result = rc.run_job("python -c \"import time; time.sleep(15); print('job done')\"", timeout_s=120,
+                            address=head, monitor_interval_s=1.0)
+        killer.join()
+        rc.wait_recovered(60)
+    assert result.job.ok and "job done" in result.job.logs_tail
+    lost = [e for e in result.events if e.kind == "node-lost"]
+    assert lost and lost[0].node == victim.spec.node_name and lost[0].pod == victim.metadata.name, result.events
+    assert any(e.kind == "pod-replaced" and e.node != victim.spec.node_name for e in result.events), result.events
+    assert_gone(rc)
