@@ -49,16 +49,38 @@ def _wait_nodes(core: Any, count: int, timeout_s: float = 600) -> None:
 
 
 def run(nodes: int = 1000, workers: int = 512, gpus_per_node: int = 8, timeout_s: float = 900) -> dict[str, Any]:
-    """Create `nodes` fake GPU nodes, a RayCluster of `workers` one-node workers; time it; clean up."""
+    """Create `nodes` fake GPU nodes, a RayCluster of `workers` one-node workers; time it; clean up
+    (the control plane too, if this call started it)."""
+    from kubernetes import config
+
+    kubeconfig = subprocess.run([str(K8S / "e2e-up.sh"), "--kubeconfig"], check=True, capture_output=True,
+                                text=True).stdout.strip()
+    was_up = _healthy(kubeconfig)
+    subprocess.run([str(K8S / "e2e-up.sh")], check=True, capture_output=True, timeout=7200)
+    try:
+        return _measure(config.new_client_from_config(kubeconfig), kubeconfig, nodes, workers, gpus_per_node, timeout_s)
+    finally:
+        if not was_up:  # leave the machine as we found it
+            subprocess.run([str(K8S / "e2e-down.sh")], check=False, capture_output=True, timeout=300)
+
+
+def _healthy(kubeconfig: str) -> bool:
     from kubernetes import client, config
+
+    try:
+        client.VersionApi(config.new_client_from_config(kubeconfig)).get_code(_request_timeout=5)
+        return True
+    except Exception:
+        return False
+
+
+def _measure(api: Any, kubeconfig: str, nodes: int, workers: int, gpus_per_node: int,
+             timeout_s: float) -> dict[str, Any]:
+    from kubernetes import client
 
     from day0.backends.kuberay import KubeRayCluster, build_raycluster
     from day0.spec import ClusterSpec
 
-    subprocess.run([str(K8S / "e2e-up.sh")], check=True, capture_output=True, timeout=7200)
-    kubeconfig = subprocess.run([str(K8S / "e2e-up.sh"), "--kubeconfig"], check=True, capture_output=True,
-                                text=True).stdout.strip()
-    api = config.new_client_from_config(kubeconfig)
     core = client.CoreV1Api(api)
     items = _fake_nodes().pool_nodes(POOL, nodes, resource="nvidia.com/gpu", per_node=gpus_per_node,
                                      taints=["nvidia.com/gpu=present:NoSchedule"])
