@@ -9,7 +9,7 @@ export PREFECT_SERVER_ANALYTICS_ENABLED ?= false
 export HF_HUB_OFFLINE ?= 1
 export RAY_AUTH_MODE ?= disabled
 
-.PHONY: setup run test bench e2e-up e2e-down clean
+.PHONY: setup run test bench clean
 
 setup: $(STAMP)
 

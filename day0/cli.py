@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -140,7 +141,13 @@ def _extensions() -> list[Callable[[argparse._SubParsersAction], None]]:
     return [add_plan_command]
 
 
+def _terminate(signum: int, frame: object) -> None:
+    # Prefect cancellation and `kill` send SIGTERM: raise so `finally` blocks (cluster teardown) run.
+    raise KeyboardInterrupt
+
+
 def main(argv: list[str] | None = None) -> int:
+    signal.signal(signal.SIGTERM, _terminate)
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
