@@ -55,8 +55,11 @@ def _load_platform(name: str) -> PlatformSpec:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
+    from day0.runs import RunContext
+
     spec = load_spec(args.spec)
-    out.print(f"[green]ok[/]: {args.spec} is a valid {spec.kind} ({spec.metadata.name}, run id {spec.fingerprint()})")
+    run = RunContext.create(spec)
+    out.print(f"[green]ok[/]: {args.spec} is a valid {spec.kind}; results go to {spec.storage}/{run.prefix}")
     return 0
 
 
