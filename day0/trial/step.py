@@ -27,7 +27,7 @@ from day0.errors import UsageError
 from day0.planner.optimize import OptimizationReport
 from day0.planner.results import PlanReport
 from day0.settings import StoreSettings
-from day0.spec import PipelineSpec
+from day0.spec import HardwareSpec, PipelineSpec
 from day0.trial.alignment import AlignmentThresholds, compare_curves
 from day0.trial.data import TokenData, prepare_data
 from day0.trial.loop import LoopConfig, TrialFaults
@@ -36,7 +36,7 @@ from day0.trial.results import (MemoryComparison, TrialCurve, TrialResult, recov
                                 summarize_run)
 from day0.trial.run import TrainingRun, event_log, run_training
 
-__all__ = ["TRIAL_VOCAB", "MemoryEstimate", "TrialTrainingError", "TrialPlan", "model_state_estimate", "plan_from_results", "run_trial"]
+__all__ = ["TRIAL_VOCAB", "MemoryEstimate", "TrialTrainingError", "TrialPlan", "planner_estimate", "plan_from_results", "run_trial"]
 
 TRIAL_VOCAB = 512  # byte-level BPE vocabulary of the trial tokenizer
 Progress = Callable[[str], None]
@@ -55,7 +55,7 @@ class TrialPlan(BaseModel):
 
 
 # (scaled HF config, plan, loop config, workers) -> bytes per worker
-MemoryEstimate = Callable[[dict[str, Any], TrialPlan, LoopConfig, int], float]
+MemoryEstimate = Callable[[dict[str, Any], TrialPlan, LoopConfig, int], float | None]
 
 
 def plan_from_results(optimized: OptimizationReport | None, planned: PlanReport | None) -> TrialPlan:
@@ -68,16 +68,31 @@ def plan_from_results(optimized: OptimizationReport | None, planned: PlanReport 
                      source="step 4 plan" if optimized and optimized.plan else "step 3 best plan")
 
 
-def model_state_estimate(config: dict[str, Any], plan: TrialPlan, loop: LoopConfig, workers: int) -> float:
-    """Model states per worker for fp32 AdamW: 4 (weights) + 4 (grads) + 8 (moments) bytes per parameter,
-    sharded over the workers under FSDP (ZeRO, Rajbhandari et al. 2020). Activations not included."""
-    from day0.trial.model import _hf_config, count_parameters
-    import torch
-    from transformers import AutoModelForCausalLM
+def planner_estimate(hardware: HardwareSpec) -> MemoryEstimate:
+    """Step 3's cost model applied to the trial's own configuration: the scaled model, DP = workers
+    (TP = PP = EP = 1), ZeRO 0 for DDP or 3 for FSDP, the plan's recompute and the loop's micro-batch.
+    No framework reserve or fragmentation: the measured figure is the process's own peak."""
+    from day0.analysis.structure import analyze_structure, build_meta_model
+    from day0.planner.inputs import PlannerOptions, cluster_figures
+    from day0.planner.search import plan_parallelism
+    from day0.spec import ParallelConstraints, Precision, TrainingSpec
+    from day0.trial.model import _hf_config
 
-    with torch.device("meta"):
-        params = count_parameters(AutoModelForCausalLM.from_config(_hf_config(config)))
-    return params * 16 / (workers if plan.sharding == "fsdp" else 1)
+    def estimate(config: dict[str, Any], plan: TrialPlan, loop: LoopConfig, workers: int) -> float | None:
+        structure = analyze_structure(build_meta_model(_hf_config(config), "trial", "fp32"), "trial")
+        training = TrainingSpec(seq_len=loop.seq_len, global_batch=loop.micro_batch * workers,
+                                micro_batch=loop.micro_batch,
+                                precision=Precision(compute=loop.compute_dtype, master_weights="fp32"))
+        options = PlannerOptions(micro_batches=[loop.micro_batch], recompute=[plan.recompute], offload=["none"],
+                                 zero_stages=[3 if plan.sharding == "fsdp" else 0], framework_overhead_gib=0,
+                                 fragmentation_fraction=0, flash_attention=False)
+        degrees = ParallelConstraints(tensor_parallel=1, pipeline_parallel=1, expert_parallel=1,
+                                      context_parallel=1, data_parallel=workers)
+        report = plan_parallelism(structure, cluster_figures(hardware, workers, workers), training, degrees,
+                                  options, find_min_accelerators=False)
+        return report.best.memory.total_bytes if report.best else None
+
+    return estimate
 
 
 def _load_curve(uri: str, settings: StoreSettings | None) -> TrialCurve:
@@ -170,8 +185,8 @@ def run_trial(spec: PipelineSpec, *, checkpoint_uri: str, plan: TrialPlan | None
                                candidate_grad_norm=candidate.grad_norm, thresholds=AlignmentThresholds(
                                    loss_mean_rel=tol.loss_mean_rel, first_step_abs=tol.first_step_abs,
                                    first_step_rel=tol.first_step_rel, warmup_steps=tol.warmup_steps))
-    estimate, source = (memory_estimate or model_state_estimate), (
-        "planner" if memory_estimate else "model states only (fp32 AdamW, 16 B/param)")
+    estimate = memory_estimate or planner_estimate(spec.platform.hardware)
+    source = "step 3 cost model, same configuration (TP1 PP1, DP = workers)"
     est = estimate(cfg, plan, candidate_loop, trial.workers)
     baselines = {e.rank: e.baseline_bytes or 0 for e in cand_run.events if e.kind == "memory"}
     memory = [MemoryComparison(rank=r, measured_peak_bytes=b, measured_training_bytes=b - baselines.get(r, 0),
