@@ -20,25 +20,32 @@ HERE = Path(__file__).resolve().parent
 ALL = sorted(p.stem.removeprefix("bench_") for p in HERE.glob("bench_*.py"))
 
 
+def _now() -> str:
+    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+
+
 def main(names: list[str]) -> int:
-    results: dict = {"date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-                     "machine": {"cpus": os.cpu_count(), "python": platform.python_version()}, "benchmarks": {}}
+    out = HERE / "results.json"
+    # Running a subset updates those entries and keeps the others (each entry carries its own date).
+    results: dict = json.loads(out.read_text()) if out.exists() else {"benchmarks": {}}
+    results["machine"] = {"cpus": os.cpu_count(), "python": platform.python_version()}
     failed = False
     for name in names or ALL:
         print(f"== bench {name}", flush=True)
         start = time.perf_counter()
         try:
-            out = importlib.import_module(f"benchmarks.bench_{name}").run()
-            results["benchmarks"][name] = {"seconds": round(time.perf_counter() - start, 1), "results": out}
+            out_of_run = importlib.import_module(f"benchmarks.bench_{name}").run()
+            results["benchmarks"][name] = {"date": _now(), "seconds": round(time.perf_counter() - start, 1),
+                                           "results": out_of_run}
         except Exception:
             failed = True
-            results["benchmarks"][name] = {"error": traceback.format_exc()}
+            results["benchmarks"][name] = {"date": _now(), "error": traceback.format_exc()}
             print(traceback.format_exc(), file=sys.stderr)
         print(json.dumps(results["benchmarks"][name], indent=2)[:4000], flush=True)
     tmp = HERE / "results.json.tmp"
     tmp.write_text(json.dumps(results, indent=2) + "\n")
-    tmp.replace(HERE / "results.json")
-    print(f"wrote {HERE / 'results.json'}")
+    tmp.replace(out)
+    print(f"wrote {out}")
     return 1 if failed else 0
 
 
