@@ -8,7 +8,6 @@ that exists but rejects a dtype (e.g. `_grouped_mm` at fp32 on CPU) is reported 
 
 from __future__ import annotations
 
-import math
 from typing import Any, Literal
 
 import torch
@@ -16,6 +15,7 @@ from pydantic import BaseModel, Field
 
 from day0.analysis.inventory import OpInventory, OpRecord
 from day0.analysis.structure import DTYPES
+from day0.numerics.inputs import build_call, example_numel
 from day0.spec import OperatorSupport
 
 __all__ = ["CoverageReport", "OpCoverage", "diff_declared", "probe_device"]
@@ -100,44 +100,15 @@ def _has_kernel(op: str, key: str) -> bool:
     return has(op, "CompositeExplicitAutogradNonFunctional") and not has(op, "CPU")
 
 
-def _materialise(desc: Any, dtype: torch.dtype, device: str, gen: torch.Generator) -> Any:
-    if isinstance(desc, dict) and set(desc) == {"shape", "dtype"}:
-        src = DTYPES.get(desc["dtype"])
-        if src is None:  # integer/bool tensors: zeros are valid indices, counts and masks
-            return torch.zeros(desc["shape"], dtype=getattr(torch, desc["dtype"], torch.int64), device=device)
-        return torch.randn(desc["shape"], generator=gen).to(device=device, dtype=dtype)
-    if isinstance(desc, dict):
-        return {k: _materialise(v, dtype, device, gen) for k, v in desc.items()}
-    if isinstance(desc, list):
-        return [_materialise(v, dtype, device, gen) for v in desc]
-    if desc == "<device>":
-        return torch.device(device)
-    if isinstance(desc, str) and desc.startswith("torch."):
-        return getattr(torch, desc.removeprefix("torch."), desc)
-    return desc
-
-
-def _elements(desc: Any) -> int:
-    if isinstance(desc, dict) and set(desc) == {"shape", "dtype"}:
-        return math.prod(desc["shape"])
-    if isinstance(desc, (list, dict)):
-        return sum(_elements(v) for v in (desc.values() if isinstance(desc, dict) else desc))
-    return 0
-
-
 def _run_once(rec: OpRecord, dtype: str, device: str, max_elements: int) -> str | None:
     """None if the op ran (or could not be sized); else the kernel's error for that dtype."""
     example = rec.examples[0] if rec.examples else None
-    if example is None or _elements(example) > max_elements:
+    if example is None or example_numel(example) > max_elements:
         return None
-    has_kwargs = bool(example) and isinstance(example[-1], dict) and set(example[-1]) == {"kwargs"}
-    kwargs = example[-1]["kwargs"] if has_kwargs else {}
-    args = example[:-1] if has_kwargs else example
-    gen = torch.Generator().manual_seed(0)
     try:
-        call_args = _materialise(args, DTYPES[dtype], device, gen)
-        call_kwargs = _materialise(kwargs, DTYPES[dtype], device, gen)
-        _overload(rec.op)(*call_args, **call_kwargs)
+        args, kwargs = build_call(rec.op, example, edge=False, dtype_for=lambda _recorded: DTYPES[dtype],
+                                  device=device)
+        _overload(rec.op)(*args, **kwargs)
     except (RuntimeError, NotImplementedError, TypeError, ValueError, IndexError) as exc:
         message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         dtype_words = ("not implemented for", "dtype", "Float", "BFloat16", "Half", "expected scalar type")
@@ -146,7 +117,7 @@ def _run_once(rec: OpRecord, dtype: str, device: str, max_elements: int) -> str 
 
 
 def probe_device(inventory: OpInventory, device_type: str, platform: str,
-                 max_elements: int = 1 << 22) -> CoverageReport:
+                 max_elements: int = 1 << 20) -> CoverageReport:
     """Dispatcher lookup plus one seeded call per needed dtype on the device, within a size budget."""
     key = _DISPATCH_KEYS.get(device_type, "PrivateUse1")
     runnable = device_type == "cpu" or (hasattr(torch, device_type) and
