@@ -6,7 +6,7 @@ import datetime as dt
 import time
 import traceback
 from collections.abc import Callable
-from typing import Protocol, TypeVar
+from typing import TypeVar
 
 from prefect import get_run_logger
 from prefect.artifacts import create_markdown_artifact
@@ -16,14 +16,9 @@ from pydantic import BaseModel
 
 from day0.runs import RunContext, StepRecord
 
-__all__ = ["StepResult", "run_step", "step_logger"]
+__all__ = ["run_step", "step_logger"]
 
-
-class StepResult(Protocol):
-    def to_markdown(self) -> str: ...
-
-
-R = TypeVar("R", bound=BaseModel)
+R = TypeVar("R", bound=BaseModel)  # a step result: a pydantic model with to_markdown() (and maybe files())
 
 
 def step_logger():  # noqa: ANN201 - a logging.Logger or Prefect's adapter
