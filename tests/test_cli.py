@@ -65,3 +65,18 @@ def test_run_with_bad_spec_writes_nothing(tmp_path: Path) -> None:
 def test_schema_is_json() -> None:
     proc = day0("schema")
     assert proc.returncode == 0 and json.loads(proc.stdout)["title"] == "PipelineSpec"
+
+
+def test_run_with_unanalysable_model_exits_2_without_a_result(tmp_path: Path) -> None:
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text('{"model_type": "no-such-arch", "hidden_size": 8}')
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(yaml.safe_dump({"metadata": {"name": "bad-model"}, "model": str(model), "platform": "cpu",
+                                    "steps": ["analyze"], "storage": f"file://{tmp_path}/store"}))
+    proc = day0("run", str(spec))
+    assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "unknown architecture 'no-such-arch'" in proc.stderr and "model_type" in proc.stderr
+    assert not list((tmp_path / "store").rglob("result.json"))
+    manifest = json.loads(next((tmp_path / "store").rglob("manifest.json")).read_text())
+    assert manifest["attempts"][-1][0]["status"] == "failed"
