@@ -63,3 +63,12 @@ def test_dense_model_has_no_moe_and_layer_params_add_up() -> None:
     per_layer = s.layer_kinds[0].params_total
     outside = s.components["embeddings"].total + s.components["head"].total + s.hidden_size  # final norm
     assert per_layer * 32 + outside == s.params_total
+
+
+@pytest.mark.parametrize("path", sorted((Path(__file__).parent / "data/planner").glob("*.structure.json")),
+                         ids=lambda p: p.name.removesuffix(".structure.json"))
+def test_planner_fixtures_are_what_step_1_computes(path: Path) -> None:
+    """The planner tests read cached step-1 structures; they must not drift from step 1."""
+    fixture = ModelStructure.model_validate_json(path.read_text())
+    name = path.name.removesuffix(".structure.json")
+    assert fixture.model_dump(exclude={"notes"}) == structure(name).model_dump(exclude={"notes"})
