@@ -73,3 +73,16 @@ def test_malformed_configs_name_the_field(tmp_path: Path, content: str, field: s
 def test_unknown_source_lists_known_models() -> None:
     with pytest.raises(ModelError, match="deepseek-v3"):
         resolve_model_source("not-a-model")
+
+
+def test_remote_code_needs_a_trusted_org(tmp_path: Path) -> None:
+    from day0.analysis.source import remote_code_allowed
+    from day0.spec import ModelSpec
+
+    make_hub_cache(tmp_path, "acme/new-model", {"model_type": "llama"})
+    resolved = resolve_model_source("hf://acme/new-model@main", HubSettings(cache_dir=tmp_path, offline=True))
+    assert not remote_code_allowed(ModelSpec(source="hf://acme/new-model"), resolved)
+    assert remote_code_allowed(ModelSpec(source="x", trust_remote_code=True, trusted_orgs=["acme"]), resolved)
+    with pytest.raises(ModelError, match="not in trusted_orgs") as info:
+        remote_code_allowed(ModelSpec(source="x", trust_remote_code=True, trusted_orgs=["other"]), resolved)
+    assert info.value.field == "model.trusted_orgs"

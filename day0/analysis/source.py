@@ -15,8 +15,9 @@ from typing import Any
 from day0.errors import ModelError
 from day0.paths import CONFIGS_DIR
 from day0.settings import HubSettings
+from day0.spec import ModelSpec
 
-__all__ = ["ResolvedModel", "resolve_model_source", "HUB_ALLOW_PATTERNS"]
+__all__ = ["ResolvedModel", "remote_code_allowed", "resolve_model_source", "HUB_ALLOW_PATTERNS"]
 
 # Config and modelling code only: weights are never fetched.
 HUB_ALLOW_PATTERNS = ["config.json", "generation_config.json", "*.py", "tokenizer_config.json"]
@@ -83,3 +84,14 @@ def resolve_model_source(source: str, settings: HubSettings | None = None) -> Re
     if not isinstance(config, dict):
         raise ModelError(source, "config.json", "expected a JSON object")
     return ResolvedModel(source, directory, config, repo_id, revision)
+
+
+def remote_code_allowed(model: ModelSpec, resolved: ResolvedModel) -> bool:
+    """The one place that decides whether a repo's own modelling code may run: only when the spec
+    turns it on and the source's org is listed in `model.trusted_orgs`."""
+    if not model.trust_remote_code:
+        return False
+    if resolved.org is None or resolved.org not in model.trusted_orgs:
+        raise ModelError(model.source, "model.trusted_orgs",
+                         f"trust_remote_code is on but org {resolved.org!r} is not in trusted_orgs")
+    return True

@@ -13,9 +13,8 @@ from pydantic import BaseModel
 
 from day0.analysis.coverage import CoverageReport, diff_declared, probe_device
 from day0.analysis.inventory import OpInventory, capture_operators
-from day0.analysis.source import resolve_model_source
+from day0.analysis.source import remote_code_allowed, resolve_model_source
 from day0.analysis.structure import ModelStructure, analyze_structure, build_meta_model, load_hf_config
-from day0.errors import ModelError
 from day0.spec import ModelSpec, PlatformSpec
 
 __all__ = ["AnalyzeResult", "analyze_model"]
@@ -82,10 +81,7 @@ def analyze_model(model: ModelSpec, platform: PlatformSpec, compute_dtype: str =
     start = time.perf_counter()
     say(f"resolving {model.source}")
     resolved = resolve_model_source(model.source)
-    trust = model.trust_remote_code and resolved.org is not None and resolved.org in model.trusted_orgs
-    if model.trust_remote_code and not trust:
-        raise ModelError(model.source, "model.trusted_orgs",
-                         f"trust_remote_code is on but org {resolved.org!r} is not in trusted_orgs")
+    trust = remote_code_allowed(model, resolved)
     hf_config = load_hf_config(resolved, trust_remote_code=trust)
     if compute_dtype == "fp8":
         compute_dtype = "bf16"  # fp8 training keeps bf16 activations; the matmul path is the platform's

@@ -20,12 +20,14 @@ __all__ = ["optimize_for_spec", "plan_for_spec", "structure_for_spec"]
 
 
 def structure_for_spec(spec: PipelineSpec) -> ModelStructure:
-    from day0.analysis.source import resolve_model_source
+    from day0.analysis.source import remote_code_allowed, resolve_model_source
     from day0.analysis.structure import analyze_structure, build_meta_model, load_hf_config
 
     m = spec.model
-    hf = load_hf_config(resolve_model_source(m.source), trust_remote_code=m.trust_remote_code)
-    return analyze_structure(build_meta_model(hf, m.source, trust_remote_code=m.trust_remote_code), m.source)
+    resolved = resolve_model_source(m.source)
+    trust = remote_code_allowed(m, resolved)
+    hf = load_hf_config(resolved, trust_remote_code=trust)
+    return analyze_structure(build_meta_model(hf, m.source, trust_remote_code=trust), m.source)
 
 
 def plan_for_spec(spec: PipelineSpec, structure: ModelStructure, options: PlannerOptions | None = None) -> PlanReport:
