@@ -21,8 +21,9 @@ MODEL = "tiny-deepseek-v3"
 
 def run() -> dict[str, Any]:
     from day0.analysis.inventory import capture_operators
-    from day0.analysis.source import resolve_model_source
-    from day0.analysis.structure import analyze_structure, build_meta_model, load_hf_config
+    from day0.core.model_source import resolve_model_source
+    from day0.analysis.structure import analyze_structure
+    from day0.core.modeling import build_meta_model, load_hf_config
     from day0.numerics.step import run_operators
     from day0.paths import CONFIGS_DIR
     from day0.spec import PlatformSpec, ValidationSpec, load_yaml
@@ -55,8 +56,9 @@ def _big(name: str) -> dict[str, Any]:
     """The 671B model's inventory (captured on meta) checked with the per-call element cap: the
     step stays bounded; the whole-model check is skipped by its parameter cap on this host."""
     from day0.analysis.inventory import capture_operators
-    from day0.analysis.source import resolve_model_source
-    from day0.analysis.structure import analyze_structure, build_meta_model, load_hf_config
+    from day0.core.model_source import resolve_model_source
+    from day0.analysis.structure import analyze_structure
+    from day0.core.modeling import build_meta_model, load_hf_config
     from day0.numerics.step import run_operators
     from day0.paths import CONFIGS_DIR
     from day0.spec import PlatformSpec, load_yaml

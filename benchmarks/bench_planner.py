@@ -19,8 +19,9 @@ TARGET_S = 2.0
 
 
 def _structure(name: str):  # noqa: ANN202
-    from day0.analysis.source import resolve_model_source
-    from day0.analysis.structure import analyze_structure, build_meta_model, load_hf_config
+    from day0.core.model_source import resolve_model_source
+    from day0.analysis.structure import analyze_structure
+    from day0.core.modeling import build_meta_model, load_hf_config
 
     return analyze_structure(build_meta_model(load_hf_config(resolve_model_source(name)), name), name)
 

@@ -18,7 +18,7 @@ import time
 import torch
 import torch.nn.functional as F
 
-from day0.analysis.source import resolve_model_source
+from day0.core.model_source import resolve_model_source
 from day0.spec import TrialScale
 from day0.trial.data import batch_for_step, prepare_data
 from day0.trial.loop import LoopConfig, TrialFaults

@@ -6,7 +6,8 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 from pydantic import BaseModel
 
-from day0.analysis.step import AnalyzeResult, analyze_model
+from day0.analysis.results import AnalyzeResult
+from day0.analysis.step import analyze_model
 from day0.runs import RunContext
 from tasks._step import run_step, step_logger
 

@@ -10,7 +10,7 @@ from prefect.cache_policies import NO_CACHE
 from prefect.context import FlowRunContext, TaskRunContext
 from pydantic import BaseModel
 
-from day0.analysis.step import AnalyzeResult
+from day0.analysis.results import AnalyzeResult
 from day0.numerics.ray_job import OperatorsRequest, run_operators_on_ray
 from day0.numerics.results import OperatorsResult
 from day0.numerics.step import run_operators

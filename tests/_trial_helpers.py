@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from day0.analysis.source import resolve_model_source
+from day0.core.model_source import resolve_model_source
 from day0.spec import TrialScale
 from day0.trial.data import TokenData, prepare_data
 from day0.trial.loop import LoopConfig

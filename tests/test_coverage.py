@@ -6,8 +6,9 @@ import pytest
 
 from day0.analysis.coverage import diff_declared, probe_device
 from day0.analysis.inventory import OpInventory, OpRecord, capture_operators
-from day0.analysis.source import resolve_model_source
-from day0.analysis.structure import analyze_structure, build_meta_model, load_hf_config
+from day0.core.model_source import resolve_model_source
+from day0.analysis.structure import analyze_structure
+from day0.core.modeling import build_meta_model, load_hf_config
 from day0.spec import OperatorSupport, spec_from_dict
 
 

@@ -6,8 +6,9 @@ import pytest
 import torch
 
 from day0.analysis.inventory import OpInventory, _Recorder, capture_operators
-from day0.analysis.source import resolve_model_source
-from day0.analysis.structure import analyze_structure, build_meta_model, load_hf_config
+from day0.core.model_source import resolve_model_source
+from day0.analysis.structure import analyze_structure
+from day0.core.modeling import build_meta_model, load_hf_config
 
 
 def inventory(name: str, dtype: str) -> OpInventory:

@@ -104,7 +104,8 @@ def _tiny_llama():  # noqa: ANN202
 
 
 def _analyze(cfg, name: str) -> ModelStructure:  # noqa: ANN001
-    from day0.analysis.structure import analyze_structure, build_meta_model
+    from day0.analysis.structure import analyze_structure
+    from day0.core.modeling import build_meta_model
 
     return analyze_structure(build_meta_model(cfg, name), name)
 
@@ -180,8 +181,8 @@ def test_moe_mla_layer_activations_measured_on_cpu() -> None:
     import torch
     from transformers import AutoModelForCausalLM
 
-    from day0.analysis.source import resolve_model_source
-    from day0.analysis.structure import load_hf_config
+    from day0.core.model_source import resolve_model_source
+    from day0.core.modeling import load_hf_config
 
     cfg, seq, batch = load_hf_config(resolve_model_source("tiny-deepseek-v3")), 64, 2
     costs = model_costs(_analyze(cfg, "tiny-deepseek-v3"))

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from day0.analysis.source import resolve_model_source
-from day0.analysis.structure import load_hf_config
+from day0.core.model_source import resolve_model_source
+from day0.core.modeling import load_hf_config
 from day0.errors import ModelError
 from day0.settings import HubSettings
 
@@ -76,7 +76,7 @@ def test_unknown_source_lists_known_models() -> None:
 
 
 def test_remote_code_needs_a_trusted_org(tmp_path: Path) -> None:
-    from day0.analysis.source import remote_code_allowed
+    from day0.core.model_source import remote_code_allowed
     from day0.spec import ModelSpec
 
     make_hub_cache(tmp_path, "acme/new-model", {"model_type": "llama"})

@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from day0.analysis.source import resolve_model_source
-from day0.analysis.structure import ModelStructure, analyze_structure, build_meta_model, load_hf_config
+from day0.core.model_source import resolve_model_source
+from day0.analysis.structure import ModelStructure, analyze_structure
+from day0.core.modeling import build_meta_model, load_hf_config
 
 PUBLISHED = yaml.safe_load((Path(__file__).parent / "data/published_params.yaml").read_text())
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from day0.analysis.source import resolve_model_source
+from day0.core.model_source import resolve_model_source
 from day0.errors import ModelError
 from day0.spec import TrialScale
 from day0.trial.model import build_model, count_parameters, scale_config

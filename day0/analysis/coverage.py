@@ -14,7 +14,7 @@ import torch
 from pydantic import BaseModel, Field
 
 from day0.analysis.inventory import OpInventory, OpRecord
-from day0.analysis.structure import DTYPES
+from day0.core.dtypes import DTYPES
 from day0.numerics.inputs import build_call, example_numel
 from day0.spec import OperatorSupport
 

@@ -19,7 +19,8 @@ from pydantic import BaseModel, Field
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_map
 
-from day0.analysis.structure import DTYPES, _decoder_layers, layer_kinds
+from day0.analysis.structure import _decoder_layers, layer_kinds
+from day0.core.dtypes import DTYPES
 
 __all__ = ["DtypeConstraint", "OpInventory", "OpRecord", "capture_operators", "dtype_name", "reduced_depth"]
 

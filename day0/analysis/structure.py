@@ -9,37 +9,27 @@ planner, the trial scaler) read.
 from __future__ import annotations
 
 import re
-import warnings
 from typing import Any, Literal
 
 import torch
 from pydantic import BaseModel, Field
 
-from day0.analysis.source import ResolvedModel
+from day0.core.dtypes import DTYPE_BYTES
 from day0.errors import ModelError
 
 __all__ = [
     "COMPONENTS",
-    "DTYPES",
     "ComponentParams",
     "LayerKind",
     "MLAConfig",
     "MoEConfig",
     "ModelStructure",
     "analyze_structure",
-    "build_meta_model",
     "layer_kinds",
-    "load_hf_config",
 ]
 
-DTYPES: dict[str, torch.dtype] = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16,
-                                   "fp64": torch.float64, "fp8": torch.float8_e4m3fn}
-DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
 COMPONENTS = ("embeddings", "attention", "dense_mlp", "routed_experts", "shared_experts", "router", "norms",
               "head", "other")
-
-_REQUIRED_POSITIVE = ("hidden_size", "num_hidden_layers", "num_attention_heads", "vocab_size")
-
 
 class ComponentParams(BaseModel):
     total: int
@@ -104,43 +94,6 @@ class ModelStructure(BaseModel):
             for i in kind.indices:
                 kinds[i] = kind.name
         return kinds
-
-
-# --- building ----------------------------------------------------------------------------------
-
-def load_hf_config(model: ResolvedModel, trust_remote_code: bool = False) -> Any:
-    from transformers import AutoConfig
-
-    cfg = model.config
-    if "model_type" not in cfg:
-        raise ModelError(model.source, "model_type", "config.json has no model_type")
-    for key in _REQUIRED_POSITIVE:
-        value = cfg.get(key, 1)
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise ModelError(model.source, key, f"expected a positive integer, got {value!r}")
-    try:
-        return AutoConfig.from_pretrained(model.directory, trust_remote_code=trust_remote_code)
-    except ValueError as exc:
-        if "auto_map" in cfg and not trust_remote_code:
-            raise ModelError(model.source, "model_type", f"{cfg['model_type']!r} needs the repo's own code; "
-                             "set model.trust_remote_code and list the org in model.trusted_orgs") from None
-        raise ModelError(model.source, "model_type", f"unknown architecture {cfg['model_type']!r}: {exc}") from None
-
-
-def build_meta_model(hf_config: Any, source: str, dtype: str = "bf16",
-                     trust_remote_code: bool = False) -> torch.nn.Module:
-    """The full architecture on the meta device at `dtype`: shapes only, built in about a second."""
-    from transformers import AutoModelForCausalLM
-
-    try:
-        with torch.device("meta"), warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            return AutoModelForCausalLM.from_config(hf_config, dtype=DTYPES[dtype],
-                                                    trust_remote_code=trust_remote_code)
-    except ValueError as exc:
-        raise ModelError(source, "architectures", f"no causal-LM class for {hf_config.model_type!r}: {exc}") from None
-    except (TypeError, AttributeError, RuntimeError, ZeroDivisionError) as exc:
-        raise ModelError(source, "config.json", f"config does not build a model: {exc}") from None
 
 
 # --- counting ----------------------------------------------------------------------------------

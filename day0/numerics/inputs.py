@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from day0.analysis.structure import DTYPES
+from day0.core.dtypes import DTYPES
 
 __all__ = ["Call", "build_call", "call_numel", "cast_call", "example_numel", "shrink_example"]
 

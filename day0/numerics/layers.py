@@ -30,8 +30,9 @@ __all__ = ["build_model", "compare_layers", "layer_units", "reduced_params"]
 def _plan(source: str, layers: int | None) -> tuple[Any, list[int]]:
     """(config at the depth to build, decoder layer indices to keep). `layers=None`: the first
     layer of each distinct kind (dense/MoE, attention types), as step 1's inventory does."""
-    from day0.analysis.source import resolve_model_source
-    from day0.analysis.structure import analyze_structure, build_meta_model, layer_kinds, load_hf_config
+    from day0.core.model_source import resolve_model_source
+    from day0.analysis.structure import analyze_structure, layer_kinds
+    from day0.core.modeling import build_meta_model, load_hf_config
 
     cfg = load_hf_config(resolve_model_source(source))
     if layers is not None:

@@ -20,8 +20,9 @@ __all__ = ["optimize_for_spec", "plan_for_spec", "structure_for_spec"]
 
 
 def structure_for_spec(spec: PipelineSpec) -> ModelStructure:
-    from day0.analysis.source import remote_code_allowed, resolve_model_source
-    from day0.analysis.structure import analyze_structure, build_meta_model, load_hf_config
+    from day0.core.model_source import remote_code_allowed, resolve_model_source
+    from day0.analysis.structure import analyze_structure
+    from day0.core.modeling import build_meta_model, load_hf_config
 
     m = spec.model
     resolved = resolve_model_source(m.source)

@@ -22,7 +22,7 @@ from urllib.parse import urlparse
 
 from pydantic import BaseModel, Field
 
-from day0.analysis.source import resolve_model_source
+from day0.core.model_source import resolve_model_source
 from day0.errors import UsageError
 from day0.planner.optimize import OptimizationReport
 from day0.planner.results import PlanReport
@@ -72,7 +72,8 @@ def planner_estimate(hardware: HardwareSpec) -> MemoryEstimate:
     """Step 3's cost model applied to the trial's own configuration: the scaled model, DP = workers
     (TP = PP = EP = 1), ZeRO 0 for DDP or 3 for FSDP, the plan's recompute and the loop's micro-batch.
     No framework reserve or fragmentation: the measured figure is the process's own peak."""
-    from day0.analysis.structure import analyze_structure, build_meta_model
+    from day0.analysis.structure import analyze_structure
+    from day0.core.modeling import build_meta_model
     from day0.planner.inputs import PlannerOptions, cluster_figures
     from day0.planner.search import plan_parallelism
     from day0.spec import ParallelConstraints, Precision, TrainingSpec

@@ -7,8 +7,9 @@ import functools
 from importlib.metadata import EntryPoint
 
 from day0.analysis.inventory import OpInventory, capture_operators
-from day0.analysis.source import resolve_model_source
-from day0.analysis.structure import analyze_structure, build_meta_model, load_hf_config
+from day0.core.model_source import resolve_model_source
+from day0.analysis.structure import analyze_structure
+from day0.core.modeling import build_meta_model, load_hf_config
 from day0.numerics.platform_kernels import ENTRY_POINT_GROUP, Platform
 from day0.spec import PlatformSpec, load_yaml
 from day0.paths import CONFIGS_DIR

@@ -1,35 +1,44 @@
-"""Resolve a model source to a local directory holding config.json (and code files, never weights).
+"""Resolve a model source to a local directory holding config.json (and code files, never weights),
+and decide once whether its own modelling code may run.
 
 Sources: a name in configs/models/, a local directory, or `hf://org/name[@revision]` through
 huggingface_hub (config and code files only; honours HF_HUB_OFFLINE / DAY0_HUB_OFFLINE).
+
+Contract: `resolve_model(spec.model)` is the one resolver every path uses (steps, `day0 analyze`,
+`day0 plan`); step 1 stores its `ResolvedModel` in its result and later steps build from that,
+never from the spec's source again.
 """
 
 from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from pydantic import BaseModel, Field
 
 from day0.errors import ModelError
 from day0.paths import CONFIGS_DIR
 from day0.settings import HubSettings
 from day0.spec import ModelSpec
 
-__all__ = ["ResolvedModel", "remote_code_allowed", "resolve_model_source", "HUB_ALLOW_PATTERNS"]
+__all__ = ["HUB_ALLOW_PATTERNS", "ResolvedModel", "remote_code_allowed", "resolve_model", "resolve_model_source"]
 
 # Config and modelling code only: weights are never fetched.
 HUB_ALLOW_PATTERNS = ["config.json", "generation_config.json", "*.py", "tokenizer_config.json"]
 
 
-@dataclass(frozen=True)
-class ResolvedModel:
-    source: str
-    directory: Path
-    config: dict[str, Any]
+class ResolvedModel(BaseModel):
+    """A model source resolved to files on this machine: what step 1 read and later steps build from."""
+
+    source: str = Field(description="The spec's model.source, as written.")
+    directory: Path = Field(description="Local directory holding config.json (and code files).")
+    config: dict[str, Any] = Field(description="config.json as read.")
     repo_id: str | None = None
-    revision: str | None = None
+    revision: str | None = Field(None, description="Hub revision asked for (hf:// sources).")
+    commit: str | None = Field(None, description="Hub commit the revision resolved to, when known.")
+    trust_remote_code: bool = Field(False, description="Whether the repo's own modelling code may run.")
 
     @property
     def org(self) -> str | None:
@@ -62,6 +71,12 @@ def _from_hub(source: str, settings: HubSettings) -> tuple[Path, str, str]:
     return Path(path), repo_id, revision
 
 
+def _commit_of(directory: Path) -> str | None:
+    """The commit a hub snapshot directory belongs to (huggingface_hub names them by commit)."""
+    name = directory.name
+    return name if directory.parent.name == "snapshots" and len(name) == 40 else None
+
+
 def resolve_model_source(source: str, settings: HubSettings | None = None) -> ResolvedModel:
     settings = settings or HubSettings()
     repo_id = revision = None
@@ -83,7 +98,8 @@ def resolve_model_source(source: str, settings: HubSettings | None = None) -> Re
         raise ModelError(source, "config.json", f"malformed JSON: {exc}") from None
     if not isinstance(config, dict):
         raise ModelError(source, "config.json", "expected a JSON object")
-    return ResolvedModel(source, directory, config, repo_id, revision)
+    return ResolvedModel(source=source, directory=directory, config=config, repo_id=repo_id, revision=revision,
+                         commit=_commit_of(directory) if repo_id else None)
 
 
 def remote_code_allowed(model: ModelSpec, resolved: ResolvedModel) -> bool:
@@ -95,3 +111,10 @@ def remote_code_allowed(model: ModelSpec, resolved: ResolvedModel) -> bool:
         raise ModelError(model.source, "model.trusted_orgs",
                          f"trust_remote_code is on but org {resolved.org!r} is not in trusted_orgs")
     return True
+
+
+def resolve_model(model: ModelSpec, settings: HubSettings | None = None) -> ResolvedModel:
+    """Resolve `model.source` and decide remote code (the one resolver): raises `ModelError` when
+    trust is asked for an org outside `model.trusted_orgs`."""
+    resolved = resolve_model_source(model.source, settings)
+    return resolved.model_copy(update={"trust_remote_code": remote_code_allowed(model, resolved)})

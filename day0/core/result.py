@@ -1,0 +1,69 @@
+"""The result every step returns, and its verdict: one shape read by the flow (gating), the CLI's
+exit code, the report's scorecard and the regression flow.
+
+A subclass implements `judge()` from its own data; `verdict`, `reasons` and `headline` are
+computed fields, so they are saved in `result.json` and can never disagree with the data behind
+them. Like pytest's outcomes: `pass`, `warn` (passed, with something a person should read),
+`fail`, `skipped` (not run, with the reason).
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar, Literal
+
+from pydantic import BaseModel, Field, computed_field
+
+__all__ = ["Judgement", "StepResult", "Verdict", "worst"]
+
+Verdict = Literal["pass", "warn", "fail", "skipped"]
+_SEVERITY: dict[str, int] = {"pass": 0, "skipped": 1, "warn": 2, "fail": 3}
+
+
+def worst(*verdicts: Verdict) -> Verdict:
+    """The most severe of `verdicts` (fail > warn > skipped > pass); `pass` for none."""
+    return max(verdicts, key=_SEVERITY.__getitem__, default="pass")
+
+
+class Judgement(BaseModel):
+    """A step's verdict with its reasons (one line each, with the numbers) and the few figures the
+    scorecard shows (label -> formatted value)."""
+
+    verdict: Verdict
+    reasons: list[str] = Field(default_factory=list)
+    headline: dict[str, str] = Field(default_factory=dict)
+
+
+class StepResult(BaseModel):
+    """Base of every step's result. Subclasses set `STEP` and implement `judge` and `to_markdown`;
+    `files` (plots, tables stored beside result.json) is optional."""
+
+    STEP: ClassVar[str] = ""
+
+    def judge(self) -> Judgement:
+        raise NotImplementedError(f"{type(self).__name__} must implement judge()")
+
+    @computed_field  # type: ignore[prop-decorator]  # pydantic's documented computed-field form
+    @property
+    def verdict(self) -> Verdict:
+        return self.judge().verdict
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def reasons(self) -> list[str]:
+        return self.judge().reasons
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def headline(self) -> dict[str, str]:
+        return self.judge().headline
+
+    @property
+    def passed(self) -> bool:
+        """Not failed: `pass` and `warn` let the steps that need this one run."""
+        return self.verdict in ("pass", "warn")
+
+    def files(self) -> dict[str, bytes]:
+        return {}
+
+    def to_markdown(self) -> str:
+        raise NotImplementedError(f"{type(self).__name__} must implement to_markdown()")
