@@ -14,20 +14,20 @@ MODELS = ["deepseek-v3", "kimi-k2", "qwen3-30b-a3b", "mixtral-8x7b", "llama-3-8b
 
 def run() -> dict:
     from day0.analysis.step import analyze_model
-    from day0.cli import _load_platform
+    from day0.spec import load_platform
     from day0.spec import ModelSpec
 
     results: dict[str, dict] = {}
     for name in MODELS:
         start = time.perf_counter()
-        proc = subprocess.run([sys.executable, "-m", "day0.cli", "analyze", name, "--platform", "ascend-910b",
+        proc = subprocess.run([sys.executable, "-m", "cli", "analyze", name, "--platform", "ascend-910b",
                                "--json"], capture_output=True, text=True, check=True)
         cold = time.perf_counter() - start
         structure = json.loads(proc.stdout)["structure"]
         results[name] = {"cli_seconds_cold_process": round(cold, 2),
                          "params_total_b": round(structure["params_total"] / 1e9, 3),
                          "params_active_b": round(structure["params_active"] / 1e9, 3)}
-    platform = _load_platform("ascend-910b")
+    platform = load_platform("ascend-910b")
     analyze_model(ModelSpec(source="tiny-deepseek-v3"), platform)  # warm imports
     for name in MODELS:
         result = analyze_model(ModelSpec(source=name), platform)

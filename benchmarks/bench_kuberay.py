@@ -78,7 +78,9 @@ def _measure(api: Any, kubeconfig: str, nodes: int, workers: int, gpus_per_node:
              timeout_s: float) -> dict[str, Any]:
     from kubernetes import client
 
-    from day0.backends.kuberay import KubeRayCluster, build_raycluster
+    from day0.backends.kuberay.lifecycle import KubeRayCluster
+    from day0.backends.kuberay.manifest import build_raycluster
+    from day0.backends.kuberay.status import raycluster_ready
     from day0.spec import ClusterSpec
 
     core = client.CoreV1Api(api)
@@ -103,7 +105,7 @@ def _measure(api: Any, kubeconfig: str, nodes: int, workers: int, gpus_per_node:
             pods = rc.pods()
             if scheduled_s is None and len(pods) == workers + 1 and all(p.spec.node_name for p in pods):
                 scheduled_s = time.monotonic() - t0
-            if rc._ready(rc.get()):
+            if raycluster_ready(rc.get(), rc.desired_workers()):
                 break
             time.sleep(1.0)
         else:

@@ -20,23 +20,21 @@ MODEL = "tiny-deepseek-v3"
 
 
 def run() -> dict[str, Any]:
-    from day0.analysis.inventory import capture_operators
-    from day0.core.model_source import resolve_model_source
-    from day0.analysis.structure import analyze_structure
-    from day0.core.modeling import build_meta_model, load_hf_config
+    from day0.analysis.step import analyze_model
+    from day0.numerics.layers import WholeModel
     from day0.numerics.step import run_operators
     from day0.paths import CONFIGS_DIR
-    from day0.spec import PlatformSpec, ValidationSpec, load_yaml
+    from day0.spec import ModelSpec, PlatformSpec, ValidationSpec, load_yaml
 
-    start = time.perf_counter()
-    model = build_meta_model(load_hf_config(resolve_model_source(MODEL)), MODEL, "fp32")
-    inventory = capture_operators(model, analyze_structure(model, MODEL).attention_kind, "fp32")
-    capture_s = time.perf_counter() - start
-    out: dict[str, Any] = {"model": MODEL, "inventory_ops": len(inventory.ops), "inventory_capture_s": round(capture_s, 2)}
+    cpu = PlatformSpec.model_validate(load_yaml(CONFIGS_DIR / "platforms" / "cpu.yaml"))
+    analyzed = analyze_model(ModelSpec(source=MODEL), cpu, "fp32")
+    inventory, capture_s = analyzed.inventory, analyzed.seconds
+    out: dict[str, Any] = {"model": MODEL, "inventory_ops": len(inventory.ops), "analyze_s": round(capture_s, 2)}
     for platform_name, dtype, layers in (("cpu", "bf16", True), ("cpu", "fp32", False), ("ascend-910b", "bf16", False)):
         spec = PlatformSpec.model_validate(load_yaml(CONFIGS_DIR / "platforms" / f"{platform_name}.yaml"))
         start = time.perf_counter()
-        result = run_operators(inventory, spec, ValidationSpec(), dtype, model_source=MODEL if layers else None)
+        result = run_operators(inventory, spec, ValidationSpec(), dtype, 
+                                whole_model=WholeModel.from_analysis(analyzed) if layers else None)
         total = time.perf_counter() - start
         ops = result.ops
         out[f"{platform_name}-{dtype}"] = {
@@ -55,19 +53,16 @@ def run() -> dict[str, Any]:
 def _big(name: str) -> dict[str, Any]:
     """The 671B model's inventory (captured on meta) checked with the per-call element cap: the
     step stays bounded; the whole-model check is skipped by its parameter cap on this host."""
-    from day0.analysis.inventory import capture_operators
-    from day0.core.model_source import resolve_model_source
-    from day0.analysis.structure import analyze_structure
-    from day0.core.modeling import build_meta_model, load_hf_config
+    from day0.analysis.step import analyze_model
+    from day0.numerics.layers import WholeModel
     from day0.numerics.step import run_operators
     from day0.paths import CONFIGS_DIR
-    from day0.spec import PlatformSpec, load_yaml
+    from day0.spec import ModelSpec, PlatformSpec, load_yaml
 
-    model = build_meta_model(load_hf_config(resolve_model_source(name)), name, "bf16")
-    inventory = capture_operators(model, analyze_structure(model, name).attention_kind, "bf16")
     spec = PlatformSpec.model_validate(load_yaml(CONFIGS_DIR / "platforms" / "cpu.yaml"))
+    analyzed = analyze_model(ModelSpec(source=name), spec, "bf16")
     start = time.perf_counter()
-    result = run_operators(inventory, spec, None, "bf16", model_source=name)
+    result = run_operators(analyzed.inventory, spec, None, "bf16", whole_model=WholeModel.from_analysis(analyzed))
     return {"checks": len(result.ops.checks), "ops_checked_per_s": round(result.ops.ops_per_second, 2),
             "shrunk": sum("shrunk" in c.reason for c in result.ops.checks),
             "still_failing": [c.op for c in result.ops.failing], "notes": result.notes,

@@ -21,7 +21,8 @@ import torch.nn.functional as F
 from day0.core.model_source import resolve_model_source
 from day0.spec import TrialScale
 from day0.trial.data import batch_for_step, prepare_data
-from day0.trial.loop import LoopConfig, TrialFaults
+from day0.testing.faults import TrialFaults
+from day0.trial.loop import LoopConfig
 from day0.trial.model import build_model, scale_config
 
 STEPS, SEQ, BATCH = 40, 64, 8
@@ -74,7 +75,7 @@ def recovery(loop: LoopConfig, tokens, storage: str) -> dict:  # noqa: ANN001
     import ray
     from ray.cluster_utils import Cluster
 
-    from day0.trial.chaos import run_with_node_kill
+    from day0.testing.chaos import run_with_node_kill
     from day0.trial.results import recoveries
 
     ray.shutdown()
@@ -83,10 +84,9 @@ def recovery(loop: LoopConfig, tokens, storage: str) -> dict:  # noqa: ANN001
         for _ in range(2):
             cluster.add_node(num_cpus=1, resources={"trial_worker": 1})
         ray.init(address=cluster.address, log_to_driver=False)
-        killed = loop.model_copy(update={"steps": 12, "checkpoint_every": 4,
-                                         "faults": TrialFaults(step_delay_s=0.3)})
+        killed = loop.model_copy(update={"steps": 12, "checkpoint_every": 4})
         run = run_with_node_kill(cluster, killed, tokens, name="bench-kill", storage_uri=storage,
-                                 kill_after_checkpoint_step=4)
+                                 kill_after_checkpoint_step=4, hooks=TrialFaults(step_delay_s=0.3))
         [rec] = recoveries(run.events)
         return {"recovery_s": round(rec.recovery_s, 1), "resumed_from_step": rec.resumed_from_step,
                 "restart_after_kill_s": round(rec.restarted_at - rec.failed_at, 1), "error": run.error}

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["Day0Error", "ModelError", "SpecError", "SpecIssue", "StoreError", "UsageError"]
+__all__ = ["Day0Error", "ModelError", "RunFailed", "SpecError", "SpecIssue", "StoreError", "UsageError"]
 
 
 class Day0Error(Exception):
@@ -56,3 +56,17 @@ class ModelError(Day0Error):
 
 class StoreError(Day0Error):
     pass
+
+
+class RunFailed(Exception):
+    """A run whose steps failed (a failed verdict or a step that raised): not a usage error, exit 1.
+    `summary` is the run summary as plain data (so the exception pickles across Prefect)."""
+
+    exit_code = 1
+
+    def __init__(self, message: str, summary: dict[str, Any]):
+        super().__init__(message, summary)
+        self.message, self.summary = message, summary
+
+    def __str__(self) -> str:
+        return self.message

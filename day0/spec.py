@@ -15,6 +15,7 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from day0.core.precision import COMPUTE_DTYPES, DEFAULT_TOLERANCES, DType
 from day0.errors import SpecError, SpecIssue
 from day0.paths import CONFIGS_DIR
 
@@ -34,14 +35,13 @@ __all__ = [
     "TrainingSpec",
     "TrialSpec",
     "ValidationSpec",
+    "load_platform",
     "load_spec",
     "load_yaml",
     "spec_from_dict",
 ]
 
 STEPS: tuple[str, ...] = ("analyze", "operators", "parallel", "optimize", "trial", "inference")
-
-DType = Literal["fp32", "bf16", "fp16", "fp8"]
 
 
 class _UserModel(BaseModel):
@@ -51,7 +51,7 @@ class _UserModel(BaseModel):
 class Metadata(_UserModel):
     name: str = Field(pattern=r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$",
                       description="Run name: lowercase letters, digits and dashes (a DNS label).")
-    labels: dict[str, str] = Field(default_factory=dict)
+    labels: dict[str, str] = Field(default_factory=dict, description="Free-form labels copied into the run's records.")
 
 
 class ModelSpec(_UserModel):
@@ -76,12 +76,12 @@ class HardwareSpec(_UserModel):
 
 
 class PlatformSpec(_UserModel):
-    name: str
+    name: str = Field(description='Platform name, shown in reports.')
     device_type: str = Field(description="torch device type: cpu, cuda, npu, musa ...")
-    distributed_backend: Literal["gloo", "nccl", "hccl", "mccl", "xccl"] = "gloo"
+    distributed_backend: Literal["gloo", "nccl", "hccl", "mccl", "xccl"] = Field("gloo", description='torch.distributed backend on this platform.')
     vendor_plugin: str | None = Field(None, description="Entry point in group 'day0.platforms' "
                                                         "that registers the device (e.g. torch_npu).")
-    hardware: HardwareSpec
+    hardware: HardwareSpec = Field(description='Per-accelerator figures the cost model uses.')
     operator_library: Literal["probe"] | list[OperatorSupport] = Field(
         "probe", description="'probe' asks the dispatcher for kernels on the device; "
                              "or a declared list of supported operators.")
@@ -94,8 +94,8 @@ class Accelerator(_UserModel):
 
 
 class ElasticRange(_UserModel):
-    min: int = Field(0, ge=0)
-    max: int = Field(ge=1)
+    min: int = Field(0, ge=0, description='Fewest nodes the autoscaler keeps.')
+    max: int = Field(ge=1, description='Most nodes the autoscaler may add.')
 
     @model_validator(mode="after")
     def _ordered(self) -> ElasticRange:
@@ -105,21 +105,21 @@ class ElasticRange(_UserModel):
 
 
 class Toleration(_UserModel):
-    key: str | None = None
-    operator: Literal["Exists", "Equal"] = "Equal"
-    value: str | None = None
-    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
+    key: str | None = Field(None, description='Taint key to tolerate (omit with operator Exists for all).')
+    operator: Literal["Exists", "Equal"] = Field("Equal", description='Exists or Equal.')
+    value: str | None = Field(None, description='Taint value (operator Equal).')
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = Field(None, description='Taint effect to tolerate (omit for all).')
 
 
 class NodePool(_UserModel):
-    name: str = Field(pattern=r"^[a-z0-9]([a-z0-9-]{0,40}[a-z0-9])?$")
-    accelerator: Accelerator
+    name: str = Field(pattern=r"^[a-z0-9]([a-z0-9-]{0,40}[a-z0-9])?$", description="Pool name (a DNS label): the RayCluster worker group's name.")
+    accelerator: Accelerator = Field(description='The accelerator each node carries.')
     nodes: int | None = Field(None, ge=0, description="Fixed node count (omit for elastic pools).")
     elastic: ElasticRange | None = Field(None, description="Elastic pool range, scaled by the Ray autoscaler.")
-    cpus_per_node: int = Field(16, ge=1)
-    memory_gib_per_node: float = Field(256, gt=0)
-    node_selector: dict[str, str] = Field(default_factory=dict)
-    tolerations: list[Toleration] = Field(default_factory=list)
+    cpus_per_node: int = Field(16, ge=1, description='CPUs per node.')
+    memory_gib_per_node: float = Field(256, gt=0, description='Host memory per node, GiB.')
+    node_selector: dict[str, str] = Field(default_factory=dict, description="Kubernetes nodeSelector for the pool's pods.")
+    tolerations: list[Toleration] = Field(default_factory=list, description="Kubernetes tolerations for the pool's pods (e.g. tainted elastic nodes).")
 
     @model_validator(mode="after")
     def _sized(self) -> NodePool:
@@ -133,109 +133,110 @@ class NodePool(_UserModel):
 
 
 class ClusterSpec(_UserModel):
-    backend: Literal["local", "kuberay"] = "local"
-    namespace: str = "day0"
+    backend: Literal["local", "kuberay"] = Field("local", description="'local' (Ray on this machine) or 'kuberay' (a RayCluster on Kubernetes).")
+    namespace: str = Field("day0", description="Kubernetes namespace of the run's RayCluster (kuberay).")
     address: str | None = Field(None, description="Existing Ray cluster address (local backend).")
     keep_cluster: bool = Field(False, description="Keep the RayCluster after the run (kuberay).")
-    node_pools: list[NodePool] = Field(default_factory=list)
-    ready_timeout_s: float = Field(600, gt=0)
+    node_pools: list[NodePool] = Field(default_factory=list, description="Accelerator node pools, fixed or elastic (kuberay, and the planner's cluster size).")
+    ready_timeout_s: float = Field(600, gt=0, description='Seconds to wait for the RayCluster to become ready.')
 
 
 class Precision(_UserModel):
-    compute: DType = "bf16"
-    master_weights: Literal["fp32", "bf16"] = "fp32"
+    compute: DType = Field("bf16", description='Compute dtype of matmuls and activations.')
+    master_weights: Literal["fp32", "bf16"] = Field("fp32", description="Dtype of the optimizer's master weights.")
 
 
 class TrainingSpec(_UserModel):
-    seq_len: int = Field(4096, ge=1)
+    seq_len: int = Field(4096, ge=1, description='Sequence length, tokens.')
     global_batch: int = Field(1024, ge=1, description="Sequences per optimizer step.")
-    micro_batch: int = Field(1, ge=1)
-    precision: Precision = Field(default_factory=Precision)
+    micro_batch: int = Field(1, ge=1, description='Sequences per micro-batch per data-parallel rank.')
+    precision: Precision = Field(default_factory=Precision, description='Compute and master-weight dtypes.')
 
 
 class ParallelConstraints(_UserModel):
-    tensor_parallel: int | None = Field(None, ge=1)
-    pipeline_parallel: int | None = Field(None, ge=1)
-    expert_parallel: int | None = Field(None, ge=1)
-    context_parallel: int | None = Field(None, ge=1)
-    data_parallel: int | None = Field(None, ge=1)
-    max_pipeline_parallel: int | None = Field(None, ge=1)
+    tensor_parallel: int | None = Field(None, ge=1, description='Fixed tensor-parallel degree.')
+    pipeline_parallel: int | None = Field(None, ge=1, description='Fixed pipeline-parallel degree.')
+    expert_parallel: int | None = Field(None, ge=1, description='Fixed expert-parallel degree.')
+    context_parallel: int | None = Field(None, ge=1, description='Fixed context-parallel degree.')
+    data_parallel: int | None = Field(None, ge=1, description='Fixed data-parallel degree.')
+    max_pipeline_parallel: int | None = Field(None, ge=1, description='Largest pipeline-parallel degree the search may pick.')
     accelerators: int | None = Field(None, ge=1, description="Use this many accelerators (default: all).")
 
 
 class TrialScale(_UserModel):
-    layers: int | None = Field(None, ge=1)
-    hidden: int | None = Field(None, ge=8)
-    experts: int | None = Field(None, ge=1)
+    layers: int | None = Field(None, ge=1, description='Decoder layers of the scaled-down trial model.')
+    hidden: int | None = Field(None, ge=8, description='Hidden size of the scaled-down trial model.')
+    experts: int | None = Field(None, ge=1, description='Routed experts of the scaled-down trial model.')
 
 
 class TrialTolerance(_UserModel):
+    """When two loss curves are aligned (the one model: `day0.trial.alignment` judges by it).
+    Defaults follow public practice: mean relative error < 2% from step 21 on."""
+
     loss_mean_rel: float = Field(0.02, gt=0, description="Mean relative loss error after warm-up.")
-    first_step_abs: float = Field(0.005, gt=0)
-    first_step_rel: float = Field(0.005, gt=0)
-    warmup_steps: int = Field(20, ge=0, description="Steps excluded from the mean error.")
+    first_step_abs: float = Field(0.005, gt=0, description="First-step absolute loss difference.")
+    first_step_rel: float = Field(0.005, gt=0, description="First-step relative loss difference "
+                                                            "(either bound passing is enough).")
+    warmup_steps: int = Field(20, ge=0, description="Leading steps excluded from the mean error.")
 
 
 class TrialSpec(_UserModel):
-    scale: TrialScale = Field(default_factory=TrialScale)
-    steps: int = Field(50, ge=1)
-    workers: int = Field(1, ge=1)
-    seq_len: int = Field(128, ge=8)
-    micro_batch: int = Field(4, ge=1)
-    learning_rate: float = Field(3e-4, gt=0)
-    checkpoint_every: int = Field(10, ge=1)
-    seed: int = 0
+    scale: TrialScale = Field(default_factory=TrialScale, description='How the trial model is scaled down (same architecture).')
+    steps: int = Field(50, ge=1, description='Optimizer steps of each trial training.')
+    workers: int = Field(1, ge=1, description='Data-parallel workers of the candidate.')
+    seq_len: int = Field(128, ge=8, description='Trial sequence length, tokens.')
+    micro_batch: int = Field(4, ge=1, description='Sequences per worker per step.')
+    learning_rate: float = Field(3e-4, gt=0, description='Peak learning rate (AdamW, linear warm-up).')
+    checkpoint_every: int = Field(10, ge=1, description='Steps between checkpoints (resume and recovery points).')
+    seed: int = Field(0, description='Seed of weights and data order, shared by reference and candidate.')
     reference: str = Field("cpu-fp32", description="'cpu-fp32' or a store URI of a saved curve.")
     dataset: str | None = Field(None, description="Text file path/URI; default: pydoc_data.topics.")
-    tolerance: TrialTolerance = Field(default_factory=TrialTolerance)
+    tolerance: TrialTolerance = Field(default_factory=TrialTolerance, description='When the two loss curves count as aligned.')
 
 
 class SLO(_UserModel):
-    ttft_p99_ms: float = Field(2000, gt=0)
-    tpot_p99_ms: float = Field(100, gt=0)
-    min_throughput_tok_s: float | None = Field(None, gt=0)
+    ttft_p99_ms: float = Field(2000, gt=0, description='Time to first token, 99th percentile, ms.')
+    tpot_p99_ms: float = Field(100, gt=0, description='Time per output token, 99th percentile, ms.')
+    min_throughput_tok_s: float | None = Field(None, gt=0, description='Least output throughput, tokens/s.')
 
 
 class InferenceSpec(_UserModel):
-    engine: Literal["auto", "transformers", "vllm", "sglang"] = "auto"
-    quantization: Literal["none", "int8-weight", "fp8"] = "none"
-    max_batch: int = Field(8, ge=1)
-    slo: SLO = Field(default_factory=SLO)
+    engine: Literal["auto", "transformers", "vllm", "sglang"] = Field("auto", description="Serving engine; 'auto' picks by platform.")
+    quantization: Literal["none", "int8-weight", "fp8"] = Field("none", description='Weight quantisation of the served model.')
+    max_batch: int = Field(8, ge=1, description='Most concurrent sequences served.')
+    slo: SLO = Field(default_factory=SLO, description='Latency and throughput targets.')
 
 
 class DTypeTolerance(_UserModel):
-    rtol: float = Field(gt=0)
-    atol: float = Field(gt=0)
+    rtol: float = Field(gt=0, description='Relative tolerance.')
+    atol: float = Field(gt=0, description='Absolute tolerance.')
 
 
 def _default_tolerances() -> dict[str, DTypeTolerance]:
-    # torch.testing.assert_close defaults per dtype.
-    return {
-        "fp32": DTypeTolerance(rtol=1.3e-6, atol=1e-5),
-        "bf16": DTypeTolerance(rtol=1.6e-2, atol=1e-5),
-        "fp16": DTypeTolerance(rtol=1e-3, atol=1e-5),
-    }
+    """The shared defaults (torch.testing.assert_close's) for the compute dtypes that have one."""
+    return {d: DTypeTolerance(rtol=rtol, atol=atol) for d, (rtol, atol) in DEFAULT_TOLERANCES.items()
+            if d in COMPUTE_DTYPES}
 
 
 class ValidationSpec(_UserModel):
-    tolerances: dict[DType, DTypeTolerance] = Field(default_factory=_default_tolerances)
-    min_cosine: float = Field(0.99, gt=0, le=1)
-    reference_dtype: Literal["fp64", "fp32"] = "fp32"
-    seeds: int = Field(1, ge=1)
+    tolerances: dict[DType, DTypeTolerance] = Field(default_factory=_default_tolerances, description="Per-dtype (rtol, atol); default: torch.testing.assert_close's.")
+    min_cosine: float = Field(0.99, gt=0, le=1, description='Least cosine similarity to the reference for a pass.')
+    reference_dtype: Literal["fp64", "fp32"] = Field("fp32", description='Dtype of the CPU reference computation.')
+    seeds: int = Field(1, ge=1, description='Seeded input sets per operator.')
 
 
 class PipelineSpec(_UserModel):
-    apiVersion: Literal["day0/v1"] = "day0/v1"
-    kind: Literal["AdaptationPipeline"] = "AdaptationPipeline"
-    metadata: Metadata
-    model: ModelSpec
-    platform: PlatformSpec
-    cluster: ClusterSpec = Field(default_factory=ClusterSpec)
-    training: TrainingSpec = Field(default_factory=TrainingSpec)
-    parallel: Literal["auto"] | ParallelConstraints = "auto"
-    trial: TrialSpec = Field(default_factory=TrialSpec)
-    inference: InferenceSpec = Field(default_factory=InferenceSpec)
-    validation: ValidationSpec = Field(default_factory=ValidationSpec)
+    apiVersion: Literal["day0/v1"] = Field("day0/v1", description='Spec format version.')
+    kind: Literal["AdaptationPipeline"] = Field("AdaptationPipeline", description='Document kind.')
+    metadata: Metadata = Field(description='Run name and labels.')
+    model: ModelSpec = Field(description='The model to adapt (a configs/models name, a directory, or hf://org/name[@revision]).')
+    platform: PlatformSpec = Field(description='Target platform: a configs/platforms name or an inline descriptor.')
+    cluster: ClusterSpec = Field(default_factory=ClusterSpec, description='Where heavy steps run: a configs/clusters name or an inline cluster.')
+    training: TrainingSpec = Field(default_factory=TrainingSpec, description='The full-scale training setup steps 3-4 plan for.')
+    parallel: Literal["auto"] | ParallelConstraints = Field("auto", description="'auto' (the planner searches) or fixed degrees and limits.")
+    trial: TrialSpec = Field(default_factory=TrialSpec, description="Step 5's small-scale trial training.")
+    inference: InferenceSpec = Field(default_factory=InferenceSpec, description="Step 6's serving targets.")
+    validation: ValidationSpec = Field(default_factory=ValidationSpec, description="Step 2's numerical tolerances and reference.")
     steps: list[Literal["analyze", "operators", "parallel", "optimize", "trial", "inference"]] = Field(
         default_factory=lambda: list(STEPS), description="Steps to run, in pipeline order.")
     storage: str = Field("file://.day0", pattern=r"^(file|s3)://.+",
@@ -291,6 +292,20 @@ def spec_from_dict(raw: Any, source: str = "<spec>") -> PipelineSpec:
         raise SpecError(source, issues)
     assert spec is not None
     return spec
+
+
+def load_platform(name: str, field: str = "platform") -> PlatformSpec:
+    """A platform by configs/platforms name or YAML path; `field` names the input in errors."""
+    from day0.errors import UsageError
+
+    path = Path(name) if name.endswith((".yaml", ".yml")) else CONFIGS_DIR / "platforms" / f"{name}.yaml"
+    if not path.is_file():
+        known = sorted(p.stem for p in (CONFIGS_DIR / "platforms").glob("*.yaml"))
+        raise UsageError(f"{field}: unknown platform {name!r}; expected one of {known} or a YAML file")
+    try:
+        return PlatformSpec.model_validate(load_yaml(path))
+    except ValidationError as exc:
+        raise SpecError(str(path), [SpecIssue.from_pydantic(e) for e in exc.errors()]) from None
 
 
 def load_spec(path: str | Path) -> PipelineSpec:

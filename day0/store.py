@@ -40,6 +40,10 @@ class ArtifactStore(ABC):
     @abstractmethod
     def url(self, key: str) -> str: ...
 
+    @abstractmethod
+    def delete_prefix(self, prefix: str) -> int:
+        """Delete every object under `prefix/`; return how many were deleted."""
+
     def put_text(self, key: str, text: str, content_type: str = "text/plain; charset=utf-8") -> str:
         return self.put_bytes(key, text.encode(), content_type)
 
@@ -92,6 +96,12 @@ class FileStore(ArtifactStore):
 
     def url(self, key: str) -> str:
         return f"file://{self.root / key}"
+
+    def delete_prefix(self, prefix: str) -> int:
+        keys = self.list(prefix.rstrip("/") + "/")
+        for key in keys:
+            self._path(key).unlink(missing_ok=True)
+        return len(keys)
 
     def local_path(self, key: str) -> Path:
         return self._path(key)
@@ -148,6 +158,13 @@ class S3Store(ArtifactStore):
 
     def url(self, key: str) -> str:
         return f"s3://{self.bucket}/{self._key(key)}"
+
+    def delete_prefix(self, prefix: str) -> int:
+        keys = self.list(prefix.rstrip("/") + "/")
+        for start in range(0, len(keys), 1000):  # DeleteObjects takes at most 1000 keys
+            batch = [{"Key": self._key(k)} for k in keys[start:start + 1000]]
+            self.client.delete_objects(Bucket=self.bucket, Delete={"Objects": batch, "Quiet": True})
+        return len(keys)
 
 
 def open_store(uri: str, settings: StoreSettings | None = None) -> ArtifactStore:

@@ -1,68 +1,104 @@
-"""The shared step runner: resume from the store, persist results atomically, publish artifacts."""
+"""The shared step runner: resume from the store, persist results atomically, publish artifacts.
+
+A step's folder holds `code.json` (the digest of the code computing it, written when it starts),
+its files and `result.md`, then `result.json`, written last: its presence with a matching digest is
+what makes the step complete. A folder left by other code (or any folder under `--fresh`) is
+cleared before the step runs, so neither a stale result nor a stale checkpoint is reused.
+"""
 
 from __future__ import annotations
 
 import datetime as dt
+import logging
 import time
 import traceback
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from prefect import get_run_logger
 from prefect.artifacts import create_markdown_artifact
 from prefect.context import FlowRunContext, TaskRunContext
 from prefect.exceptions import MissingContextError
-from pydantic import BaseModel
 
+import day0
+from day0.core.result import StepResult
+from day0.provenance import code_digest
 from day0.runs import RunContext, StepRecord
 
-__all__ = ["run_step", "step_logger"]
+__all__ = ["in_prefect_run", "run_step", "step_logger"]
 
-R = TypeVar("R", bound=BaseModel)  # a step result: a pydantic model with to_markdown() (and maybe files())
+R = TypeVar("R", bound=StepResult)
 
 
-def step_logger():  # noqa: ANN201 - a logging.Logger or Prefect's adapter
+def step_logger() -> logging.Logger | logging.LoggerAdapter[Any]:
     try:
         return get_run_logger()
     except MissingContextError:
-        import logging
-
         return logging.getLogger("day0")
 
 
-def _artifact_key(ctx: RunContext, step: str) -> str:
-    return f"{ctx.spec.metadata.name}-{step}".lower()
+def in_prefect_run() -> bool:
+    """Inside a flow or task run (not `task.fn` called bare from a test): artifacts can be published."""
+    return bool(FlowRunContext.get() or TaskRunContext.get())
+
+
+def _reusable(ctx: RunContext, step: str, code: str) -> bool:
+    store = ctx.store()
+    if ctx.fresh or not store.exists(ctx.key(step, "result.json")) or not store.exists(ctx.key(step, "code.json")):
+        return False
+    return store.get_json(ctx.key(step, "code.json")).get("digest") == code
+
+
+def _prepare(ctx: RunContext, step: str, code: str, log: logging.Logger | logging.LoggerAdapter[Any]) -> None:
+    """Clear what other code (or an earlier attempt under --fresh) left, then claim the folder."""
+    store, marker = ctx.store(), ctx.key(step, "code.json")
+    previous = store.get_json(marker).get("digest") if store.exists(marker) else None
+    if ctx.fresh or (previous is not None and previous != code):
+        removed = store.delete_prefix(ctx.key(step))
+        why = "--fresh" if ctx.fresh else f"its code changed ({previous} -> {code})"
+        log.info("%s: recomputing because of %s; removed %d stored file(s)", step, why, removed)
+    elif previous is None and store.list(ctx.key(step) + "/"):
+        store.delete_prefix(ctx.key(step))  # written by a day0 that kept no code marker
+    store.put_json(marker, {"digest": code, "day0_version": day0.__version__,
+                            "started_at": dt.datetime.now(dt.timezone.utc).isoformat()})
 
 
 def run_step(step: str, ctx: RunContext, result_type: type[R], compute: Callable[[], R]) -> R:
-    """Return the stored result of `step` if this run completed it before, else compute and store it.
-
-    Results may define `files() -> dict[str, bytes]` (plots, tables): stored beside result.json,
-    which is written last, so a crash mid-step leaves no result that looks complete.
-    """
+    """Return the stored result of `step` if this run completed it with the same code, else
+    compute it, store its files, `result.md` and (last) `result.json`, and publish its artifact."""
     log, store = step_logger(), ctx.store()
+    code = code_digest(f"tasks.{step}")
     key = ctx.key(step, "result.json")
     started, t0 = dt.datetime.now(dt.timezone.utc), time.perf_counter()
-    if store.exists(key):
+
+    def record(status: str, result: StepResult | None = None, error: str | None = None) -> None:
+        ctx.record(StepRecord(step=step, status=status, started_at=started, seconds=time.perf_counter() - t0,
+                              verdict=result.verdict if result else None, reasons=result.reasons if result else [],
+                              code=code, error=error))
+
+    if _reusable(ctx, step, code):
         result = result_type.model_validate(store.get_json(key))
-        log.info("%s: completed earlier, reusing %s", step, store.url(key))
-        ctx.record(StepRecord(step=step, status="cached", started_at=started, seconds=time.perf_counter() - t0))
+        log.info("%s: completed earlier by the same code (%s), reusing %s: %s", step, code, store.url(key),
+                 result.verdict)
+        record("cached", result)
         return result
+    _prepare(ctx, step, code, log)
     log.info("%s: running", step)
     try:
         result = compute()
     except Exception as exc:
-        ctx.record(StepRecord(step=step, status="failed", started_at=started, seconds=time.perf_counter() - t0,
-                              error="".join(traceback.format_exception_only(exc)).strip()))
+        record("failed", error="".join(traceback.format_exception_only(exc)).strip())
         raise
-    for name, data in getattr(result, "files", lambda: {})().items():
+    for name, data in result.files().items():
         store.put_bytes(ctx.key(step, name), data)
     markdown = result.to_markdown()
     store.put_text(ctx.key(step, "result.md"), markdown, "text/markdown")
     store.put_json(key, result.model_dump(mode="json"))
-    seconds = time.perf_counter() - t0
-    ctx.record(StepRecord(step=step, status="executed", started_at=started, seconds=seconds))
-    log.info("%s: done in %.1f s -> %s", step, seconds, store.url(key))
-    if FlowRunContext.get() or TaskRunContext.get():  # outside a flow (task.fn in a test) there is no run
-        create_markdown_artifact(markdown=markdown, key=_artifact_key(ctx, step), description=f"day0 {step}")
+    record("executed", result)
+    log.info("%s: %s in %.1f s -> %s", step, result.verdict, time.perf_counter() - t0, store.url(key))
+    for reason in result.reasons:
+        log.info("%s: %s", step, reason)
+    if in_prefect_run():
+        create_markdown_artifact(markdown=markdown, key=f"{ctx.spec.metadata.name}-{step}".lower(),
+                                 description=f"day0 {step}: {result.verdict}")
     return result

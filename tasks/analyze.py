@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from prefect import task
 from prefect.cache_policies import NO_CACHE
-from pydantic import BaseModel
 
 from day0.analysis.results import AnalyzeResult
 from day0.analysis.step import analyze_model
@@ -15,8 +14,7 @@ __all__ = ["analyze"]
 
 
 @task(name="analyze", cache_policy=NO_CACHE)
-def analyze(ctx: RunContext, inputs: dict[str, BaseModel]) -> AnalyzeResult:
-    spec = ctx.spec
-    log = step_logger()
+def analyze(ctx: RunContext) -> AnalyzeResult:
+    spec, log = ctx.spec, step_logger()
     return run_step("analyze", ctx, AnalyzeResult, lambda: analyze_model(
         spec.model, spec.platform, spec.training.precision.compute, progress=lambda msg: log.info("analyze: %s", msg)))

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from prefect import task
 from prefect.cache_policies import NO_CACHE
-from pydantic import BaseModel
 
+from day0.analysis.results import AnalyzeResult
 from day0.planner.optimize import OptimizationReport
+from day0.planner.results import PlanReport
 from day0.planner.step import optimize_for_spec
 from day0.runs import RunContext
 from tasks._step import run_step
@@ -16,9 +17,6 @@ __all__ = ["optimize"]
 
 
 @task(name="optimize", cache_policy=NO_CACHE)
-def optimize(ctx: RunContext, inputs: dict[str, BaseModel]) -> OptimizationReport:
-    """Needs inputs['analyze'] (AnalyzeResult) and inputs['parallel'] (PlanReport)."""
-    structure = inputs["analyze"].structure  # type: ignore[attr-defined]
-    report = inputs["parallel"]
+def optimize(ctx: RunContext, analyzed: AnalyzeResult, planned: PlanReport) -> OptimizationReport:
     return run_step("optimize", ctx, OptimizationReport,
-                    lambda: optimize_for_spec(ctx.spec, structure, report))  # type: ignore[arg-type]
+                    lambda: optimize_for_spec(ctx.spec, analyzed.structure, planned))

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from prefect import task
 from prefect.cache_policies import NO_CACHE
-from pydantic import BaseModel
 
+from day0.analysis.results import AnalyzeResult
 from day0.planner.results import PlanReport
 from day0.planner.step import plan_for_spec
 from day0.runs import RunContext
@@ -15,7 +15,5 @@ __all__ = ["parallel"]
 
 
 @task(name="parallel", cache_policy=NO_CACHE)
-def parallel(ctx: RunContext, inputs: dict[str, BaseModel]) -> PlanReport:
-    """Needs inputs['analyze'] (step 1's AnalyzeResult, for its `structure`)."""
-    structure = inputs["analyze"].structure  # type: ignore[attr-defined]
-    return run_step("parallel", ctx, PlanReport, lambda: plan_for_spec(ctx.spec, structure))
+def parallel(ctx: RunContext, analyzed: AnalyzeResult) -> PlanReport:
+    return run_step("parallel", ctx, PlanReport, lambda: plan_for_spec(ctx.spec, analyzed.structure))

@@ -15,7 +15,7 @@ REPO = Path(__file__).resolve().parent.parent
 
 def day0(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "COLUMNS": "200"}
-    return subprocess.run([sys.executable, "-m", "day0.cli", *args], cwd=cwd, env=env, text=True,
+    return subprocess.run([sys.executable, "-m", "cli", *args], cwd=cwd, env=env, text=True,
                           capture_output=True, timeout=300)
 
 
@@ -80,3 +80,13 @@ def test_run_with_unanalysable_model_exits_2_without_a_result(tmp_path: Path) ->
     assert not list((tmp_path / "store").rglob("result.json"))
     manifest = json.loads(next((tmp_path / "store").rglob("manifest.json")).read_text())
     assert manifest["attempts"][-1][0]["status"] == "failed"
+
+
+def test_errors_print_verbatim_not_as_markup(tmp_path: Path) -> None:
+    """Patterns and hints hold square brackets; they reach the user as written."""
+    spec = tmp_path / "bad-name.yaml"
+    spec.write_text("metadata: {name: Bad_Name}\nmodel: tiny-deepseek-v3\nplatform: cpu\n")
+    proc = day0("validate", str(spec))
+    assert proc.returncode == 2 and "^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$" in proc.stderr, proc.stderr
+    odd = day0("analyze", "[/weird]")
+    assert odd.returncode == 2 and "[/weird]" in odd.stderr and "MarkupError" not in odd.stderr

@@ -28,7 +28,7 @@ def test_run_writes_results_report_and_resumes(prefect_server, tmp_path: Path) -
     assert result["structure"]["params_total"] > 0 and result["coverage"]["platform"] == "cpu"
     assert (run_dir / "analyze/params.png").read_bytes()[:4] == b"\x89PNG"
     report_md = (run_dir / "report.md").read_text()
-    assert "analyze/params.png" in report_md and "| analyze | executed |" in report_md
+    assert "analyze/params.png" in report_md and "| analyze | PASS | executed |" in report_md and "## Day-0 scorecard" in report_md
     html = (run_dir / "report.html").read_text()
     assert "data:image/png;base64," in html and "<table>" in html
 

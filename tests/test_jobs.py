@@ -1,23 +1,17 @@
-"""Job submission against a real local Ray head (`local_head`: `ray start --head --block` in its
-own process group), the same path the KubeRay backend uses against a head pod's dashboard."""
+"""Job submission against a real local Ray head (`day0.testing.ray.local_head`: `ray start --head
+--block` in its own process group), the same path the KubeRay backend uses against a head pod's dashboard."""
 
 from __future__ import annotations
 
-import socket
 import time
 from collections.abc import Iterator
 
 import pytest
 
-from day0.backends.jobs import JobError, connect, local_head, run_job, submission_id
+from day0.backends.jobs import JobError, connect, run_job, submission_id
+from day0.testing.ray import free_port, local_head
 
 pytestmark = pytest.mark.integration
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture(scope="module")
@@ -52,4 +46,4 @@ def test_timeout_stops_the_job(ray_head: str) -> None:
 
 def test_unreachable_head_is_a_clear_error() -> None:
     with pytest.raises(JobError, match="not reachable"):
-        connect(f"http://127.0.0.1:{_free_port()}", timeout_s=2)
+        connect(f"http://127.0.0.1:{free_port()}", timeout_s=2)

@@ -7,9 +7,10 @@ import re
 
 import pytest
 
-from day0.backends.kuberay import (
-    ClusterError, build_raycluster, cluster_name, label_value, labels, plan_accelerators, workers_per_pool,
+from day0.backends.kuberay.manifest import (
+    build_raycluster, cluster_name, label_value, labels, plan_accelerators, workers_per_pool,
 )
+from day0.backends.kuberay.status import ClusterError
 from day0.spec import ClusterSpec
 
 DNS1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent / "data" / "numerics"))
-from numerics_fixtures import MODEL, cpu_spec, entry_point, faulty_platform, tiny_inventory  # noqa: E402
+from numerics_fixtures import MODEL, cpu_spec, entry_point, faulty_platform, tiny_inventory, whole_model  # noqa: E402
 
 from day0.numerics.adapt import adapt_report  # noqa: E402
 from day0.numerics.layers import build_model, compare_layers  # noqa: E402
@@ -95,10 +95,10 @@ def test_int_op_missing_on_host_adapted_by_upcast() -> None:
 
 def test_whole_model_runs_after_adaptation_and_step_result() -> None:
     platform = _lacking("aten::_safe_softmax", "aten::_softmax_backward_data")
-    model = build_model(MODEL, layers=2)
+    model = build_model(whole_model(layers=2))
     before = compare_layers(model, platform, "fp32", batch=1, seq_len=16)
     assert before.error is not None and "_safe_softmax" in before.error
-    result = run_operators(tiny_inventory("fp32"), platform, V, "fp32", model_source=MODEL)
+    result = run_operators(tiny_inventory("fp32"), platform, V, "fp32", whole_model=whole_model())
     assert result.passed, result.to_markdown()
     assert {a.op for a in result.ops.adaptations if a.strategy} >= {"aten::_safe_softmax", "aten::_softmax_backward_data"}
     assert result.layers is not None and result.layers.passed and result.layers.layers == 2
@@ -124,7 +124,7 @@ def test_emulated_vendor_library_runs_whole_model_after_adaptation() -> None:
     from day0.spec import PlatformSpec, load_yaml
 
     spec = PlatformSpec.model_validate(load_yaml(CONFIGS_DIR / "platforms" / "ascend-910b.yaml"))
-    result = run_operators(tiny_inventory("bf16"), spec, ValidationSpec(), "bf16", model_source=MODEL, plugins=[])
+    result = run_operators(tiny_inventory("bf16"), spec, ValidationSpec(), "bf16", whole_model=whole_model(), plugins=[])
     assert result.passed, result.to_markdown()
     fixed = {a.op: a for a in result.ops.adaptations if a.strategy}
     assert {"aten::_grouped_mm", "aten::histc", "aten::sort"} <= fixed.keys()

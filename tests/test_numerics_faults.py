@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent / "data" / "numerics"))
-from numerics_fixtures import MODEL, faulty_platform, tiny_inventory  # noqa: E402
+from numerics_fixtures import MODEL, faulty_platform, tiny_inventory, whole_model  # noqa: E402
 
 from day0.numerics.layers import build_model, compare_layers  # noqa: E402
 from day0.numerics.opcheck import check_inventory  # noqa: E402
@@ -22,7 +22,7 @@ FAULTS = ("softmax_without_max", "rmsnorm_wrong_eps", "matmul_low_precision", "s
 
 @pytest.fixture(scope="module")
 def model():  # noqa: ANN201
-    return build_model(MODEL, layers=2, seed=0)
+    return build_model(whole_model(layers=2), seed=0)
 
 
 def _failing(dtype: str, *faults: str) -> dict[str, str]:
@@ -77,7 +77,7 @@ def test_clean_platform_against_fp64_reference(model) -> None:  # noqa: ANN001
     from day0.numerics.step import run_operators
 
     v = ValidationSpec(reference_dtype="fp64", seeds=2)
-    result = run_operators(tiny_inventory("fp32"), Platform("cpu"), v, "bf16", model_source=MODEL)
+    result = run_operators(tiny_inventory("fp32"), Platform("cpu"), v, "bf16", whole_model=whole_model())
     assert result.passed, result.to_markdown()
     # the host has no fp64 _grouped_mm: the reference says so instead of failing
     assert result.layers is not None and any("_grouped_mm" in n for n in result.layers.notes)

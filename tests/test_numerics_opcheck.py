@@ -12,7 +12,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).parent / "data" / "numerics"))
 from numerics_fixtures import tiny_inventory  # noqa: E402
 
-from day0.numerics.inputs import build_call, example_numel, shrink_example  # noqa: E402
+from day0.core.ops import build_call, example_numel  # noqa: E402
+from day0.numerics.inputs import shrink_example  # noqa: E402
 from day0.numerics.opcheck import check_inventory, check_op, classify  # noqa: E402
 from day0.numerics.platform_kernels import Platform  # noqa: E402
 from day0.spec import ValidationSpec  # noqa: E402
@@ -78,7 +79,7 @@ def test_big_example_is_shrunk() -> None:
 
 
 def test_huge_outputs_from_small_inputs_are_shrunk() -> None:
-    from day0.analysis.inventory import OpRecord
+    from day0.core.ops import OpRecord
 
     # DeepSeek-V3's expert-weight gradient buffer: tiny input, 3.7G-element output
     rec = OpRecord(op="aten::new_zeros", calls=1, phases=["backward"], dtypes=["fp32"],

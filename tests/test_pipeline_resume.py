@@ -26,7 +26,7 @@ def test_killed_run_resumes_from_checkpoint(tmp_path: Path) -> None:
             "steps": ["analyze", "parallel", "optimize", "trial"], "storage": f"file://{tmp_path}/store"}
     path = tmp_path / "spec.yaml"
     path.write_text(yaml.safe_dump(spec))
-    command = [sys.executable, "-m", "day0.cli", "run", str(path), "--json"]
+    command = [sys.executable, "-m", "cli", "run", str(path), "--json"]
     env = {**os.environ, "PREFECT_HOME": str(tmp_path / "prefect")}
 
     first = subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,

@@ -14,11 +14,12 @@ import pytest
 import yaml
 
 from day0.analysis.structure import ModelStructure
-from day0.planner.evaluate import Degrees, Knobs, PlanContext
+from day0.planner.evaluate import PlanContext
 from day0.planner.inputs import PlannerOptions, cluster_figures
 from day0.planner.memory import (activation_bytes_per_token, inflight_microbatches, logits_bytes, model_state_bytes,
                                  param_bytes)
 from day0.planner.model import model_costs
+from day0.planner.values import Degrees, MemoryKnobs
 from day0.spec import HardwareSpec, Precision, TrainingSpec
 
 DATA = Path(__file__).parent / "data" / "planner"
@@ -90,8 +91,9 @@ def test_plan_context_model_states_sum_to_the_whole_model() -> None:
                                            inter_node_bandwidth_gbps=1), 1, 1)
     ctx = PlanContext(model_costs(s), cluster, TrainingSpec(seq_len=16, global_batch=1), Degrees(1, 1, 1, 1, 1, 1, 1, 1, 1),
                       PlannerOptions())
-    m = ctx.memory(Knobs(0, "full", "none"))
-    assert m.weights + m.gradients + m.optimizer_states + m.embedding_head == pytest.approx(s.params_total * 18, rel=1e-9)
+    m = ctx.memory(MemoryKnobs(recompute="full", zero_stage=0, offload="none"))
+    states = m.weights_bytes + m.gradients_bytes + m.optimizer_states_bytes + m.embedding_head_bytes
+    assert states == pytest.approx(s.params_total * 18, rel=1e-9)
 
 
 # --- measured on a real CPU training step ---------------------------------------------------------

@@ -46,10 +46,12 @@ def test_degree_constraints_hold() -> None:
     degrees = list(enumerate_degrees(costs, cluster, training, ParallelConstraints(), PlannerOptions()))
     assert degrees
     for d in degrees:
-        assert d.tp * d.pp * d.cp * d.dp == 64 and d.tp <= 8 and s.num_attention_heads % d.tp == 0
-        assert s.moe.num_experts % d.ep == 0 and (d.tp * d.cp * d.dp) % (d.ep * d.etp) == 0
-        assert d.dp * d.micro_batch * d.num_microbatches == 256 and d.pp * d.vpp <= s.num_layers
-        assert d.vpp == 1 or d.num_microbatches % d.pp == 0
+        tp, pp, cp, dp = d.tensor_parallel, d.pipeline_parallel, d.context_parallel, d.data_parallel
+        ep, etp, vpp = d.expert_parallel, d.expert_tensor_parallel, d.virtual_pipeline_stages
+        assert tp * pp * cp * dp == 64 == d.accelerators and tp <= 8 and s.num_attention_heads % tp == 0
+        assert s.moe.num_experts % ep == 0 and (tp * cp * dp) % (ep * etp) == 0
+        assert dp * d.micro_batch * d.num_microbatches == 256 and pp * vpp <= s.num_layers
+        assert vpp == 1 or d.num_microbatches % pp == 0
 
 
 def test_fixed_degrees_are_respected() -> None:
@@ -69,8 +71,8 @@ def test_lower_bounds_never_exceed_the_model() -> None:
     degrees = rng.sample(list(enumerate_degrees(costs, cluster, training, ParallelConstraints(), options)), 60)
     for d in degrees:
         ctx = PlanContext(costs, cluster, training, d, options)
-        steps = [ctx.time(k).step for k in knob_settings(options)]
-        mems = [ctx.memory(k).total for k in knob_settings(options)]
+        steps = [ctx.time(k).step_s for k in knob_settings(options)]
+        mems = [ctx.memory(k).total_bytes for k in knob_settings(options)]
         assert static_lower_bound(costs, cluster, training, d, options) <= ctx.time_lower_bound() <= min(steps)
         assert ctx.memory_lower_bound() <= min(mems) * (1 + 1e-12)
 
@@ -129,7 +131,7 @@ def test_step4_reports_each_technique_and_never_slows_the_plan() -> None:
 def test_cluster_from_spec_uses_the_largest_homogeneous_group() -> None:
     spec = load_spec(CONFIGS_DIR / "pipelines" / "deepseek-v3-on-npu.yaml")
     cluster = cluster_from_spec(spec)
-    assert cluster.accelerators == 256 * 8 and cluster.memory_gib == 64 and cluster.pools == ["npu-fixed"]
+    assert cluster.accelerators == 256 * 8 and cluster.hardware.memory_gib == 64 and cluster.pools == ["npu-fixed"]
     assert any("cloud-elastic" in n for n in cluster.notes)
     gpu = load_spec(DATA / "deepseek-v3-2048-h800.yaml")
     assert cluster_from_spec(gpu).accelerators == 2048

@@ -81,3 +81,14 @@ def test_json_schema_forbids_unknown_fields() -> None:
     schema = PipelineSpec.model_json_schema()
     assert schema["additionalProperties"] is False
     assert "metadata" in schema["required"] and "model" in schema["properties"]
+
+
+def test_every_spec_field_documents_itself() -> None:
+    """`day0 schema` is what editors show: every user-facing field carries a description."""
+    from day0.spec import PipelineSpec
+
+    schema = PipelineSpec.model_json_schema()
+    models = [("PipelineSpec", schema), *schema["$defs"].items()]
+    missing = [f"{name}.{field}" for name, model in models
+               for field, prop in model.get("properties", {}).items() if "description" not in prop]
+    assert not missing, missing

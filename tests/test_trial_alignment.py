@@ -6,7 +6,8 @@ import math
 
 import pytest
 
-from day0.trial.alignment import AlignmentThresholds, compare_curves, relative_errors
+from day0.spec import TrialTolerance
+from day0.trial.alignment import compare_curves, relative_errors
 
 REF = [6.0 * math.exp(-0.02 * t) + 2.0 for t in range(60)]
 
@@ -35,11 +36,11 @@ def test_warmup_excluded_from_mean() -> None:
 
 
 def test_first_step_abs_or_rel() -> None:
-    th = AlignmentThresholds(first_step_abs=0.005, first_step_rel=0.005)
+    th = TrialTolerance(first_step_abs=0.005, first_step_rel=0.005)
     within_rel = [REF[0] * 1.004] + REF[1:]          # abs 0.032 but rel 0.4% < 0.5%: passes
-    assert compare_curves(REF, within_rel, thresholds=th).passed
+    assert compare_curves(REF, within_rel, tolerance=th).passed
     bad = [REF[0] * 1.01] + REF[1:]
-    r = compare_curves(REF, bad, thresholds=th)
+    r = compare_curves(REF, bad, tolerance=th)
     assert not r.passed and "first-step loss differs" in r.failures[0]
 
 

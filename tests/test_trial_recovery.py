@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from day0.trial.loop import StepRecord, TrialFaults, run_steps
+from day0.testing.faults import TrialFaults
+from day0.trial.loop import StepRecord, run_steps
 from day0.trial.results import recoveries
 from tests._trial_helpers import tiny_data, tiny_loop
 
@@ -34,12 +35,12 @@ def cluster() -> Iterator[object]:
 
 
 def test_node_kill_recovers_with_identical_final_loss(cluster, tmp_path: Path) -> None:  # noqa: ANN001
-    from day0.trial.chaos import run_with_node_kill
+    from day0.testing.chaos import run_with_node_kill
 
     steps = 12
-    loop = tiny_loop(steps, checkpoint_every=4, faults=TrialFaults(step_delay_s=0.4))
+    loop = tiny_loop(steps, checkpoint_every=4)
     run = run_with_node_kill(cluster, loop, tiny_data().tokens, name="killed", storage_uri=f"file://{tmp_path}",
-                             kill_after_checkpoint_step=4)
+                             kill_after_checkpoint_step=4, hooks=TrialFaults(step_delay_s=0.4))
     assert run.error is None
     starts = run.starts
     assert len(starts) == 2 and starts[1].from_step >= 4 and starts[1].node_id != starts[0].node_id

@@ -1,5 +1,6 @@
-"""Step 5 through Ray Train: an aligned reference/candidate trial (2-worker DDP candidate), and a task
-rerun on an S3-compatible store that resumes from the checkpoint instead of starting over."""
+"""Step 5 through Ray Train: an aligned reference/candidate trial (fp32 single-worker reference, bf16
+2-worker DDP candidate: distinct curves that align), and a task rerun on an S3-compatible store that
+resumes from the checkpoint instead of starting over, after a crash injected through the environment."""
 
 from __future__ import annotations
 
@@ -11,10 +12,11 @@ from typing import Any
 
 import pytest
 
+from day0.core.model_source import resolve_model
+from day0.paths import CONFIGS_DIR
 from day0.runs import RunContext
 from day0.spec import load_yaml, spec_from_dict
-from day0.paths import CONFIGS_DIR
-from day0.trial.loop import StepRecord, TrialFaults, run_steps
+from day0.trial.loop import StepRecord, run_steps
 from day0.trial.results import TrialCurve, TrialResult
 from tests._trial_helpers import tiny_data, tiny_loop
 
@@ -46,11 +48,21 @@ def _spec(storage: str, **trial: Any):  # noqa: ANN202
 
 def test_aligned_trial_two_workers(local_ray, tmp_path: Path) -> None:  # noqa: ANN001
     from day0.trial.step import run_trial
+    from tasks.trial import PlannerMemoryEstimate
 
     spec = _spec(f"file://{tmp_path}", workers=2)
-    result = run_trial(spec, checkpoint_uri=f"file://{tmp_path}/ckpt")
+    assert spec.training.precision.compute == "bf16"  # the default spec's plan trains at bf16
+    result = run_trial(spec, resolve_model(spec.model), checkpoint_uri=f"file://{tmp_path}/ckpt",
+                       memory_estimate=PlannerMemoryEstimate(spec.platform.hardware))
     assert result.alignment.passed, result.alignment.failures
-    assert result.passed and result.candidate.workers == 2 and result.global_batch == 4
+    assert result.verdict == "pass" and result.passed and result.global_batch == 4
+    ref, cand = result.reference, result.candidate
+    assert (ref.device, ref.compute_dtype, ref.workers) == ("cpu", "fp32", 1)
+    assert (cand.device, cand.compute_dtype, cand.workers, cand.sharding) == ("cpu", "bf16", 2, "ddp")
+    # Two curves that differ (bf16 autocast, 2-rank all-reduce), not one curve twice
+    diffs = [abs(c - r) for r, c in zip(ref.loss, cand.loss)]
+    assert result.alignment.first_step_abs_diff > 0 and sum(d > 0 for d in diffs) >= len(diffs) - 1, diffs
+    assert result.headline["candidate"] == "cpu bf16 x2 (ddp)" and result.headline["reference"] == "cpu fp32 x1"
     assert len(result.reference.loss) == len(result.candidate.loss) == 12
     assert [r.steps_executed for r in result.runs] == [12, 12]
     assert [m.rank for m in result.memory] == [0, 1] and all(m.measured_training_bytes > 0 for m in result.memory)
@@ -58,11 +70,15 @@ def test_aligned_trial_two_workers(local_ray, tmp_path: Path) -> None:  # noqa: 
     assert (tmp_path / "ckpt" / "candidate").is_dir() and result.runs[1].checkpoint_path.endswith("step_000012")
     md = result.to_markdown()
     assert "PASS" in md and "mean relative loss error" in md and "loss.png" in md
+    assert "| cpu | cpu | bf16 | 2 | ddp |" in md and "| cpu | cpu | fp32 | 1 | ddp |" in md
     assert result.files()["loss.png"][:8] == b"\x89PNG\r\n\x1a\n"
     TrialResult.model_validate_json(result.model_dump_json())  # round-trips as the step's result.json
 
 
-def test_task_rerun_resumes_from_s3_checkpoint(local_ray, s3_server, tmp_path: Path) -> None:  # noqa: ANN001
+def test_task_rerun_resumes_from_s3_checkpoint(local_ray, s3_server, tmp_path: Path,  # noqa: ANN001
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    from day0.analysis.step import analyze_model
+    from day0.planner.step import optimize_for_spec, plan_for_spec
     from day0.trial.step import TrialTrainingError
     from tasks.trial import trial
 
@@ -73,18 +89,25 @@ def test_task_rerun_resumes_from_s3_checkpoint(local_ray, s3_server, tmp_path: P
                        steps=[h.step for h in ref], loss=[h.loss for h in ref], grad_norm=[h.grad_norm for h in ref])
     (tmp_path / "ref.json").write_text(curve.model_dump_json())
     spec = _spec(f"s3://{s3_server.bucket}/runs", workers=1, reference=str(tmp_path / "ref.json"))
+    analyzed = analyze_model(spec.model, spec.platform, spec.training.precision.compute)  # steps 1, 3, 4: real
+    planned = plan_for_spec(spec, analyzed.structure)
+    optimized = optimize_for_spec(spec, analyzed.structure, planned)
     ctx = RunContext.create(spec)
     ctx.begin_attempt()
 
+    monkeypatch.setenv("DAY0_TESTING_TRIAL_FAULTS", '{"crash_at_step": 7}')  # reaches the Ray Train worker
     with pytest.raises(TrialTrainingError, match="injected crash at step 7.*rerun the same spec to resume"):
-        trial.fn(ctx, {}, faults=TrialFaults(crash_at_step=7), max_failures=0)
+        trial.fn(ctx, analyzed, planned, optimized, max_failures=0)
     keys = [o["Key"] for o in s3_server.client().list_objects_v2(Bucket=s3_server.bucket)["Contents"]]
     assert any("/trial/checkpoints/candidate/step_000005/model.pt" in k for k in keys), keys
 
+    monkeypatch.setenv("DAY0_TESTING_TRIAL_FAULTS", '{"step_delay_s": 0.01}')  # harmless: shows up in the notes
     ctx.begin_attempt()
-    result = trial.fn(ctx, {})
+    result = trial.fn(ctx, analyzed, planned, optimized)
     [run] = result.runs
     assert run.resumed_from_step == 5 and run.steps_executed == 7 < spec.trial.steps
     assert result.alignment.passed, result.alignment.failures
+    assert "test-only training hooks were active in the candidate: TrialFaults(step_delay_s=0.01)" in result.notes
     assert ctx.store().exists(ctx.key("trial", "result.json")) and ctx.store().exists(ctx.key("trial", "loss.png"))
-    assert json.loads(ctx.store().get_bytes(ctx.key("trial", "result.json")))["runs"][0]["steps_executed"] == 7
+    stored = json.loads(ctx.store().get_bytes(ctx.key("trial", "result.json")))
+    assert stored["runs"][0]["steps_executed"] == 7 and stored["verdict"] == "pass"

@@ -8,14 +8,13 @@ that exists but rejects a dtype (e.g. `_grouped_mm` at fp32 on CPU) is reported 
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal
 
 import torch
 from pydantic import BaseModel, Field
 
-from day0.analysis.inventory import OpInventory, OpRecord
 from day0.core.dtypes import DTYPES
-from day0.numerics.inputs import build_call, example_numel
+from day0.core.ops import OpInventory, OpRecord, build_call, declared_key, example_numel, is_composite_implicit, resolve_op
 from day0.spec import OperatorSupport
 
 __all__ = ["CoverageReport", "OpCoverage", "diff_declared", "probe_device"]
@@ -49,31 +48,18 @@ class CoverageReport(BaseModel):
         return counts
 
 
-def _base(op: str) -> str:
-    return op.split(".")[0]
-
-
-def _is_composite_implicit(op: str) -> bool:
-    name = _base(op)
-    overload = op.split(".", 1)[1] if "." in op else ""
-    try:
-        return torch._C._dispatch_has_kernel_for_dispatch_key(f"{name}.{overload}" if overload else name,
-                                                               "CompositeImplicitAutograd")
-    except RuntimeError:
-        return False
-
-
 def diff_declared(inventory: OpInventory, library: list[OperatorSupport], platform: str) -> CoverageReport:
     """Match by exact overload, or by base name when the entry names no overload ('aten::sum')."""
     declared: dict[str, OperatorSupport] = {s.op: s for s in library}
     out = []
     for rec in inventory.ops:
-        entry = declared.get(rec.op) or declared.get(_base(rec.op))
-        if entry is None:
-            status: Status = "composite" if _is_composite_implicit(rec.op) else "missing"
+        key = declared_key(rec.op, declared)
+        if key is None:
+            status: Status = "composite" if is_composite_implicit(rec.op) else "missing"
             out.append(OpCoverage(op=rec.op, status=status, dtypes_needed=rec.dtypes, modules=rec.modules,
                                   detail="decomposes into other aten ops" if status == "composite" else ""))
             continue
+        entry = declared[key]
         bad = [d for d in rec.dtypes if entry.dtypes is not None and d not in entry.dtypes]
         out.append(OpCoverage(op=rec.op, status="dtype_unsupported" if bad else "supported",
                               dtypes_needed=rec.dtypes, dtypes_unsupported=bad, modules=rec.modules,
@@ -82,13 +68,6 @@ def diff_declared(inventory: OpInventory, library: list[OperatorSupport], platfo
 
 
 # --- probing -----------------------------------------------------------------------------------
-
-def _overload(op: str) -> Any:
-    ns, rest = op.split("::")
-    name, _, overload = rest.partition(".")
-    packet = getattr(getattr(torch.ops, ns), name)
-    return getattr(packet, overload or "default")
-
 
 def _has_kernel(op: str, key: str) -> bool:
     """A kernel for the device's key, or a backend-agnostic one every device gets. A NonFunctional
@@ -108,7 +87,7 @@ def _run_once(rec: OpRecord, dtype: str, device: str, max_elements: int) -> str 
     try:
         args, kwargs = build_call(rec.op, example, edge=False, dtype_for=lambda _recorded: DTYPES[dtype],
                                   device=device)
-        _overload(rec.op)(*args, **kwargs)
+        resolve_op(rec.op)(*args, **kwargs)
     except (RuntimeError, NotImplementedError, TypeError, ValueError, IndexError) as exc:
         message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         dtype_words = ("not implemented for", "dtype", "Float", "BFloat16", "Half", "expected scalar type")
@@ -125,7 +104,7 @@ def probe_device(inventory: OpInventory, device_type: str, platform: str,
     out = []
     for rec in inventory.ops:
         if not _has_kernel(rec.op, key):
-            status: Status = "composite" if _is_composite_implicit(rec.op) else "missing"
+            status: Status = "composite" if is_composite_implicit(rec.op) else "missing"
             out.append(OpCoverage(op=rec.op, status=status, dtypes_needed=rec.dtypes, modules=rec.modules,
                                   detail=f"no {key} kernel" + ("; decomposes" if status == "composite" else "")))
             continue

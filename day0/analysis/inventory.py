@@ -15,74 +15,18 @@ from contextlib import contextmanager
 from typing import Any
 
 import torch
-from pydantic import BaseModel, Field
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_map
 
 from day0.analysis.structure import _decoder_layers, layer_kinds
-from day0.core.dtypes import DTYPES
+from day0.core.dtypes import DTYPES, dtype_name
+from day0.core.ops import DtypeConstraint, OpInventory, OpRecord, describe_call, op_name
 
-__all__ = ["DtypeConstraint", "OpInventory", "OpRecord", "capture_operators", "dtype_name", "reduced_depth"]
+__all__ = ["capture_operators", "reduced_depth"]
 
-_DTYPE_NAMES = {v: k for k, v in DTYPES.items()} | {torch.int64: "int64", torch.int32: "int32",
-                                                       torch.bool: "bool", torch.uint8: "uint8"}
 _MAX_EXAMPLES = 3
-
-
-def dtype_name(dtype: torch.dtype) -> str:
-    return _DTYPE_NAMES.get(dtype, str(dtype).removeprefix("torch."))
-
-
-class OpRecord(BaseModel):
-    op: str = Field(description="Overload name, e.g. 'aten::mm' or 'aten::add.Tensor'.")
-    calls: int = 0
-    phases: list[str] = Field(default_factory=list, description="'forward' and/or 'backward'.")
-    dtypes: list[str] = Field(default_factory=list, description="Floating dtypes of tensor inputs.")
-    modules: list[str] = Field(default_factory=list, description="Where it runs, e.g. 'layers.1 (mla+moe)'.")
-    examples: list[list[Any]] = Field(default_factory=list,
-                                      description="Argument lists: tensors as {shape, dtype}, devices as '<device>', "
-                                                  "other values as is; keyword arguments, if any, as a "
-                                                  "trailing {'kwargs': {...}} element.")
-
-
-class DtypeConstraint(BaseModel):
-    op: str
-    dtype: str
-    message: str
-    ran_at: str = "bf16"
-
-
-class OpInventory(BaseModel):
-    compute_dtype: str
-    seq_len: int
-    layers_captured: list[str] = Field(description="Which layer kinds the reduced-depth copy holds.")
-    ops: list[OpRecord]
-    constraints: list[DtypeConstraint]
-    capture_seconds: float
-
-    def by_name(self) -> dict[str, OpRecord]:
-        return {r.op: r for r in self.ops}
-
-
-def _op_name(func: Any) -> str:
-    name = func._schema.name  # 'aten::add'
-    return f"{name}.{func._overloadname}" if func._overloadname != "default" else name
-
-
-def _describe(value: Any) -> Any:
-    if isinstance(value, torch.Tensor):
-        return {"shape": list(value.shape), "dtype": dtype_name(value.dtype)}
-    if isinstance(value, torch.device):
-        return "<device>"  # captured on meta; probes and checks substitute their own device
-    if isinstance(value, (torch.dtype, torch.layout, torch.memory_format)):
-        return str(value)
-    if isinstance(value, dict):
-        return {k: _describe(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_describe(v) for v in value]
-    if isinstance(value, (int, float, bool, str)) or value is None:
-        return value
-    return repr(value)
+"""Distinct examples kept per op, plus one for each floating dtype the first ones do not show
+(a bf16 model's sum runs at fp32 in its norms first, at bf16 later: both must be checked)."""
 
 
 class _Recorder(TorchDispatchMode):
@@ -102,13 +46,13 @@ class _Recorder(TorchDispatchMode):
         for t in (a for a in torch.utils._pytree.tree_leaves((args, kwargs)) if isinstance(a, torch.Tensor)):
             if t.dtype.is_floating_point and dtype_name(t.dtype) not in rec.dtypes:
                 rec.dtypes.append(dtype_name(t.dtype))
-        example = [_describe(a) for a in args] + ([{"kwargs": _describe(kwargs)}] if kwargs else [])
-        if len(rec.examples) < _MAX_EXAMPLES and example not in rec.examples:
+        example = describe_call(args, kwargs)
+        if example not in rec.examples and (len(rec.examples) < _MAX_EXAMPLES or _new_dtype(rec.examples, example)):
             rec.examples.append(example)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
         kwargs = kwargs or {}
-        name = _op_name(func)
+        name = op_name(func)
         self._record(name, args, kwargs)
         try:
             return func(*args, **kwargs)
@@ -124,6 +68,16 @@ class _Recorder(TorchDispatchMode):
                           and a.dtype.is_floating_point else a, (args, kwargs))
             out = func(*up[0], **up[1])
             return tree_map(lambda o: o.to(dtype) if isinstance(o, torch.Tensor) and o.is_floating_point() else o, out)
+
+
+def _floating(example: list[Any]) -> set[str]:
+    return {leaf for leaf in torch.utils._pytree.tree_leaves(example) if isinstance(leaf, str) and leaf in DTYPES}
+
+
+def _new_dtype(examples: list[list[Any]], example: list[Any]) -> bool:
+    """`example` has a floating dtype that none of `examples` has."""
+    seen = set().union(*map(_floating, examples)) if examples else set()
+    return bool(_floating(example) - seen)
 
 
 def reduced_depth(model: torch.nn.Module, attention_kind: str) -> list[tuple[int, str]]:

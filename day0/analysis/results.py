@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from day0.analysis.coverage import CoverageReport
 from day0.analysis.inventory import OpInventory
-from day0.analysis.structure import ModelStructure
+from day0.analysis.structure import LayerKind, ModelStructure
 from day0.core.model_source import ResolvedModel
 from day0.core.result import Judgement, StepResult
 
-__all__ = ["AnalyzeResult"]
+__all__ = ["AnalyzeResult", "LayerKind", "ModelStructure", "OpInventory"]  # the types later steps read
 
 
 class AnalyzeResult(StepResult):

@@ -15,6 +15,7 @@ from day0.analysis.results import AnalyzeResult
 from day0.analysis.structure import analyze_structure
 from day0.core.model_source import resolve_model
 from day0.core.modeling import build_meta_model, load_hf_config
+from day0.core.precision import host_compute_dtype
 from day0.spec import ModelSpec, PlatformSpec
 
 __all__ = ["analyze_model"]
@@ -29,8 +30,7 @@ def analyze_model(model: ModelSpec, platform: PlatformSpec, compute_dtype: str =
     say(f"resolving {model.source}")
     resolved = resolve_model(model)
     hf_config = load_hf_config(resolved)
-    if compute_dtype == "fp8":
-        compute_dtype = "bf16"  # fp8 training keeps bf16 activations; the matmul path is the platform's
+    compute_dtype, _fp8_note = host_compute_dtype(compute_dtype)  # the capture's dtype: what fp8 keeps
     say("building the architecture on the meta device")
     meta = build_meta_model(hf_config, model.source, compute_dtype, trust_remote_code=resolved.trust_remote_code)
     structure = analyze_structure(meta, model.source)

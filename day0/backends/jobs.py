@@ -11,23 +11,15 @@ the logs are the same everywhere.
 
 from __future__ import annotations
 
-import os
 import re
 import secrets
-import signal
-import socket
-import subprocess
-import sys
-import tempfile
 import time
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
-from pathlib import Path
-from typing import Any, Literal
+from collections.abc import Mapping
+from typing import Any, Literal, cast
 
 from pydantic import BaseModel, Field
 
-__all__ = ["JobError", "JobOutcome", "connect", "local_head", "run_job", "submission_id", "submit", "wait"]
+__all__ = ["JobError", "JobOutcome", "connect", "run_job", "submission_id", "submit", "wait"]
 
 Terminal = Literal["SUCCEEDED", "FAILED", "STOPPED"]
 _TERMINAL = {"SUCCEEDED", "FAILED", "STOPPED"}
@@ -106,7 +98,7 @@ def wait(client: Any, sub_id: str, timeout_s: float, *, poll_s: float = 1.0, log
             status = _wait_stopped(client, sub_id)
             break
         time.sleep(poll_s)
-    return JobOutcome(submission_id=sub_id, address=str(client.get_address()), status=status,  # type: ignore[arg-type]
+    return JobOutcome(submission_id=sub_id, address=str(client.get_address()), status=cast(Terminal, status),
                       message=str(info.message or "") if not timed_out else f"stopped after {timeout_s:.0f} s timeout",
                       timed_out=timed_out, duration_s=round(time.monotonic() - start, 3),
                       logs_tail=_tail(client, sub_id, log_lines))
@@ -137,36 +129,3 @@ def run_job(address: str, entrypoint: str, *, timeout_s: float, sub_id: str | No
             client.stop_job(job)
         finally:
             raise
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-@contextmanager
-def local_head(num_cpus: int = 1, start_timeout_s: float = 120.0) -> Iterator[str]:
-    """A private Ray head on this machine (own ports and temp dir); yields its dashboard address.
-
-    It runs `ray start --head --block` in its own process group and is stopped by signalling that
-    group, never by `ray stop`, which would stop every other Ray session on the machine."""
-    ray = Path(sys.executable).with_name("ray")
-    dash, tmp = _free_port(), tempfile.mkdtemp(prefix="d0ray", dir="/tmp")  # short: socket paths
-    env = {**os.environ, "RAY_AUTH_MODE": os.environ.get("RAY_AUTH_MODE", "disabled"), "RAY_USAGE_STATS_ENABLED": "0"}
-    ports = {f"--{flag}={_free_port()}" for flag in ("port", "dashboard-agent-listen-port", "ray-client-server-port",
-                                                      "metrics-export-port", "runtime-env-agent-port")}
-    cmd = [str(ray), "start", "--head", "--block", f"--num-cpus={num_cpus}", "--include-dashboard=true",
-           "--dashboard-host=127.0.0.1", f"--dashboard-port={dash}", f"--temp-dir={tmp}",
-           "--disable-usage-stats", *sorted(ports)]
-    proc = subprocess.Popen(cmd, env=env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        address = f"http://127.0.0.1:{dash}"
-        connect(address, timeout_s=start_timeout_s)
-        yield address
-    finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)

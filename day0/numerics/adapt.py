@@ -19,10 +19,10 @@ import torch
 from torch._decomp import decomposition_table
 from torch.utils._pytree import tree_map
 
-from day0.analysis.inventory import OpInventory, OpRecord
-from day0.numerics.inputs import build_call
-from day0.numerics.opcheck import DTYPE, check_op, upcast_kernel, write_back
-from day0.numerics.platform_kernels import KernelEntry, KernelTable, MissingKernelError, Platform, resolve_op
+from day0.core.dtypes import DTYPE_BYTES, DTYPES
+from day0.core.ops import OpInventory, OpRecord, build_call, resolve_op
+from day0.numerics.opcheck import check_op, upcast_kernel, write_back
+from day0.numerics.platform_kernels import KernelEntry, KernelTable, MissingKernelError, Platform
 from day0.numerics.results import Adaptation, OpCheck, OpCheckReport
 from day0.spec import ValidationSpec
 
@@ -31,7 +31,6 @@ __all__ = ["HOST_LINK_GBPS", "STRATEGIES", "adapt_op", "adapt_report", "make_ker
 STRATEGIES: tuple[str, ...] = ("plugin", "decomposition", "upcast", "cpu_fallback")
 HOST_LINK_GBPS = 25.0   # PCIe 4.0 x16, the usual host<->accelerator link
 DEVICE_MEM_GBPS = 1000.0  # order of an accelerator's HBM bandwidth; the ratio is what matters
-_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "int": 4}
 _active = threading.local()
 
 
@@ -93,9 +92,9 @@ def make_kernel(strategy: str, op: str, platform: Platform, dtype: str,
 
 def _launches(record: Any, platform: Platform, dtype: str, inventory_dtype: str) -> int:
     """Kernels one adapted call launches on the platform (the decomposition's cost)."""
-    target = DTYPE[dtype]
+    target = DTYPES[dtype]
     call = build_call(record.op, record.examples[0], 0,
-                      dtype_for=lambda name: target if name == inventory_dtype else DTYPE.get(name, torch.float32),
+                      dtype_for=lambda name: target if name == inventory_dtype else DTYPES.get(name, torch.float32),
                       device=platform.device)
     try:
         with platform.mode() as mode:
@@ -106,7 +105,7 @@ def _launches(record: Any, platform: Platform, dtype: str, inventory_dtype: str)
 
 
 def _cost(strategy: str, record: Any, platform: Platform, dtype: str, inventory_dtype: str) -> tuple[float, str]:
-    b = _BYTES.get(dtype, 4)
+    b = DTYPE_BYTES.get(dtype, 4)  # 'int': int32-sized
     if strategy == "decomposition":
         n = _launches(record, platform, dtype, inventory_dtype)
         return float(n), f"{n} platform kernels per call (memory-bound estimate)"

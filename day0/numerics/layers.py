@@ -15,40 +15,50 @@ from contextlib import contextmanager
 from typing import Any
 
 import torch
+from pydantic import BaseModel, Field
 from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from day0.analysis.results import AnalyzeResult, ModelStructure
+from day0.core.dtypes import DTYPES
+from day0.core.model_source import ResolvedModel
+from day0.core.modeling import load_hf_config
 from day0.numerics.metrics import ErrorMetrics, Thresholds, compare, verdict
-from day0.numerics.opcheck import DTYPE, ReferenceMode, thresholds_for
+from day0.numerics.opcheck import ReferenceMode, thresholds_for
 from day0.numerics.platform_kernels import MissingKernelError, Platform
 from day0.numerics.results import LayerReport, LayerRow
 from day0.spec import ValidationSpec
 
-__all__ = ["build_model", "compare_layers", "layer_units", "reduced_params"]
+__all__ = ["WholeModel", "build_model", "compare_layers", "layer_units", "reduced_params"]
 
 
-def _plan(source: str, layers: int | None) -> tuple[Any, list[int]]:
-    """(config at the depth to build, decoder layer indices to keep). `layers=None`: the first
-    layer of each distinct kind (dense/MoE, attention types), as step 1's inventory does."""
-    from day0.core.model_source import resolve_model_source
-    from day0.analysis.structure import analyze_structure, layer_kinds
-    from day0.core.modeling import build_meta_model, load_hf_config
+class WholeModel(BaseModel):
+    """What the whole-model check builds: step 1's resolved model, keeping these decoder layers."""
 
-    cfg = load_hf_config(resolve_model_source(source))
+    model: ResolvedModel
+    keep_layers: list[int] = Field(min_length=1, description="Decoder layer indices, ascending.")
+
+    @classmethod
+    def from_analysis(cls, analyzed: AnalyzeResult, layers: int | None = None) -> WholeModel:
+        """The first `layers` decoder layers, or (None) the first layer of each distinct kind
+        (dense/MoE, attention types), as step 1's inventory does."""
+        return cls(model=analyzed.model, keep_layers=_keep(analyzed.structure, layers))
+
+
+def _keep(structure: ModelStructure, layers: int | None) -> list[int]:
     if layers is not None:
-        keep = list(range(min(layers, cfg.num_hidden_layers)))
-    else:
-        meta = build_meta_model(cfg, source, "fp32")
-        first: dict[str, int] = {}
-        for i, (kind, _) in enumerate(layer_kinds(meta, analyze_structure(meta, source).attention_kind)):
-            first.setdefault(kind, i)
-        keep = sorted(first.values())
-        cfg = load_hf_config(resolve_model_source(source))
-    cfg.num_hidden_layers = keep[-1] + 1
+        return list(range(min(layers, structure.num_layers)))
+    return sorted(kind.indices[0] for kind in structure.layer_kinds)
+
+
+def _config(whole: WholeModel) -> Any:
+    """The config at the depth to build (the last kept layer + 1)."""
+    cfg = load_hf_config(whole.model)
+    cfg.num_hidden_layers = whole.keep_layers[-1] + 1
     if getattr(cfg, "layer_types", None):
         cfg.layer_types = cfg.layer_types[: cfg.num_hidden_layers]
     cfg.use_cache = False
-    return cfg, keep
+    return cfg
 
 
 def _trim(model: nn.Module, keep: list[int]) -> nn.Module:
@@ -64,25 +74,24 @@ def _trim(model: nn.Module, keep: list[int]) -> nn.Module:
     return model
 
 
-def reduced_params(source: str, layers: int | None = None) -> int:
+def reduced_params(whole: WholeModel) -> int:
     """Parameters of the model `build_model` would build, counted on the meta device."""
     from transformers import AutoModelForCausalLM
 
-    cfg, keep = _plan(source, layers)
     with torch.device("meta"):
-        model = _trim(AutoModelForCausalLM.from_config(cfg), keep)
+        model = _trim(AutoModelForCausalLM.from_config(_config(whole), trust_remote_code=whole.model.trust_remote_code),
+                      whole.keep_layers)
     return sum(p.numel() for p in model.parameters())
 
 
-def build_model(source: str, layers: int | None = None, seed: int = 0) -> nn.Module:
-    """The model of `source` (a configs/models name, a dir or hf://) at reduced depth and full
-    width, with seeded random weights in fp32 on the CPU: its first `layers` decoder layers, or
-    (None) the first layer of each distinct kind."""
+def build_model(whole: WholeModel, seed: int = 0) -> nn.Module:
+    """The model at reduced depth and full width, with seeded random weights in fp32 on the CPU."""
     from transformers import AutoModelForCausalLM
 
-    cfg, keep = _plan(source, layers)
     torch.manual_seed(seed)
-    return _trim(AutoModelForCausalLM.from_config(cfg, dtype=torch.float32), keep).eval()
+    model = AutoModelForCausalLM.from_config(_config(whole), dtype=torch.float32,
+                                             trust_remote_code=whole.model.trust_remote_code)
+    return _trim(model, whole.keep_layers).eval()
 
 
 def layer_units(model: nn.Module) -> list[tuple[str, nn.Module]]:
@@ -154,7 +163,7 @@ def compare_layers(model: nn.Module, platform: Platform, compute_dtype: str = "f
     compared. `model` is not modified."""
     validation = validation or ValidationSpec()
     start = time.perf_counter()
-    ref_dtype, dtype = DTYPE[validation.reference_dtype], DTYPE[compute_dtype]
+    ref_dtype, dtype = DTYPES[validation.reference_dtype], DTYPES[compute_dtype]
     reference = copy.deepcopy(model).to(ref_dtype)
     candidate = copy.deepcopy(model).to(dtype).to(platform.device)
     vocab = model.config.vocab_size

@@ -24,60 +24,30 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
+from day0.core.dtypes import DTYPES, dtype_name
+from day0.core.ops import declared_key, describe_call, is_composite_implicit, op_name, resolve_op
 from day0.spec import PlatformSpec
 
 __all__ = ["ENTRY_POINT_GROUP", "KernelEntry", "KernelTable", "MissingKernelError", "Platform", "PlatformMode",
-           "call_dtype", "describe", "load_plugin_kernels", "op_name", "resolve_op"]
+           "call_dtype", "load_plugin_kernels"]
 
 ENTRY_POINT_GROUP = "day0.platforms"
-_DTYPE_NAMES = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16", torch.float64: "fp64"}
 
 
 class MissingKernelError(NotImplementedError):
-    """The platform has no kernel for this op at this dtype. `op` and `example` (the call, described
-    like a step-1 inventory example) let step 2 adapt an op it only meets at run time."""
+    """The platform has no kernel for this op at this dtype. `op` and `example` (the call in the
+    op-call notation of `day0.core.ops`) let step 2 adapt an op it only meets at run time."""
 
     def __init__(self, message: str, op: str = "", example: list[Any] | None = None, dtype: str | None = None) -> None:
         super().__init__(message)
         self.op, self.example, self.dtype = op, example, dtype
 
 
-def describe(value: Any) -> Any:
-    """A call argument in the step-1 inventory's notation: tensors as {shape, dtype}."""
-    if isinstance(value, torch.Tensor):
-        return {"shape": list(value.shape), "dtype": _DTYPE_NAMES.get(value.dtype, str(value.dtype).removeprefix("torch."))}
-    if isinstance(value, torch.device):
-        return "<device>"
-    if isinstance(value, (torch.dtype, torch.layout, torch.memory_format)):
-        return str(value)
-    if isinstance(value, (list, tuple)):
-        return [describe(v) for v in value]
-    return value
-
-
-def op_name(func: torch._ops.OpOverload) -> str:
-    """'aten::add.Tensor' / 'aten::mm' (same spelling as the step-1 inventory)."""
-    name = func._schema.name
-    return f"{name}.{func._overloadname}" if func._overloadname != "default" else name
-
-
-def resolve_op(name: str) -> torch._ops.OpOverload:
-    """'aten::add.Tensor' -> torch.ops.aten.add.Tensor. Raises KeyError for unknown names."""
-    ns, _, rest = name.partition("::")
-    base, _, overload = rest.partition(".")
-    try:
-        return getattr(getattr(getattr(torch.ops, ns), base), overload or "default")
-    except (AttributeError, RuntimeError) as exc:
-        raise KeyError(f"unknown operator {name!r}") from exc
-
-
 def call_dtype(args: Any) -> str | None:
     """The dtype a call runs at: its first floating tensor input, else its first tensor."""
     tensors = [t for t in tree_leaves(args) if isinstance(t, torch.Tensor)]
-    for t in tensors:
-        if t.dtype.is_floating_point:
-            return _DTYPE_NAMES.get(t.dtype, str(t.dtype).removeprefix("torch."))
-    return str(tensors[0].dtype).removeprefix("torch.").replace("float", "fp") if tensors else None
+    floating = [t for t in tensors if t.dtype.is_floating_point]
+    return dtype_name((floating or tensors)[0].dtype) if tensors else None
 
 
 @dataclass(frozen=True)
@@ -131,14 +101,6 @@ def load_plugin_kernels(eps: Iterable[EntryPoint] | None = None, names: Iterable
     return table
 
 
-def _is_composite(op: str) -> bool:
-    """CompositeImplicitAutograd ops decompose before reaching a backend: always 'supported'."""
-    try:
-        return torch._C._dispatch_has_kernel_for_dispatch_key(op, "CompositeImplicitAutograd")
-    except RuntimeError:
-        return False
-
-
 @dataclass
 class Platform:
     """A platform as step 2 sees it: a device, an operator library and a kernel table."""
@@ -171,14 +133,13 @@ class Platform:
         return cls(spec.name, device, library, kernels, emulated, notes)
 
     def declares(self, op: str, dtype: str | None) -> bool:
-        if self.library is None or _is_composite(op):
+        if self.library is None or is_composite_implicit(op):
             return True
-        # exact overload, or the base name when the library names no overload ('aten::sum')
-        base = op.split(".")[0]
-        if op not in self.library and base not in self.library:
+        key = declared_key(op, self.library)
+        if key is None:
             return False
-        dtypes = self.library[op] if op in self.library else self.library[base]
-        return dtypes is None or dtype not in _DTYPE_NAMES.values() or dtype in dtypes
+        dtypes = self.library[key]  # None: every dtype; integer calls are not dtype-restricted
+        return dtypes is None or dtype not in DTYPES or dtype in dtypes
 
     def supports(self, op: str, dtype: str | None) -> bool:
         return self.kernels.lookup(op, dtype) is not None or self.declares(op, dtype)
@@ -212,7 +173,7 @@ class PlatformMode(TorchDispatchMode):
                     return entry.fn(*args, **kwargs)
             return entry.fn(*args, **kwargs)
         if not self.platform.declares(name, dtype):
-            example = [describe(a) for a in args] + ([{"kwargs": {k: describe(v) for k, v in kwargs.items()}}] if kwargs else [])
+            example = describe_call(args, kwargs)
             raise MissingKernelError(f"{self.platform.name}: no kernel for {name} at {dtype}", name, example, dtype)
         self.served[(name, "stock")] += 1
         return func(*args, **kwargs)

@@ -16,7 +16,8 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from day0.analysis.inventory import OpInventory
+from day0.core.ops import OpInventory
+from day0.numerics.layers import WholeModel
 from day0.numerics.results import OperatorsResult
 from day0.spec import ClusterSpec, PlatformSpec, ValidationSpec
 
@@ -30,8 +31,7 @@ class OperatorsRequest(BaseModel):
     platform: PlatformSpec
     validation: ValidationSpec = Field(default_factory=ValidationSpec)
     compute_dtype: str | None = None
-    model_source: str | None = None
-    layers: int | None = None
+    whole_model: WholeModel | None = Field(None, description="Step 1's model at reduced depth, for the layer check.")
     max_model_params: int = Field(300_000_000, description="Largest reduced model the worker builds.")
 
 
@@ -50,7 +50,7 @@ def _execute(request: OperatorsRequest) -> OperatorsResult:
     from day0.numerics.step import run_operators
 
     return run_operators(request.inventory, request.platform, request.validation, request.compute_dtype,
-                         model_source=request.model_source, layers=request.layers,
+                         whole_model=request.whole_model,
                          max_model_params=request.max_model_params)
 
 

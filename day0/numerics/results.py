@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
+from day0.core.result import Judgement, StepResult, Verdict
 from day0.numerics.metrics import ErrorMetrics
 
 __all__ = ["Adaptation", "LayerReport", "LayerRow", "OpCheck", "OpCheckReport", "OperatorsResult"]
@@ -140,17 +141,56 @@ class LayerReport(BaseModel):
         return "\n".join(lines)
 
 
-class OperatorsResult(BaseModel):
-    """Step 2's result: per-op checks (with adaptations) and the whole-model layer comparison."""
+class OperatorsResult(StepResult):
+    """Step 2's result: per-op checks (with adaptations) and the whole-model layer comparison.
+
+    Verdict: `fail` when an op is left failing, erroring or without a kernel after adaptation, or
+    the whole-model check diverges or errors; `warn` when ops needed adapting or something was not
+    checked (skipped ops, gradients, the whole model); `pass` otherwise. Unchecked ops are counted
+    apart, never as passing."""
+
+    STEP: ClassVar[str] = "operators"
 
     ops: OpCheckReport
     layers: LayerReport | None = None
     notes: list[str] = Field(default_factory=list)
     seconds: float = 0.0
 
-    @property
-    def passed(self) -> bool:
-        return not self.ops.failing and (self.layers is None or self.layers.passed)
+    def judge(self) -> Judgement:
+        checks = self.ops.checks
+        failed = [c for c in checks if c.status in ("fail", "error") or c.grad_status in ("fail", "error")]
+        missing = [c for c in checks if c.status == "missing"]
+        skipped = [c for c in checks if c.status == "skipped"]
+        grads_skipped = [c for c in checks if c.status not in ("skipped", "missing") and c.grad_status == "skipped"]
+        adapted = [a for a in self.ops.adaptations if a.strategy]
+        reasons = [_op_reason(c) for c in failed + missing] + _layer_reasons(self.layers)
+        warnings = [line for line in (
+            _listing("op(s) needed adapting", [f"{a.op} ({a.strategy})" for a in adapted]),
+            _listing("op(s) not checked", [f"{c.op}: {c.reason[:80]}" for c in skipped]),
+            _listing("gradient(s) not checked", [c.op for c in grads_skipped])) if line]
+        if self.layers is None:
+            why = [n for n in self.notes if n.startswith("whole-model check skipped")]
+            warnings.append(why[0] if why else "whole-model check not run")
+        verdict: Verdict = "fail" if reasons else "warn" if warnings else "pass"
+        return Judgement(verdict=verdict, reasons=reasons + warnings,
+                         headline=self._headline(failed, missing + skipped, grads_skipped, adapted))
+
+    def _headline(self, failed: list[OpCheck], unchecked: list[OpCheck], grads_unchecked: list[OpCheck],
+                  adapted: list[Adaptation]) -> dict[str, str]:
+        checks = self.ops.checks
+        dtype = self.ops.compute_dtypes[0] if self.ops.compute_dtypes else "-"
+        at_dtype = [c.metrics for c in checks if c.metrics is not None and c.dtype == dtype]
+        worst = (f"cosine {min(m.cosine for m in at_dtype):.6f}, max rel {max(m.max_rel for m in at_dtype):.3g}"
+                 if at_dtype else "-")
+        layer = ("not run" if self.layers is None else
+                 f"error: {self.layers.error[:60]}" if self.layers.error else
+                 f"{self.layers.first_divergent} ({self.layers.first_divergent_phase})"
+                 if self.layers.first_divergent else "none")
+        return {"ops checked": str(len(checks) - len(unchecked)),
+                "passed": str(len(checks) - len(unchecked) - len(failed)),
+                "failed": str(len(failed)), "adapted": str(len(adapted)),
+                "not checked": f"{len(unchecked)} ops, {len(grads_unchecked)} gradients",
+                f"worst at {dtype}": worst, "first divergent layer": layer}
 
     def _plot_layers(self) -> bool:
         return self.layers is not None and any(r.metrics.rel_rmse > 0 for r in self.layers.rows)
@@ -170,10 +210,37 @@ class OperatorsResult(BaseModel):
         return {"layers.png": grouped_bars(title, modules, series, "RMS error / RMS(reference)", log=True)}
 
     def to_markdown(self) -> str:
-        head = "## Step 2: operators and numerical alignment: " + ("PASS" if self.passed else "FAIL")
+        head = "## Step 2: operators and numerical alignment: " + self.verdict.upper()
         parts = [head, *(["\n".join(f"- note: {n}" for n in self.notes)] if self.notes else []), self.ops.to_markdown()]
         if self.layers is not None:
             parts.append(self.layers.to_markdown())
             if self._plot_layers():
                 parts.append("![per-module error](layers.png)")
         return "\n\n".join(parts)
+
+
+def _listing(what: str, items: list[str]) -> str:
+    return f"{len(items)} {what}: " + "; ".join(items) if items else ""
+
+
+def _op_reason(c: OpCheck) -> str:
+    """One line for an op left failing: what, at which dtype, with its numbers."""
+    m = c.metrics if c.status != "pass" else c.grad_metrics
+    numbers = (f"max abs {m.max_abs:.3g}, max rel {m.max_rel:.3g}, cosine {m.cosine:.6f}, RMS error {m.rel_rmse:.3g}: "
+               if m is not None else "")
+    what = "gradient fails" if c.status == "pass" else {"missing": "no kernel, none adapted"}.get(c.status, c.status)
+    return f"{c.op} at {c.dtype}: {what}: {numbers}{c.reason[:160]}"
+
+
+def _layer_reasons(layers: LayerReport | None) -> list[str]:
+    if layers is None:
+        return []
+    if layers.error:
+        return [f"whole-model check ({layers.compute_dtype} vs {layers.reference_dtype}) did not run: {layers.error}"]
+    bad = next((r for r in layers.rows if not r.passed), None)
+    if bad is None:
+        return []
+    m = bad.metrics
+    return [f"whole-model check diverges first at {bad.module} ({bad.phase}), {layers.compute_dtype} vs "
+            f"{layers.reference_dtype}: RMS error {m.rel_rmse:.3g}, cosine {m.cosine:.6f}, max abs {m.max_abs:.3g}: "
+            f"{bad.reason}"]

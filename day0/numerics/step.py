@@ -2,7 +2,8 @@
 whole reduced-depth model compared layer by layer.
 
     from day0.numerics.step import run_operators
-    result = run_operators(inventory, spec.platform, spec.validation, "bf16", model_source="tiny-deepseek-v3")
+    result = run_operators(analyzed.inventory, spec.platform, spec.validation, "bf16",
+                           whole_model=WholeModel.from_analysis(analyzed))
 
 Pure of side effects except reading the model config; the same function runs in-process (local
 backend) and inside a Ray task on an accelerator worker (`day0.numerics.ray_job`).
@@ -14,9 +15,11 @@ import time
 from collections.abc import Callable
 from importlib.metadata import EntryPoint
 
-from day0.analysis.inventory import OpInventory, OpRecord
+from day0.core.dtypes import DTYPES
+from day0.core.ops import OpInventory, OpRecord
+from day0.core.precision import host_compute_dtype
 from day0.numerics.adapt import adapt_op, adapt_report
-from day0.numerics.layers import build_model, compare_layers, reduced_params
+from day0.numerics.layers import WholeModel, build_model, compare_layers, reduced_params
 from day0.numerics.opcheck import check_inventory
 from day0.numerics.platform_kernels import ENTRY_POINT_GROUP, KernelTable, Platform, load_plugin_kernels
 from day0.numerics.results import LayerReport, OpCheck, OpCheckReport, OperatorsResult
@@ -59,24 +62,24 @@ def _runtime_record(layer_report: LayerReport) -> OpRecord | None:
     exc = layer_report._missing
     if exc is None or not exc.op or exc.example is None:
         return None
-    floats = [exc.dtype] if exc.dtype in ("fp32", "bf16", "fp16", "fp64") else []
+    floats = [exc.dtype] if exc.dtype in DTYPES else []
     return OpRecord(op=exc.op, calls=1, phases=["forward"], dtypes=floats, modules=["whole-model run"],
                     examples=[exc.example])
 
 
-def _whole_model(source: str, layers: int | None, plat: Platform, dtype: str, validation: ValidationSpec,
+def _whole_model(whole: WholeModel, plat: Platform, dtype: str, validation: ValidationSpec,
                  report: OpCheckReport, notes: list[str], say: Progress, max_params: int,
                  plugins: KernelTable | None) -> LayerReport | None:
     """The layer comparison; ops the real run needs and the platform lacks are adapted as met
     (when `plugins` is not None, i.e. adaptation is on) and the run repeated."""
-    n = reduced_params(source, layers)
-    depth = f"{layers} layers" if layers else "one layer of each kind"
+    n, source = reduced_params(whole), whole.model.source
+    depth = f"decoder layers {whole.keep_layers}"
     if n > max_params:
         notes.append(f"whole-model check skipped: {depth} at full width hold {n / 1e9:.1f}B parameters "
                      f"(> {max_params / 1e9:.1f}B limit for this worker)")
         return None
     say(f"whole-model check: {depth}, {n / 1e6:.1f}M parameters")
-    model = build_model(source, layers)
+    model = build_model(whole)
     layer_report = compare_layers(model, plat, dtype, validation, name=source)
     for _ in range(_MAX_RUNTIME_ADAPTATIONS if plugins is not None else 0):
         record = _runtime_record(layer_report)
@@ -94,18 +97,15 @@ def _whole_model(source: str, layers: int | None, plat: Platform, dtype: str, va
 
 
 def run_operators(inventory: OpInventory, platform: PlatformSpec | Platform, validation: ValidationSpec | None = None,
-                  compute_dtype: str | None = None, *, model_source: str | None = None, layers: int | None = None,
+                  compute_dtype: str | None = None, *, whole_model: WholeModel | None = None,
                   adapt: bool = True, plugins: list[EntryPoint] | None = None, max_elements: int = 1 << 22,
                   max_model_params: int = MAX_MODEL_PARAMS, progress: Progress | None = None) -> OperatorsResult:
-    """Check, adapt, re-check every op; then the layer comparison when `model_source` is given."""
+    """Check, adapt, re-check every op; then the layer comparison when `whole_model` is given."""
     start = time.perf_counter()
     say = progress or (lambda _msg: None)
     validation = validation or ValidationSpec()
-    dtype = compute_dtype or inventory.compute_dtype
-    notes: list[str] = []
-    if dtype == "fp8":
-        notes.append("fp8 compute is checked at bf16: the host has no fp8 arithmetic")
-        dtype = "bf16"
+    dtype, fp8_note = host_compute_dtype(compute_dtype or inventory.compute_dtype)
+    notes = [fp8_note] if fp8_note else []
     plat = platform if isinstance(platform, Platform) else Platform.from_spec(platform)
     notes += plat.notes
     if plat.emulated_on:
@@ -124,7 +124,7 @@ def run_operators(inventory: OpInventory, platform: PlatformSpec | Platform, val
         notes += plugin_notes
         report = adapt_report(report, inventory, plat, validation, table)
     layer_report = None
-    if model_source is not None:
-        layer_report = _whole_model(model_source, layers, plat, dtype, validation, report, notes, say,
+    if whole_model is not None:
+        layer_report = _whole_model(whole_model, plat, dtype, validation, report, notes, say,
                                     max_model_params, _adaptation_plugins(vendor, plugins)[0] if adapt else None)
     return OperatorsResult(ops=report, layers=layer_report, notes=notes, seconds=time.perf_counter() - start)

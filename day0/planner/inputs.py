@@ -27,20 +27,19 @@ class _Model(BaseModel):
 
 
 class ClusterFigures(_Model):
+    """The cluster a plan runs on: the platform's `HardwareSpec` (memory from the node pool when it
+    differs) and how many accelerators there are, and how they sit in nodes."""
+
+    hardware: HardwareSpec = Field(description="Per-accelerator figures: memory, peak TFLOP/s, bandwidths.")
     accelerators: int = Field(ge=1, description="Accelerators the plan may use (fixed pools + elastic maxima).")
     per_node: int = Field(ge=1, description="Accelerators per node; TP stays inside one node.")
-    memory_gib: float = Field(gt=0, description="Memory per accelerator, GiB.")
-    bf16_tflops: float = Field(gt=0, description="Dense bf16 peak per accelerator, TFLOP/s.")
-    fp8_tflops: float | None = Field(None, gt=0, description="Dense fp8 peak per accelerator, TFLOP/s.")
-    intra_node_bandwidth_gbps: float = Field(gt=0, description="Per-accelerator intra-node bandwidth, GB/s.")
-    inter_node_bandwidth_gbps: float = Field(gt=0, description="Per-accelerator inter-node bandwidth, GB/s.")
     host_memory_gib_per_accelerator: float = Field(32, gt=0, description="Host RAM per accelerator (offload).")
-    pools: list[str] = Field(default_factory=list)
-    notes: list[str] = Field(default_factory=list)
+    pools: list[str] = Field(default_factory=list, description="Node pools the plan spans.")
+    notes: list[str] = Field(default_factory=list, description="What was assumed or left out, for the report.")
 
     @property
     def memory_bytes(self) -> float:
-        return self.memory_gib * GIB
+        return self.hardware.memory_gib * GIB
 
     def with_accelerators(self, n: int) -> ClusterFigures:
         return self.model_copy(update={"accelerators": n})
@@ -80,11 +79,11 @@ class PlannerOptions(_Model):
 
 def cluster_figures(hardware: HardwareSpec, accelerators: int, per_node: int,
                     memory_gib: float | None = None, host_memory_gib_per_accelerator: float = 32) -> ClusterFigures:
-    """Figures for a homogeneous cluster of `accelerators` devices described by a platform's hardware."""
-    return ClusterFigures(accelerators=accelerators, per_node=per_node, memory_gib=memory_gib or hardware.memory_gib,
-                          bf16_tflops=hardware.bf16_tflops, fp8_tflops=hardware.fp8_tflops,
-                          intra_node_bandwidth_gbps=hardware.intra_node_bandwidth_gbps,
-                          inter_node_bandwidth_gbps=hardware.inter_node_bandwidth_gbps,
+    """A homogeneous cluster of `accelerators` devices described by a platform's hardware (`memory_gib`
+    overrides the platform's memory, as a node pool may)."""
+    if memory_gib is not None and memory_gib != hardware.memory_gib:
+        hardware = hardware.model_copy(update={"memory_gib": memory_gib})
+    return ClusterFigures(hardware=hardware, accelerators=accelerators, per_node=per_node,
                           host_memory_gib_per_accelerator=host_memory_gib_per_accelerator)
 
 

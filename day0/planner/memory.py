@@ -11,14 +11,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from day0.planner.model import KindCost
+from day0.core.dtypes import DTYPE_BYTES
+from day0.core.precision import kept_dtype
+from day0.planner.model import KindCost, ModelCosts
 
 __all__ = ["RECOMPUTE_INDEX", "ParamBytes", "activation_bytes", "activation_bytes_per_token",
-           "kind_activation_sums", "inflight_microbatches", "logits_bytes",
-           "model_state_bytes", "param_bytes", "zero3_prefetch_bytes"]
+           "embedding_head_params", "inflight_microbatches", "kind_activation_sums", "logits_bytes",
+           "model_state_bytes", "param_bytes", "rank_params", "usable_bytes", "zero3_prefetch_bytes"]
 
 RECOMPUTE_INDEX = {"none": 0, "selective": 1, "full": 2}
-_DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 2}  # fp8 training keeps bf16 weights (casts are transient)
+_DTYPE_BYTES = {name: DTYPE_BYTES[kept_dtype(name)] for name in DTYPE_BYTES}  # fp8 weights are kept bf16
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +55,25 @@ def model_state_bytes(params: float, shard: int, zero_stage: int, pb: ParamBytes
     grads = params * pb.grad / (shard if zero_stage >= 2 else 1)
     optim = params * (pb.master + pb.moments) / (shard if zero_stage >= 1 else 1)
     return (weights, grads, 0.0, optim) if offload_optimizer else (weights, grads, optim, 0.0)
+
+
+def rank_params(dense: float, replicated: float, expert: float, tp: int, ep: int, etp: int) -> tuple[float, float]:
+    """(dense, expert) parameters on one rank of a stage holding these: dense split by TP (norms and
+    router replicated), routed experts split by EP x expert-TP (Megatron-Core's expert layout)."""
+    return dense / tp + replicated, expert / (ep * etp)
+
+
+def embedding_head_params(costs: ModelCosts, tp: int, pp: int, has_embedding: bool, has_head: bool) -> float:
+    """Embedding and output-head parameters on one rank, vocabulary-parallel over TP; a tied head keeps
+    its own copy of the embedding on the last stage when PP > 1 (Megatron-LM)."""
+    emb, head = costs.embedding_params / tp, costs.head_params / tp
+    return (emb if has_embedding else 0.0) + (head if has_head else 0.0) \
+        + (emb if has_head and costs.tied and pp > 1 else 0.0)
+
+
+def usable_bytes(capacity_bytes: float, fragmentation_fraction: float, framework_overhead_gib: float) -> float:
+    """Device memory left for the model once the fragmentation reserve and the runtime are held back."""
+    return capacity_bytes * (1 - fragmentation_fraction) - framework_overhead_gib * 1024**3
 
 
 def activation_bytes(main: tuple[float, float, float], expert: tuple[float, float, float], scores: float,

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from day0.analysis.structure import LayerKind, ModelStructure
+from day0.analysis.results import LayerKind, ModelStructure
 
 __all__ = ["ACT_BYTES", "KindCost", "ModelCosts", "model_costs"]
 

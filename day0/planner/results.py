@@ -1,101 +1,55 @@
 """Step-3 results: ranked plans with memory and time breakdowns, the infeasibility report, the chosen
-plan as YAML in the pipeline's vocabulary (`parallel:`, `memory:`, `precision:`).
+plan as YAML in the pipeline's vocabulary (`parallel:`, `memory:`, `precision:`), and the verdict.
 
-Contract: pydantic models, JSON-serialisable; bytes are plain bytes, times seconds. `PlanReport.to_yaml()`
-writes the best plan (or an infeasibility note); `to_markdown()` is the human report.
+Contract: pydantic models, JSON-serialisable; bytes are plain bytes, times seconds. A `Plan` holds the
+cost model's own values (`values.py`), not copies. `PlanReport` is step 3's `StepResult`: `fail` when no
+plan fits (why, and the accelerators needed when known), else `pass` with the chosen degrees, memory
+per accelerator against capacity, step time and MFU. `to_yaml()` writes the best plan (or an
+infeasibility note); `to_markdown()` is the human report.
 """
 
 from __future__ import annotations
 
+from dataclasses import fields
 from typing import Any
 
 import yaml
 from pydantic import BaseModel, Field
 
-from day0.planner.evaluate import Knobs, MemoryEstimate, PlanContext, TimeEstimate
+from day0.core.result import Judgement, StepResult
+from day0.planner.evaluate import PlanContext
 from day0.planner.inputs import GIB, ClusterFigures, PlannerOptions
+from day0.planner.values import Degrees, MemoryEstimate, MemoryKnobs, TimeEstimate
 from day0.spec import TrainingSpec
 
-__all__ = ["Infeasibility", "MemoryBreakdown", "MemoryKnobs", "ParallelDegrees", "Plan", "PlanReport",
-           "TimeBreakdown", "make_plan"]
-
-
-class ParallelDegrees(BaseModel):
-    tensor_parallel: int
-    pipeline_parallel: int
-    virtual_pipeline_stages: int
-    expert_parallel: int
-    expert_tensor_parallel: int
-    context_parallel: int
-    data_parallel: int
-    micro_batch: int
-    num_microbatches: int
-    accelerators: int
-
-
-class MemoryKnobs(BaseModel):
-    recompute: str
-    zero_stage: int
-    offload: str
-
-
-class MemoryBreakdown(BaseModel):
-    """Per accelerator on the peak pipeline stage, bytes. The terms sum to `total_bytes`."""
-
-    peak_stage: int
-    weights_bytes: float
-    gradients_bytes: float
-    optimizer_states_bytes: float
-    embedding_head_bytes: float = Field(description="Weights+grads+optimizer of embedding/head on this stage.")
-    activations_bytes: float = Field(description="Stored activations of all in-flight micro-batches.")
-    recompute_working_bytes: float
-    logits_bytes: float
-    comm_buffers_bytes: float
-    framework_bytes: float
-    fragmentation_reserve_bytes: float
-    total_bytes: float
-    capacity_bytes: float
-    inflight_microbatches: float
-    activations_per_microbatch_bytes: float
-    host_offload_bytes: float
-
-
-class TimeBreakdown(BaseModel):
-    """Seconds per optimizer step; comm terms on the slowest stage, before overlap unless marked exposed."""
-
-    compute_s: float
-    recompute_s: float
-    tp_comm_s: float
-    ep_comm_s: float
-    cp_comm_s: float
-    pp_comm_s: float
-    bubble_s: float
-    dp_comm_exposed_s: float
-    optimizer_s: float
-    offload_s: float
-    step_s: float
-    tokens_per_s: float
-    mfu: float
-    model_tflops_per_step: float
+__all__ = ["Infeasibility", "MemoryKnobs", "Plan", "PlanReport", "degrees_label", "make_plan"]
 
 
 class Plan(BaseModel):
     rank: int = 0
-    parallel: ParallelDegrees
+    parallel: Degrees
     memory_knobs: MemoryKnobs
     precision: dict[str, str]
-    memory: MemoryBreakdown
-    time: TimeBreakdown
+    memory: MemoryEstimate
+    time: TimeEstimate
     feasible: bool
     reason: str | None = None
     layers_per_stage: list[int]
 
     def to_yaml_dict(self) -> dict[str, Any]:
-        return {"parallel": self.parallel.model_dump(), "memory": self.memory_knobs.model_dump(),
-                "precision": dict(self.precision),
+        dump = self.model_dump(include={"parallel", "memory_knobs"})
+        return {"parallel": dump["parallel"], "memory": dump["memory_knobs"], "precision": dict(self.precision),
                 "estimate": {"memory_gib": round(self.memory.total_bytes / GIB, 2),
                              "step_s": round(self.time.step_s, 4), "tokens_per_s": round(self.time.tokens_per_s),
                              "mfu": round(self.time.mfu, 4)}}
+
+
+def degrees_label(d: Degrees) -> str:
+    """`TP2 PP4 (VPP2) EP8 (ETP2) CP1 DP16, micro-batch 1`: the degrees a person reads first."""
+    vpp = f" (VPP{d.virtual_pipeline_stages})" if d.virtual_pipeline_stages > 1 else ""
+    etp = f" (ETP{d.expert_tensor_parallel})" if d.expert_tensor_parallel > 1 else ""
+    return (f"TP{d.tensor_parallel} PP{d.pipeline_parallel}{vpp} EP{d.expert_parallel}{etp} "
+            f"CP{d.context_parallel} DP{d.data_parallel}, micro-batch {d.micro_batch}")
 
 
 class Infeasibility(BaseModel):
@@ -104,7 +58,9 @@ class Infeasibility(BaseModel):
     min_memory_gib: float | None = None
 
 
-class PlanReport(BaseModel):
+class PlanReport(StepResult):
+    STEP = "parallel"
+
     model: str
     params_total: int
     params_active: int
@@ -128,6 +84,22 @@ class PlanReport(BaseModel):
     def best(self) -> Plan | None:
         return self.plans[0] if self.plans else None
 
+    def judge(self) -> Judgement:
+        cap = self.cluster.hardware.memory_gib
+        if self.best is None:
+            headline = {"plan": f"none fits {self.cluster.accelerators} accelerators of {cap:g} GiB"}
+            if self.closest_infeasible:
+                headline["memory per accelerator"] = (f"{self.closest_infeasible[0].memory.total_bytes / GIB:.1f} "
+                                                      f"of {cap:g} GiB (leanest setup)")
+            if self.min_accelerators:
+                headline["minimum accelerators"] = str(self.min_accelerators)
+            return Judgement(verdict="fail", reasons=[self.message], headline=headline)
+        p = self.best
+        return Judgement(verdict="pass", headline={
+            "degrees": degrees_label(p.parallel),
+            "memory per accelerator": f"{p.memory.total_bytes / GIB:.1f} of {cap:g} GiB",
+            "step time": f"{p.time.step_s:.3g} s", "MFU": f"{p.time.mfu:.1%}"})
+
     def files(self) -> dict[str, bytes]:
         """plan.yaml, and memory.png: each memory term of the top three plans (the report embeds it)."""
         out = {"plan.yaml": self.to_yaml().encode()}
@@ -136,7 +108,7 @@ class PlanReport(BaseModel):
 
             terms = [t for t in _MEMORY_TERMS if any(getattr(p.memory, t) for p in self.plans[:3])]
             out["memory.png"] = grouped_bars(
-                f"{self.model}: memory per accelerator by term (capacity {self.cluster.memory_gib:g} GiB)",
+                f"{self.model}: memory per accelerator by term (capacity {self.cluster.hardware.memory_gib:g} GiB)",
                 [t.removesuffix("_bytes").replace("_", " ") for t in terms],
                 {f"#{p.rank} TP{p.parallel.tensor_parallel} PP{p.parallel.pipeline_parallel} "
                  f"EP{p.parallel.expert_parallel} {p.memory_knobs.recompute}": [getattr(p.memory, t) / GIB for t in terms]
@@ -151,30 +123,30 @@ class PlanReport(BaseModel):
             yaml.safe_dump(self.best.to_yaml_dict(), sort_keys=False)
 
     def table(self, top: int = 10) -> str:
+        """The ranked plans; when none fits, the closest setups first, each with why it does not fit."""
         head = ("| # | TP | PP | VPP | EP | ETP | CP | DP | mb | recompute | ZeRO | offload | GiB | step s | "
                 "tokens/s | MFU |\n|---" + "|---" * 15 + "|")
-        rows = []
-        for p in self.plans[:top]:
-            d, k = p.parallel, p.memory_knobs
-            rows.append(f"| {p.rank} | {d.tensor_parallel} | {d.pipeline_parallel} | {d.virtual_pipeline_stages} | "
-                        f"{d.expert_parallel} | {d.expert_tensor_parallel} | {d.context_parallel} | {d.data_parallel} | "
-                        f"{d.micro_batch} | {k.recompute} | {k.zero_stage} | {k.offload} | "
-                        f"{p.memory.total_bytes / GIB:.1f} | {p.time.step_s:.2f} | {p.time.tokens_per_s:,.0f} | "
-                        f"{p.time.mfu:.1%} |")
+        rows = [_row("-", p) + f" does not fit: {p.reason} |" for p in self.closest_infeasible]
+        rows += [_row(str(p.rank), p) for p in self.plans[:top]]
         return "\n".join([head, *rows])
 
     def to_markdown(self, top: int = 10) -> str:
-        c = self.cluster
-        lines = [f"# Step 3: parallel plan for `{self.model}`", "",
-                 f"- cluster: {c.accelerators} accelerators ({c.per_node}/node, {c.memory_gib:g} GiB, "
-                 f"{c.bf16_tflops:g} bf16 TFLOP/s, {c.intra_node_bandwidth_gbps:g}/{c.inter_node_bandwidth_gbps:g} "
+        c, j = self.cluster, self.judge()
+        hw = c.hardware
+        lines = [f"# Step 3: parallel plan for `{self.model}`: {j.verdict.upper()}", "",
+                 *[f"- {label}: {value}" for label, value in j.headline.items()],
+                 *[f"- **{j.verdict}**: {r}" for r in j.reasons], "",
+                 f"- cluster: {c.accelerators} accelerators ({c.per_node}/node, {hw.memory_gib:g} GiB, "
+                 f"{hw.bf16_tflops:g} bf16 TFLOP/s, {hw.intra_node_bandwidth_gbps:g}/{hw.inter_node_bandwidth_gbps:g} "
                  "GB/s intra/inter-node)",
                  f"- training: seq {self.training.seq_len}, global batch {self.training.global_batch}, "
                  f"compute {self.training.precision.compute}, master {self.training.precision.master_weights}",
                  f"- search: {self.tuples_considered} degree tuples, {self.configurations_evaluated} configurations "
                  f"evaluated in {self.search_seconds:.2f} s", "", f"**{self.message}**", ""]
+        if self.plans or self.closest_infeasible:
+            lines += [self.table(top)]
         if self.plans:
-            lines += [self.table(top), "", _memory_section(self.plans[0]), "",
+            lines += ["", _memory_section(self.plans[0]), "",
                       "![memory per accelerator by term](memory.png)", "", _time_section(self.plans[0])]
         if self.infeasible:
             lines += ["", "## Rejected", "", "| reason | tuples |", "|---|---|"]
@@ -184,13 +156,21 @@ class PlanReport(BaseModel):
                   f"{'FlashAttention' if o.flash_attention else 'stored attention scores'}, fused norm/SwiGLU kernels, "
                   f"TP with sequence parallelism, {o.grad_dtype} gradients, {o.optimizer_state_dtype} Adam moments, "
                   f"{o.fragmentation_fraction:.0%} fragmentation reserve + {o.framework_overhead_gib:g} GiB runtime, "
-                  f"1F1B / interleaved 1F1B pipeline"]
+                  f"1F1B / interleaved 1F1B pipeline; MFU against the peak of the GEMM dtype"]
         lines += [f"- note: {n}" for n in [*self.cluster.notes, *self.notes]]
         return "\n".join(lines) + "\n"
 
 
-_MEMORY_TERMS = [name for name in MemoryBreakdown.model_fields if name.endswith("_bytes") and name not in (
-    "total_bytes", "capacity_bytes", "activations_per_microbatch_bytes", "host_offload_bytes")]
+_MEMORY_TERMS = [f.name for f in fields(MemoryEstimate) if f.name.endswith("_bytes") and f.name not in (
+    "total_bytes", "capacity_bytes", "activations_per_microbatch_bytes", "host_offload_bytes", "host_capacity_bytes")]
+
+
+def _row(rank: str, p: Plan) -> str:
+    d, k = p.parallel, p.memory_knobs
+    return (f"| {rank} | {d.tensor_parallel} | {d.pipeline_parallel} | {d.virtual_pipeline_stages} | "
+            f"{d.expert_parallel} | {d.expert_tensor_parallel} | {d.context_parallel} | {d.data_parallel} | "
+            f"{d.micro_batch} | {k.recompute} | {k.zero_stage} | {k.offload} | "
+            f"{p.memory.total_bytes / GIB:.1f} | {p.time.step_s:.2f} | {p.time.tokens_per_s:,.0f} | {p.time.mfu:.1%} |")
 
 
 def _memory_section(p: Plan) -> str:
@@ -204,33 +184,16 @@ def _memory_section(p: Plan) -> str:
 
 def _time_section(p: Plan) -> str:
     t = p.time
-    rows = [(n.removesuffix("_s").replace("_", " "), getattr(t, n)) for n in TimeBreakdown.model_fields
-            if n.endswith("_s") and n != "tokens_per_s"]
+    rows = [(f.name.removesuffix("_s").replace("_", " "), getattr(t, f.name)) for f in fields(TimeEstimate)
+            if f.name.endswith("_s") and f.name != "tokens_per_s"]
     body = "\n".join(f"| {n} | {v:.3f} |" for n, v in rows)
     return f"## Time of the best plan\n\n| term | s |\n|---|---|\n{body}\n\nMFU {t.mfu:.1%}, {t.tokens_per_s:,.0f} tokens/s"
 
 
-def make_plan(ctx: PlanContext, knobs: Knobs, m: MemoryEstimate, t: TimeEstimate, reason: str | None = None) -> Plan:
-    d = ctx.d
+def make_plan(ctx: PlanContext, knobs: MemoryKnobs, m: MemoryEstimate, t: TimeEstimate,
+              reason: str | None = None) -> Plan:
     prec = ctx.training.precision
-    return Plan(
-        parallel=ParallelDegrees(tensor_parallel=d.tp, pipeline_parallel=d.pp, virtual_pipeline_stages=d.vpp,
-                                 expert_parallel=d.ep, expert_tensor_parallel=d.etp, context_parallel=d.cp,
-                                 data_parallel=d.dp, micro_batch=d.micro_batch, num_microbatches=d.num_microbatches,
-                                 accelerators=d.accelerators),
-        memory_knobs=MemoryKnobs(recompute=knobs.recompute, zero_stage=knobs.zero_stage, offload=knobs.offload),
-        precision={"master_weights": prec.master_weights, "compute": prec.compute},
-        memory=MemoryBreakdown(
-            peak_stage=m.rank, weights_bytes=m.weights, gradients_bytes=m.gradients,
-            optimizer_states_bytes=m.optimizer_states, embedding_head_bytes=m.embedding_head,
-            activations_bytes=m.activations, recompute_working_bytes=m.recompute_working, logits_bytes=m.logits,
-            comm_buffers_bytes=m.comm_buffers, framework_bytes=m.framework,
-            fragmentation_reserve_bytes=m.fragmentation_reserve, total_bytes=m.total, capacity_bytes=m.capacity,
-            inflight_microbatches=m.inflight_microbatches, activations_per_microbatch_bytes=m.activations_per_microbatch,
-            host_offload_bytes=m.host),
-        time=TimeBreakdown(compute_s=t.compute, recompute_s=t.recompute, tp_comm_s=t.tp_comm, ep_comm_s=t.ep_comm,
-                           cp_comm_s=t.cp_comm, pp_comm_s=t.pp_comm, bubble_s=t.bubble, dp_comm_exposed_s=t.dp_comm,
-                           optimizer_s=t.optimizer, offload_s=t.offload, step_s=t.step, tokens_per_s=t.tokens_per_s,
-                           mfu=t.mfu, model_tflops_per_step=t.model_flops / 1e12),
-        feasible=m.feasible and reason is None, reason=reason,
-        layers_per_stage=list(ctx.layers_per_rank))
+    return Plan(parallel=ctx.d, memory_knobs=knobs, precision={"master_weights": prec.master_weights,
+                                                               "compute": prec.compute},
+                memory=m, time=t, feasible=m.feasible and reason is None, reason=reason,
+                layers_per_stage=list(ctx.layers_per_rank))

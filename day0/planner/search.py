@@ -16,13 +16,14 @@ from collections import Counter
 from dataclasses import dataclass
 from collections.abc import Iterator
 
-from day0.analysis.structure import ModelStructure
+from day0.analysis.results import ModelStructure
 from day0.planner.bounds import StaticBound
-from day0.planner.evaluate import OFFLOADS, RECOMPUTES, Degrees, Knobs, PlanContext
+from day0.planner.evaluate import PlanContext
 from day0.planner.inputs import GIB, ClusterFigures, PlannerOptions
-from day0.planner.memory import param_bytes
+from day0.planner.memory import param_bytes, usable_bytes
 from day0.planner.model import ModelCosts, model_costs
 from day0.planner.results import Infeasibility, Plan, PlanReport, make_plan
+from day0.planner.values import OFFLOADS, RECOMPUTES, Degrees, MemoryKnobs
 from day0.spec import ParallelConstraints, TrainingSpec
 
 __all__ = ["brute_force", "enumerate_degrees", "knob_settings", "min_accelerators", "plan_parallelism"]
@@ -34,8 +35,8 @@ def _divisors(n: int) -> list[int]:
     return [i for i in range(1, n + 1) if n % i == 0]
 
 
-def knob_settings(options: PlannerOptions) -> list[Knobs]:
-    return [Knobs(z, rc, off) for z in sorted(options.zero_stages) for rc in RECOMPUTES if rc in options.recompute
+def knob_settings(options: PlannerOptions) -> list[MemoryKnobs]:
+    return [MemoryKnobs(recompute=rc, zero_stage=z, offload=off) for z in sorted(options.zero_stages) for rc in RECOMPUTES if rc in options.recompute
             for off in OFFLOADS if off in options.offload]
 
 
@@ -95,17 +96,20 @@ def _inner(costs: ModelCosts, training: TrainingSpec, c: ParallelConstraints, op
                     rejected["EP x expert-TP does not divide DP x CP x TP"] += 1
                     continue
                 for vpp in vpps:
-                    yield Degrees(tp, pp, vpp, cp, ep, etp, dp, mb, m)
+                    yield Degrees(tensor_parallel=tp, pipeline_parallel=pp, virtual_pipeline_stages=vpp,
+                                  expert_parallel=ep, expert_tensor_parallel=etp, context_parallel=cp,
+                                  data_parallel=dp, micro_batch=mb, num_microbatches=m)
 
 
-def _key(d: Degrees, k: Knobs, step: float) -> tuple:
-    return (step, d.tp, d.pp, d.vpp, d.cp, d.ep, d.etp, d.micro_batch, k.zero_stage,
+def _key(d: Degrees, k: MemoryKnobs, step: float) -> tuple:
+    return (step, d.tensor_parallel, d.pipeline_parallel, d.virtual_pipeline_stages, d.context_parallel,
+            d.expert_parallel, d.expert_tensor_parallel, d.micro_batch, k.zero_stage,
             RECOMPUTES.index(k.recompute), OFFLOADS.index(k.offload))
 
 
-def _best_knobs(ctx: PlanContext, knobs: list[Knobs]) -> tuple[tuple, Knobs] | None:
+def best_knobs(ctx: PlanContext, knobs: list[MemoryKnobs]) -> tuple[tuple, MemoryKnobs] | None:
     """The fastest knob setting that fits: times first (cheap), memory checked in that order."""
-    timed = sorted((_key(ctx.d, k, ctx.time(k).step), k) for k in knobs)
+    timed = sorted((_key(ctx.d, k, ctx.time(k).step_s), k) for k in knobs)
     for key, k in timed:
         if ctx.memory(k).feasible:
             return key, k
@@ -143,7 +147,7 @@ def plan_parallelism(structure: ModelStructure, cluster: ClusterFigures, trainin
         if len(kept) >= options.keep_plans and ctx.time_lower_bound() > -kept[0][0][0]:
             continue
         evaluated += len(knobs)
-        found = _best_knobs(ctx, knobs)
+        found = best_knobs(ctx, knobs)
         if found is None:
             rejected["memory: no ZeRO/recompute/offload setting fits"] += 1
             continue
@@ -162,13 +166,13 @@ def plan_parallelism(structure: ModelStructure, cluster: ClusterFigures, trainin
     return report
 
 
-def _leanest_plan(ctx: PlanContext, knobs: list[Knobs]) -> Plan:
+def _leanest_plan(ctx: PlanContext, knobs: list[MemoryKnobs]) -> Plan:
     """The least-memory knob setting of a tuple, as an infeasible plan that says by how much it misses."""
-    k = min(knobs, key=lambda k: (ctx.memory(k).total, _key(ctx.d, k, 0.0)))
+    k = min(knobs, key=lambda k: (ctx.memory(k).total_bytes, _key(ctx.d, k, 0.0)))
     m = ctx.memory(k)
-    reason = (f"needs {m.total / GIB:.1f} GiB per accelerator, {m.capacity / GIB:g} GiB available"
-              if m.total > m.capacity else f"needs {m.host / GIB:.1f} GiB host memory per accelerator, "
-              f"{m.host_capacity / GIB:g} GiB available")
+    reason = (f"needs {m.total_bytes / GIB:.1f} GiB per accelerator, {m.capacity_bytes / GIB:g} GiB available"
+              if m.total_bytes > m.capacity_bytes else f"needs {m.host_offload_bytes / GIB:.1f} GiB host memory per "
+              f"accelerator, {m.host_capacity_bytes / GIB:g} GiB available")
     return make_plan(ctx, k, m, ctx.time(k), reason)
 
 
@@ -183,8 +187,8 @@ def brute_force(structure: ModelStructure, cluster: ClusterFigures, training: Tr
         ctx, tuples, best = PlanContext(costs, cluster, training, d, options), tuples + 1, None
         for k in knobs:
             evaluated += 1
-            step, m = ctx.time(k).step, ctx.memory(k)
-            min_mem = min(min_mem, m.total)
+            step, m = ctx.time(k).step_s, ctx.memory(k)
+            min_mem = min(min_mem, m.total_bytes)
             if m.feasible and (best is None or _key(d, k, step) < best[0]):
                 best = (_key(d, k, step), k, ctx)
         if best is None:
@@ -207,7 +211,7 @@ def min_accelerators(structure: ModelStructure, cluster: ClusterFigures, trainin
     prec = training.precision
     pb = param_bytes(prec.compute, prec.master_weights, options.grad_dtype, options.optimizer_state_dtype)
     states = structure.params_total * pb.total
-    usable = cluster.memory_bytes * (1 - options.fragmentation_fraction) - options.framework_overhead_gib * GIB
+    usable = usable_bytes(cluster.memory_bytes, options.fragmentation_fraction, options.framework_overhead_gib)
     floor_nodes = max(1, math.ceil(states / max(usable, 1) / cluster.per_node))
     knobs = sorted(knob_settings(options), key=lambda k: (-k.zero_stage, -RECOMPUTES.index(k.recompute)))
     nodes = 2 ** math.ceil(math.log2(floor_nodes))
@@ -221,7 +225,7 @@ def min_accelerators(structure: ModelStructure, cluster: ClusterFigures, trainin
 
 
 def _fits(costs: ModelCosts, cluster: ClusterFigures, training: TrainingSpec, cons: ParallelConstraints,
-          options: PlannerOptions, knobs: list[Knobs]) -> bool:
+          options: PlannerOptions, knobs: list[MemoryKnobs]) -> bool:
     """Whether any degree tuple and knob setting fits (tuples tried leanest first)."""
     ctxs = sorted((PlanContext(costs, cluster, training, d, options)
                    for d in enumerate_degrees(costs, cluster, training, cons, options)),
@@ -236,7 +240,7 @@ def _fits(costs: ModelCosts, cluster: ClusterFigures, training: TrainingSpec, co
 
 @dataclass
 class _Outcome:
-    ranked: list[tuple[tuple, Knobs, PlanContext]]
+    ranked: list[tuple[tuple, MemoryKnobs, PlanContext]]
     rejected: Counter[str]
     min_memory: float
     tuples: int
@@ -253,26 +257,26 @@ def _report(structure: ModelStructure, cluster: ClusterFigures, training: Traini
         plans.append(plan.model_copy(update={"rank": i}))
     infeasible = [Infeasibility(reason=r, count=n, min_memory_gib=round(min_mem / GIB, 2) if r.startswith("memory")
                                 and min_mem < math.inf else None) for r, n in rejected.most_common()]
-    n_acc = cons.accelerators or cluster.accelerators
+    n_acc, gib = cons.accelerators or cluster.accelerators, cluster.hardware.memory_gib
     need, notes = None, []
     if plans:
         best = plans[0]
         message = (f"best of {len(plans)} feasible plans: TP{best.parallel.tensor_parallel} "
                    f"PP{best.parallel.pipeline_parallel} EP{best.parallel.expert_parallel} "
                    f"CP{best.parallel.context_parallel} DP{best.parallel.data_parallel}, "
-                   f"{best.memory.total_bytes / GIB:.1f} of {cluster.memory_gib:g} GiB, "
+                   f"{best.memory.total_bytes / GIB:.1f} of {gib:g} GiB, "
                    f"{best.time.step_s:.2f} s/step, MFU {best.time.mfu:.1%}")
     else:
-        message = f"infeasible: no plan fits {n_acc} accelerators of {cluster.memory_gib:g} GiB"
+        message = f"infeasible: no plan fits {n_acc} accelerators of {gib:g} GiB"
         if min_mem < math.inf:
             message += f"; the leanest setup needs {min_mem / GIB:.1f} GiB per accelerator"
         if tuples == 0:
             message += "; no parallel layout satisfies the constraints (see rejected)"
         elif find_min:
             need, states = min_accelerators(structure, cluster, training, cons, options)
-            usable = cluster.memory_bytes * (1 - options.fragmentation_fraction) - options.framework_overhead_gib * GIB
-            floor = math.ceil(states / usable)
-            message += (f"; needs at least {floor} accelerators of {cluster.memory_gib:g} GiB for the model states "
+            floor = math.ceil(states / usable_bytes(cluster.memory_bytes, options.fragmentation_fraction,
+                                                    options.framework_overhead_gib))
+            message += (f"; needs at least {floor} accelerators of {gib:g} GiB for the model states "
                         f"alone ({structure.params_total / 1e9:.1f}B parameters x {states / structure.params_total:.0f}"
                         f" bytes = {states / GIB:,.0f} GiB)")
             message += (f"; the smallest whole-node count with a feasible plan is {need}" if need else

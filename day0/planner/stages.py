@@ -13,8 +13,9 @@ from functools import lru_cache
 
 from day0.planner.memory import kind_activation_sums
 from day0.planner.model import ModelCosts
+from day0.planner.step_time import StageWork
 
-__all__ = ["RankGroup", "partition", "rank_groups"]
+__all__ = ["RankGroup", "layer_counts", "partition", "rank_groups", "stage_work"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,18 +24,12 @@ class RankGroup:
 
     first_rank: int
     counts: tuple[int, ...]
-    layers: int
     has_embedding: bool
     has_head: bool
+    work: StageWork        # forward work per token: what the step-time terms read
     dense: float           # TP-sharded parameters
     replicated: float
     expert: float          # routed-expert parameters
-    active: float          # parameters multiplied per token
-    routed_active: float   # of which routed experts
-    attn_per_seq: float    # forward attention FLOPs per token per unit of sequence length
-    selective_flops: float
-    moe_layers: int
-    cp_kv: float
     act_main: tuple[float, float, float]    # stored bytes/token by recompute (none, selective, full)
     act_expert: tuple[float, float, float]
     act_scores_per_seq: float
@@ -79,6 +74,26 @@ def partition(costs: ModelCosts, chunks: int, seq: int) -> tuple[int, ...]:
     return tuple(sizes)
 
 
+def stage_work(costs: ModelCosts, counts: tuple[int, ...], has_head: bool) -> StageWork:
+    """The forward work per token of `counts[i]` layers of each kind (and the head, if held)."""
+    ks = costs.kinds
+
+    def total(f) -> float:  # noqa: ANN001
+        return sum(n * f(k) for n, k in zip(counts, ks))
+
+    return StageWork(layers=sum(counts), moe_layers=sum(n for n, k in zip(counts, ks) if k.is_moe),
+                     dense_active=total(lambda k: k.active_params - k.routed_active_params),
+                     routed_active=total(lambda k: k.routed_active_params),
+                     head_flops=costs.head_flops_per_token if has_head else 0.0,
+                     attn_per_seq=total(lambda k: k.attn_flops_per_seq),
+                     selective_flops=total(lambda k: k.selective_flops), cp_kv=total(lambda k: k.cp_kv_bytes))
+
+
+def layer_counts(costs: ModelCosts) -> tuple[int, ...]:
+    """Layers of each kind in the whole model."""
+    return tuple(costs.layer_kind.count(i) for i in range(len(costs.kinds)))
+
+
 def _group(costs: ModelCosts, rank: int, counts: tuple[int, ...], pp: int) -> RankGroup:
     ks = costs.kinds
 
@@ -87,12 +102,10 @@ def _group(costs: ModelCosts, rank: int, counts: tuple[int, ...], pp: int) -> Ra
 
     sums = [kind_activation_sums(k) for k in ks]
     return RankGroup(
-        first_rank=rank, counts=counts, layers=sum(counts), has_embedding=rank == 0, has_head=rank == pp - 1,
+        first_rank=rank, counts=counts, has_embedding=rank == 0, has_head=rank == pp - 1,
+        work=stage_work(costs, counts, rank == pp - 1),
         dense=total(lambda k: k.dense_params), replicated=total(lambda k: k.replicated_params),
-        expert=total(lambda k: k.expert_params), active=total(lambda k: k.active_params),
-        routed_active=total(lambda k: k.routed_active_params),
-        attn_per_seq=total(lambda k: k.attn_flops_per_seq), selective_flops=total(lambda k: k.selective_flops),
-        moe_layers=sum(n for n, k in zip(counts, ks) if k.is_moe), cp_kv=total(lambda k: k.cp_kv_bytes),
+        expert=total(lambda k: k.expert_params),
         act_main=tuple(sum(n * s[0][i] for n, s in zip(counts, sums)) for i in range(3)),
         act_expert=tuple(sum(n * s[1][i] for n, s in zip(counts, sums)) for i in range(3)),
         act_scores_per_seq=total(lambda k: k.act_scores_per_seq))

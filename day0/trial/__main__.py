@@ -4,7 +4,9 @@
     python -m day0.trial SPEC --steps 20 --workers 2 --address ray://head:10001
 
 Writes result.json, result.md and loss.png under the spec's store (runs/<name>/<run id>/trial/),
-keeps checkpoints beside them, and resumes from them when run again. Exit 0 when aligned, 1 when not.
+keeps checkpoints beside them, and resumes from them when run again. Exit 0 when the verdict passes
+(pass or warn), 1 when not. Standalone, it resolves the model itself and reports no memory estimate
+(the pipeline's task passes step 1's model and step 3's cost model).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from day0.errors import Day0Error
 
 
 def main(argv: list[str] | None = None) -> int:
+    from day0.core.model_source import resolve_model
     from day0.runs import RunContext
     from day0.spec import load_spec
     from day0.trial.step import run_trial
@@ -32,8 +35,8 @@ def main(argv: list[str] | None = None) -> int:
         spec = spec.model_copy(update={"trial": spec.trial.model_copy(update=updates)})
         ctx = RunContext.create(spec)
         store = ctx.store()
-        result = run_trial(spec, checkpoint_uri=store.url(ctx.key("trial", "checkpoints")), ray_address=args.address,
-                           progress=lambda msg: print(f"trial: {msg}", flush=True))
+        result = run_trial(spec, resolve_model(spec.model), checkpoint_uri=store.url(ctx.key("trial", "checkpoints")),
+                           ray_address=args.address, progress=lambda msg: print(f"trial: {msg}", flush=True))
     except Day0Error as exc:
         print(f"error: {exc}", file=sys.stderr)
         return exc.exit_code

@@ -8,6 +8,8 @@ first loss is computed before any update, so it isolates forward numerics from o
     rel_err_t   = |cand_t - ref_t| / |ref_t|
     mean_rel    = mean(rel_err_t for t >= warmup_steps)          # 0-based index: step warmup_steps+1 on
     first_ok    = |cand_0 - ref_0| < first_step_abs  or  rel_err_0 < first_step_rel
+
+The tolerances are the spec's `TrialTolerance` (`trial.tolerance`), the one model of them.
 """
 
 from __future__ import annotations
@@ -15,21 +17,19 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
-__all__ = ["AlignmentReport", "AlignmentThresholds", "compare_curves", "relative_errors"]
+from day0.spec import TrialTolerance
 
-
-class AlignmentThresholds(BaseModel):
-    """Tolerances; defaults follow public practice (see the module docstring)."""
-
-    loss_mean_rel: float = Field(0.02, gt=0, description="Mean relative loss error after warm-up.")
-    first_step_abs: float = Field(0.005, gt=0, description="First-step absolute loss difference.")
-    first_step_rel: float = Field(0.005, gt=0, description="First-step relative loss difference.")
-    warmup_steps: int = Field(20, ge=0, description="Leading steps excluded from the mean error.")
+__all__ = ["AlignmentReport", "compare_curves", "relative_errors"]
 
 
 class AlignmentReport(BaseModel):
+    """The comparison's figures (steps are 1-based), the tolerance they were judged by and the verdict.
+    A diverged curve gives infinite errors, saved in JSON as the string "Infinity"."""
+
+    model_config = ConfigDict(ser_json_inf_nan="strings")
+
     steps_compared: int
     mean_window_start: int = Field(description="1-based first step in the mean error window.")
     loss_mean_rel_error: float
@@ -39,8 +39,10 @@ class AlignmentReport(BaseModel):
     first_step_rel_diff: float
     final_loss_diff: float = Field(description="candidate - reference at the last compared step.")
     grad_norm_mean_rel_error: float | None = None
-    thresholds: AlignmentThresholds
-    passed: bool
+    tolerance: TrialTolerance
+    loss_mean_ok: bool = Field(description="The mean relative error is under its tolerance.")
+    first_step_ok: bool = Field(description="The first step agrees within either first-step bound.")
+    passed: bool = Field(description="Every check passed (the two above, finite curves of equal length).")
     failures: list[str] = Field(default_factory=list, description="One clear sentence per failed check.")
     notes: list[str] = Field(default_factory=list)
 
@@ -61,9 +63,9 @@ def _mean(values: Sequence[float]) -> float:
 def compare_curves(reference: Sequence[float], candidate: Sequence[float], *,
                    reference_grad_norm: Sequence[float] | None = None,
                    candidate_grad_norm: Sequence[float] | None = None,
-                   thresholds: AlignmentThresholds | None = None) -> AlignmentReport:
-    """Compare two per-step loss curves (index 0 = step 1) against `thresholds`."""
-    th = thresholds or AlignmentThresholds()
+                   tolerance: TrialTolerance | None = None) -> AlignmentReport:
+    """Compare two per-step loss curves (index 0 = step 1) against `tolerance` (default: public practice)."""
+    th = tolerance or TrialTolerance()
     failures: list[str] = []
     notes: list[str] = []
     n = min(len(reference), len(candidate))
@@ -75,27 +77,27 @@ def compare_curves(reference: Sequence[float], candidate: Sequence[float], *,
     ref, cand = [float(x) for x in reference[:n]], [float(x) for x in candidate[:n]]
     if (bad := _first_non_finite(cand)) is not None:
         failures.append(f"candidate loss is not finite at step {bad + 1} ({cand[bad]}): training diverged")
-        cand = [c if math.isfinite(c) else 1e30 for c in cand]
     if (bad := _first_non_finite(ref)) is not None:
         failures.append(f"reference loss is not finite at step {bad + 1}: the reference itself is broken")
-        ref = [r if math.isfinite(r) else 1e30 for r in ref]
 
-    rel = relative_errors(ref, cand)
+    rel = [x if math.isfinite(x) else math.inf for x in relative_errors(ref, cand)]  # a NaN step errs infinitely
     start = th.warmup_steps
     if start >= n:
         notes.append(f"only {n} steps, not more than warm-up ({th.warmup_steps}): mean error taken over all steps")
         start = 0
     window = rel[start:]
     mean_rel = _mean(window)
-    abs_diffs = [abs(c - r) for r, c in zip(ref, cand)]
+    abs_diffs = [abs(c - r) if math.isfinite(c - r) else math.inf for r, c in zip(ref, cand)]
     worst = max(range(n), key=abs_diffs.__getitem__)
-    if mean_rel >= th.loss_mean_rel:
+    mean_ok = mean_rel < th.loss_mean_rel
+    if not mean_ok:
         w = start + max(range(len(window)), key=window.__getitem__)
         failures.append(f"mean relative loss error from step {start + 1} on is {mean_rel:.2%}, over the "
                         f"{th.loss_mean_rel:.2%} tolerance (worst at step {w + 1}: reference {ref[w]:.4f}, "
                         f"candidate {cand[w]:.4f})")
     first_abs, first_rel = abs_diffs[0], rel[0]
-    if not (first_abs < th.first_step_abs or first_rel < th.first_step_rel):
+    first_ok = first_abs < th.first_step_abs or first_rel < th.first_step_rel
+    if not first_ok:
         failures.append(f"first-step loss differs by {first_abs:.4g} ({first_rel:.2%}): reference {ref[0]:.4f}, "
                         f"candidate {cand[0]:.4f}; tolerance {th.first_step_abs} absolute or "
                         f"{th.first_step_rel:.2%} relative (the forward pass or loss scaling disagrees)")
@@ -110,4 +112,5 @@ def compare_curves(reference: Sequence[float], candidate: Sequence[float], *,
         steps_compared=n, mean_window_start=start + 1, loss_mean_rel_error=mean_rel,
         loss_max_abs_diff=abs_diffs[worst], loss_max_abs_diff_step=worst + 1,
         first_step_abs_diff=first_abs, first_step_rel_diff=first_rel, final_loss_diff=cand[-1] - ref[-1],
-        grad_norm_mean_rel_error=grad_rel, thresholds=th, passed=not failures, failures=failures, notes=notes)
+        grad_norm_mean_rel_error=grad_rel, tolerance=th, loss_mean_ok=mean_ok, first_step_ok=first_ok,
+        passed=not failures, failures=failures, notes=notes)

@@ -6,6 +6,7 @@ optimizer -> resume -> steps (forward, loss, backward, clip, step) -> checkpoint
 Determinism: the model comes from `seed`, the batch of step s from `data.batch_for_step`, one CPU
 thread per worker; so a run resumed from step K repeats exactly the steps an uninterrupted run took.
 Rank 0's return value is the full loss history (restored from the checkpoint, then extended).
+`LoopHooks` are the loop's only extension points (no-ops by default; tests inject faults with them).
 """
 
 from __future__ import annotations
@@ -23,26 +24,42 @@ import torch
 import torch.nn.functional as F
 from pydantic import BaseModel, Field
 
+from day0.core.dtypes import DTYPES
 from day0.trial.data import batch_for_step
 from day0.trial.model import build_model
 
-__all__ = ["LoopConfig", "StepRecord", "TrialFaults", "train_loop", "lr_at"]
+__all__ = ["LoopConfig", "LoopHooks", "StepRecord", "lr_at", "run_steps", "train_loop"]
 
-DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+_EXTRA_KEYS = ("tokens", "event_log", "hooks")  # train_loop's config entries that are not LoopConfig fields
 
 
-class TrialFaults(BaseModel):
-    """Training bugs injected on purpose, **for tests only**: each must make alignment fail.
+class LoopHooks:
+    """Points where a caller may observe or alter a step; the defaults change nothing.
 
-    A real run never sets these; the spec has no field for them.
+    The library never sets any: `day0.testing.faults.TrialFaults` uses them to inject training bugs.
+    A hooks object travels to the Ray Train workers with the loop, so it must pickle.
     """
 
-    loss_scale: float = Field(1.0, description="Multiply the loss (a wrong loss-scaling bug).")
-    lr_multiplier: float = Field(1.0, description="Multiply the learning rate (e.g. x10).")
-    skip_optimizer_step: bool = Field(False, description="Never apply the update (a broken optimizer step).")
-    crash_at_step: int | None = Field(None, description="Raise at this 0-based step if the attempt started "
-                                                        "before it (tests resume-after-crash).")
-    step_delay_s: float = Field(0.0, description="Sleep per step (lets a test kill a node mid-run).")
+    def describe(self) -> str:
+        """One line for the trial result's notes."""
+        return type(self).__name__
+
+    def before_step(self, step: int, resumed_from: int) -> None:
+        """Called first in 0-based `step` by an attempt that started at `resumed_from`."""
+
+    def learning_rate(self, step: int, lr: float) -> float:
+        return lr
+
+    def loss(self, step: int, loss: torch.Tensor) -> torch.Tensor:
+        """The micro-batch loss about to be back-propagated."""
+        return loss
+
+    def apply_update(self, step: int) -> bool:
+        """Whether the optimizer step is taken."""
+        return True
+
+    def after_step(self, step: int) -> None:
+        """Called once the step's update is done, before its record and checkpoint."""
 
 
 class StepRecord(BaseModel):
@@ -73,15 +90,13 @@ class LoopConfig(BaseModel):
     device_type: str = "cpu"
     experts_implementation: str | None = None
     num_threads: int = 1
-    faults: TrialFaults = Field(default_factory=TrialFaults)
 
 
 def lr_at(step: int, cfg: LoopConfig) -> float:
     """Learning rate of 0-based `step`: linear warm-up, then constant (a pure function of the step)."""
-    lr = cfg.learning_rate * cfg.faults.lr_multiplier
     if cfg.lr_warmup_steps and step < cfg.lr_warmup_steps:
-        return lr * (step + 1) / cfg.lr_warmup_steps
-    return lr
+        return cfg.learning_rate * (step + 1) / cfg.lr_warmup_steps
+    return cfg.learning_rate
 
 
 def _peak_memory_bytes(device: torch.device) -> int:
@@ -154,11 +169,12 @@ def _grad_norm(model: torch.nn.Module, max_norm: float) -> float:
 
 def train_loop(config: dict[str, Any]) -> list[dict[str, Any]]:
     """Ray Train's per-worker function. `config`: LoopConfig fields + `tokens` (1-D int tensor)
-    + optional `event_log` (an EventLog actor handle). Returns rank 0's history (StepRecord dicts)."""
+    + optional `event_log` (an EventLog actor handle) and `hooks` (LoopHooks). Returns rank 0's
+    history (StepRecord dicts)."""
     import ray.train
 
-    tokens, events = config["tokens"], config.get("event_log")
-    cfg = LoopConfig.model_validate({k: v for k, v in config.items() if k not in ("tokens", "event_log")})
+    tokens, events, hooks = config["tokens"], config.get("event_log"), config.get("hooks")
+    cfg = LoopConfig.model_validate({k: v for k, v in config.items() if k not in _EXTRA_KEYS})
     ctx = ray.train.get_context()
     rank, world = ctx.get_world_rank(), ctx.get_world_size()
     node = ray.get_runtime_context().get_node_id()
@@ -166,13 +182,14 @@ def train_loop(config: dict[str, Any]) -> list[dict[str, Any]]:
         lambda kind, **kw: None)
     return run_steps(cfg, tokens, rank=rank, world=world, distributed=torch.distributed.is_initialized(),
                      device=ray.train.torch.get_device() if cfg.device_type != "cpu" else torch.device("cpu"),
-                     checkpoint=ray.train.get_checkpoint(), report=ray.train.report, log=log)
+                     checkpoint=ray.train.get_checkpoint(), report=ray.train.report, log=log, hooks=hooks)
 
 
 def run_steps(cfg: LoopConfig, tokens: torch.Tensor, *, rank: int = 0, world: int = 1, distributed: bool = False,
               device: torch.device = torch.device("cpu"), checkpoint=None, report=None,
-              log=lambda kind, **kw: None) -> list[dict[str, Any]]:
+              log=lambda kind, **kw: None, hooks: LoopHooks | None = None) -> list[dict[str, Any]]:
     """The loop itself; `report`/`checkpoint` are Ray Train's (None when run bare by the benchmark)."""
+    hooks = hooks or LoopHooks()
     torch.set_num_threads(cfg.num_threads)
     tokens = torch.as_tensor(tokens)
     _import_model_code(cfg.model_config_dict)
@@ -199,10 +216,9 @@ def run_steps(cfg: LoopConfig, tokens: torch.Tensor, *, rank: int = 0, world: in
 
     last = time.perf_counter()
     for step in range(start, cfg.steps):
-        if cfg.faults.crash_at_step is not None and step == cfg.faults.crash_at_step and start < step:
-            raise RuntimeError(f"injected crash at step {step} (TrialFaults.crash_at_step)")
+        hooks.before_step(step, start)
         t0 = time.perf_counter()
-        lr = lr_at(step, cfg)
+        lr = hooks.learning_rate(step, lr_at(step, cfg))
         for group in optimizer.param_groups:
             group["lr"] = lr
         batch = batch_for_step(tokens, step, cfg.global_batch, cfg.seq_len, cfg.seed)
@@ -216,18 +232,17 @@ def run_steps(cfg: LoopConfig, tokens: torch.Tensor, *, rank: int = 0, world: in
                 with autocast:
                     logits = model(input_ids=micro[:, :-1]).logits
                 loss = F.cross_entropy(logits.float().reshape(-1, logits.size(-1)), micro[:, 1:].reshape(-1))
-                loss = loss * cfg.faults.loss_scale / accum
+                loss = hooks.loss(step, loss) / accum
                 loss.backward()
             loss_sum += loss.detach()
         grad_norm = _grad_norm(model, cfg.grad_clip)
-        if not cfg.faults.skip_optimizer_step:
+        if hooks.apply_update(step):
             optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         if distributed and world > 1:
             torch.distributed.all_reduce(loss_sum)
             loss_sum /= world
-        if cfg.faults.step_delay_s:
-            time.sleep(cfg.faults.step_delay_s)
+        hooks.after_step(step)
         now = time.perf_counter()
         history.append(StepRecord(step=step + 1, loss=float(loss_sum), grad_norm=grad_norm, lr=lr,
                                   tokens=cfg.global_batch * cfg.seq_len, step_time_s=now - last,

@@ -1,14 +1,20 @@
-"""Step 5's result: both loss curves, their alignment, checkpoints/resume, failures and recoveries,
-peak memory beside the estimate; `to_markdown()` for the report and `files()` for the overlay plot."""
+"""Step 5's result: both loss curves (each with the device, dtype and workers it ran on), their
+alignment, checkpoints/resume, failures and recoveries, peak memory beside the estimate;
+`to_markdown()` for the report and `files()` for the overlay plot.
+
+Verdict (`judge`): fail when the curves do not align within `trial.tolerance` or a run errored;
+warn when the two curves are identical (the comparison then proves nothing); else pass.
+"""
 
 from __future__ import annotations
 
 import datetime as dt
 import statistics
-from typing import Literal
+from typing import ClassVar, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
+from day0.core.result import Judgement, StepResult
 from day0.trial.alignment import AlignmentReport
 from day0.trial.loop import StepRecord
 from day0.trial.run import RunEvent, TrainingRun
@@ -18,10 +24,14 @@ __all__ = ["MemoryComparison", "Recovery", "RunSummary", "TrialCurve", "TrialRes
 
 
 class TrialCurve(BaseModel):
-    """A loss curve with how it was produced; saved alone, it can serve as a later run's reference."""
+    """A loss curve with how it was produced; saved alone, it can serve as a later run's reference.
+    A diverged curve holds NaN, saved in JSON as the string "NaN"."""
+
+    model_config = ConfigDict(ser_json_inf_nan="strings")
 
     label: str
     platform: str
+    device: str = Field("cpu", description="Torch device type the curve was trained on.")
     compute_dtype: str
     workers: int
     sharding: str = "ddp"
@@ -30,6 +40,12 @@ class TrialCurve(BaseModel):
     loss: list[float]
     grad_norm: list[float]
     tokens_per_s: float | None = Field(None, description="Steady state: tokens per step / median step time.")
+
+    def describe(self) -> str:
+        """Where and how it ran, e.g. `cpu bf16 x2 (ddp)`."""
+        extra = ", ".join(x for x in (self.sharding if self.workers > 1 else "",
+                                      f"recompute {self.recompute}" if self.recompute != "none" else "") if x)
+        return f"{self.device} {self.compute_dtype} x{self.workers}" + (f" ({extra})" if extra else "")
 
 
 class Recovery(BaseModel):
@@ -99,7 +115,11 @@ def _mib(n: float | None) -> str:
     return "-" if n is None else f"{n / 2**20:,.1f} MiB"
 
 
-class TrialResult(BaseModel):
+class TrialResult(StepResult):
+    """Step 5's result (see the module docstring for the verdict)."""
+
+    STEP: ClassVar[str] = "trial"
+
     model: str
     scaled: dict[str, int | None] = Field(description="layers, hidden, experts, vocab, parameters of the trial model.")
     dataset: str
@@ -115,9 +135,23 @@ class TrialResult(BaseModel):
     notes: list[str] = Field(default_factory=list)
     seconds: float
 
-    @property
-    def passed(self) -> bool:
-        return self.alignment.passed and not any(r.error for r in self.runs)
+    def judge(self) -> Judgement:
+        a, ref, cand = self.alignment, self.reference, self.candidate
+        errors = [f"{r.role} training failed after {r.attempts} attempt(s): {r.error}" for r in self.runs if r.error]
+        reasons = [*a.failures, *errors, *_passed_checks(a),
+                   f"final loss: reference {ref.loss[-1]:.4f} ({ref.describe()}), candidate {cand.loss[-1]:.4f} "
+                   f"({cand.describe()}), difference {a.final_loss_diff:+.4f}"]
+        headline = {"loss mean rel error": f"{a.loss_mean_rel_error:.3%} (< {a.tolerance.loss_mean_rel:.2%})",
+                    "final loss": f"reference {ref.loss[-1]:.4f}, candidate {cand.loss[-1]:.4f}",
+                    "reference": ref.describe(), "candidate": cand.describe(),
+                    "recoveries": str(len(self.recoveries))}
+        if errors or not a.passed:
+            return Judgement(verdict="fail", reasons=reasons, headline=headline)
+        if a.loss_max_abs_diff == 0:
+            reasons.insert(0, f"the two curves are identical at all {a.steps_compared} steps: the comparison proves "
+                              "nothing (candidate and reference ran the same numerics)")
+            return Judgement(verdict="warn", reasons=reasons, headline=headline)
+        return Judgement(verdict="pass", reasons=reasons, headline=headline)
 
     def files(self) -> dict[str, bytes]:
         from day0.plots import line_overlay
@@ -128,29 +162,16 @@ class TrialResult(BaseModel):
              self.candidate.label: (self.candidate.steps, self.candidate.loss)}, "step", "loss")}
 
     def to_markdown(self) -> str:
-        a, s = self.alignment, self.scaled
-        verdict = "**PASS**" if self.passed else "**FAIL**"
-        lines = [f"# Step 5: trial training of `{self.model}`: {verdict}", "",
+        s = self.scaled
+        lines = [f"# Step 5: trial training of `{self.model}`: **{self.verdict.upper()}**", "",
+                 *[f"- {r}" for r in self.reasons], "",
                  f"- trial model: {s.get('layers')} layers, hidden {s.get('hidden')}, {s.get('experts')} experts, "
                  f"vocab {s.get('vocab')}, {s.get('parameters') or 0:,} parameters",
-                 f"- data: {self.dataset}, {self.steps} steps x {self.global_batch} sequences x {self.seq_len} tokens",
-                 f"- reference: {self.reference.label}; candidate: {self.candidate.label}", "",
-                 "![loss curves](loss.png)", "", "| metric | value | tolerance |", "|---|---:|---:|",
-                 f"| mean relative loss error (step {a.mean_window_start}+) | {a.loss_mean_rel_error:.3%} | "
-                 f"< {a.thresholds.loss_mean_rel:.2%} |",
-                 f"| first-step difference | {a.first_step_abs_diff:.5f} ({a.first_step_rel_diff:.3%}) | "
-                 f"< {a.thresholds.first_step_abs} or {a.thresholds.first_step_rel:.2%} |",
-                 f"| max abs loss difference | {a.loss_max_abs_diff:.5f} (step {a.loss_max_abs_diff_step}) | |",
-                 f"| final-loss difference | {a.final_loss_diff:+.5f} | |",
-                 f"| grad-norm mean relative error | "
-                 f"{'-' if a.grad_norm_mean_rel_error is None else f'{a.grad_norm_mean_rel_error:.3%}'} | |", ""]
-        lines += [f"- FAILED: {f}" for f in a.failures] + [f"- note: {n}" for n in a.notes + self.notes]
-        lines += ["", "## Runs", "", "| run | steps executed | resumed from | attempts | wall | tokens/s | error |",
-                  "|---|---:|---:|---:|---:|---:|---|"]
-        speed = {"reference": self.reference.tokens_per_s, "candidate": self.candidate.tokens_per_s}
-        lines += [f"| {r.role} (`{r.name}`) | {r.steps_executed} | {r.resumed_from_step} | {r.attempts} | "
-                  f"{r.wall_s:.0f} s | {speed[r.role] or 0:,.0f} | {r.error or ''} |" for r in self.runs]
-        lines += ["", f"Checkpoints: {', '.join(f'`{r.checkpoint_path}`' for r in self.runs if r.checkpoint_path)}"]
+                 f"- data: {self.dataset}, {self.steps} steps x {self.global_batch} sequences x {self.seq_len} tokens "
+                 "(the same sequences in the same order for both curves)",
+                 *[f"- note: {n}" for n in self.alignment.notes + self.notes], "",
+                 "![loss curves](loss.png)", "", *_curves_table(self.reference, self.candidate), "",
+                 *_alignment_table(self.alignment), "", *self._runs_section()]
         if self.recoveries:
             lines += ["", "## Failures and recoveries", "", "| failed at | restarted at | resumed from step | "
                       "recovery | what |", "|---|---|---:|---:|---|"]
@@ -163,3 +184,43 @@ class TrialResult(BaseModel):
             lines += [f"| {m.rank} | {_mib(m.measured_peak_bytes)} | {_mib(m.measured_training_bytes)} | "
                       f"{_mib(m.estimate_bytes)} | {m.estimate_source} |" for m in self.memory]
         return "\n".join(lines) + "\n"
+
+    def _runs_section(self) -> list[str]:
+        speed = {"reference": self.reference.tokens_per_s, "candidate": self.candidate.tokens_per_s}
+        lines = ["## Runs", "", "| run | steps executed | resumed from | attempts | wall | tokens/s | error |",
+                 "|---|---:|---:|---:|---:|---:|---|"]
+        lines += [f"| {r.role} (`{r.name}`) | {r.steps_executed} | {r.resumed_from_step} | {r.attempts} | "
+                  f"{r.wall_s:.0f} s | {speed[r.role] or 0:,.0f} | {r.error or ''} |" for r in self.runs]
+        paths = ", ".join(f"`{r.checkpoint_path}`" for r in self.runs if r.checkpoint_path)
+        return [*lines, "", f"Checkpoints: {paths or 'none'}"]
+
+
+def _passed_checks(a: AlignmentReport) -> list[str]:
+    """One line with the numbers for each alignment check that passed (failed ones are in `failures`)."""
+    tol, out = a.tolerance, []
+    if a.loss_mean_ok:
+        out.append(f"mean relative loss error from step {a.mean_window_start} on is {a.loss_mean_rel_error:.3%}, "
+                   f"within the {tol.loss_mean_rel:.2%} tolerance")
+    if a.first_step_ok:
+        out.append(f"first-step loss differs by {a.first_step_abs_diff:.4g} ({a.first_step_rel_diff:.3%}), within "
+                   f"{tol.first_step_abs:g} absolute or {tol.first_step_rel:.2%} relative")
+    return out
+
+
+def _curves_table(*curves: TrialCurve) -> list[str]:
+    lines = ["| curve | platform | device | compute dtype | workers | sharding | recompute | final loss |",
+             "|---|---|---|---|---:|---|---|---:|"]
+    return lines + [f"| {c.label} | {c.platform} | {c.device} | {c.compute_dtype} | {c.workers} | {c.sharding} | "
+                    f"{c.recompute} | {c.loss[-1]:.4f} |" for c in curves]
+
+
+def _alignment_table(a: AlignmentReport) -> list[str]:
+    grad = "-" if a.grad_norm_mean_rel_error is None else f"{a.grad_norm_mean_rel_error:.3%}"
+    return ["| metric | value | tolerance |", "|---|---:|---:|",
+            f"| mean relative loss error (step {a.mean_window_start}+) | {a.loss_mean_rel_error:.3%} | "
+            f"< {a.tolerance.loss_mean_rel:.2%} |",
+            f"| first-step difference | {a.first_step_abs_diff:.5f} ({a.first_step_rel_diff:.3%}) | "
+            f"< {a.tolerance.first_step_abs} or {a.tolerance.first_step_rel:.2%} |",
+            f"| max abs loss difference | {a.loss_max_abs_diff:.5f} (step {a.loss_max_abs_diff_step}) | |",
+            f"| final-loss difference | {a.final_loss_diff:+.5f} | |",
+            f"| grad-norm mean relative error | {grad} | |"]

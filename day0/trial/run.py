@@ -18,7 +18,7 @@ from urllib.parse import urlparse
 from pydantic import BaseModel, Field
 
 from day0.settings import StoreSettings
-from day0.trial.loop import LoopConfig, StepRecord, train_loop
+from day0.trial.loop import LoopConfig, LoopHooks, StepRecord, train_loop
 
 __all__ = ["EventLog", "RunEvent", "TrainingRun", "event_log", "ray_storage", "run_training"]
 
@@ -123,9 +123,10 @@ def ray_storage(uri: str, settings: StoreSettings | None = None):  # noqa: ANN20
 def run_training(loop: LoopConfig, tokens, *, name: str, storage_uri: str, workers: int = 1,  # noqa: ANN001
                  use_gpu: bool = False, resources_per_worker: dict[str, float] | None = None,
                  max_failures: int = 2, backend: str = "gloo", log=None,
-                 store_settings: StoreSettings | None = None) -> TrainingRun:
-    """Run (or resume) `loop` on `workers` Ray Train workers; never raises for training errors
-    (the returned run carries `error`), so a caller can still report what was done."""
+                 store_settings: StoreSettings | None = None, hooks: LoopHooks | None = None) -> TrainingRun:
+    """Run (or resume) `loop` on `workers` Ray Train workers (with `hooks` in every step, if given);
+    never raises for training errors (the returned run carries `error`), so a caller can still
+    report what was done."""
     import torch
     from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig, TrainingFailedError
     from ray.train.torch import TorchConfig, TorchTrainer
@@ -135,7 +136,7 @@ def run_training(loop: LoopConfig, tokens, *, name: str, storage_uri: str, worke
     resources = resources_per_worker or {"CPU": loop.num_threads}
     trainer = TorchTrainer(
         train_loop,
-        train_loop_config={**loop.model_dump(), "tokens": torch.as_tensor(tokens), "event_log": log},
+        train_loop_config={**loop.model_dump(), "tokens": torch.as_tensor(tokens), "event_log": log, "hooks": hooks},
         torch_config=TorchConfig(backend=backend),
         scaling_config=ScalingConfig(num_workers=workers, use_gpu=use_gpu, resources_per_worker=resources),
         run_config=RunConfig(name=name, storage_path=storage_path, storage_filesystem=filesystem,

@@ -1,15 +1,18 @@
-"""Step 5 end to end: scale the model, run the reference and the candidate through Ray Train with the
-same data order and seeds, compare the curves, and collect checkpoints, recoveries and memory.
+"""Step 5 end to end: scale step 1's model, run the reference and the candidate through Ray Train
+with the same data order and seeds, compare the curves, and collect checkpoints, recoveries and memory.
 
     from day0.trial import run_trial, TrialPlan
-    result = run_trial(spec, checkpoint_uri="file://.day0/runs/<name>/<id>/trial/checkpoints",
+    result = run_trial(spec, analyzed.model, checkpoint_uri="file://.day0/runs/<name>/<id>/trial/checkpoints",
                        plan=TrialPlan(recompute="selective", sharding="fsdp"))
 
-Contract: the reference is `trial.reference`: `cpu-fp32` (one CPU worker, fp32, no recompute, DDP
-semantics) or the URI of a saved `TrialCurve`/`TrialResult` JSON (file path, file:// or s3://). The
-candidate runs on the spec's platform with `training.precision.compute`, `trial.workers` workers
-and the plan's recompute/sharding. Both runs live under `checkpoint_uri` as `reference` and
-`candidate`; calling again with the same URI resumes each from its last checkpoint.
+Contract: the model is step 1's `ResolvedModel` (its config.json), never the spec's source again.
+The reference is `trial.reference`: `cpu-fp32` (one CPU worker, fp32, no recompute, DDP semantics)
+or the URI of a saved `TrialCurve`/`TrialResult` JSON (file path, file:// or s3://). The candidate
+runs on the spec's platform with `training.precision.compute` (fp8 trains as bf16 autocast),
+`trial.workers` workers and the plan's recompute/sharding; both see the same global batch per step.
+Both runs live under `checkpoint_uri` as `reference` and `candidate`; calling again with the same URI
+resumes each from its last checkpoint. A failed run raises `TrialTrainingError`. The caller supplies
+what comes from other steps: the plan (`TrialPlan`) and the memory estimate (`MemoryEstimate`).
 """
 
 from __future__ import annotations
@@ -17,26 +20,25 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 from urllib.parse import urlparse
 
 from pydantic import BaseModel, Field
 
-from day0.core.model_source import resolve_model_source
+from day0.core.model_source import ResolvedModel
+from day0.core.precision import host_compute_dtype
 from day0.errors import UsageError
-from day0.planner.optimize import OptimizationReport
-from day0.planner.results import PlanReport
 from day0.settings import StoreSettings
-from day0.spec import HardwareSpec, PipelineSpec
-from day0.trial.alignment import AlignmentThresholds, compare_curves
+from day0.spec import PipelineSpec
+from day0.trial.alignment import compare_curves
 from day0.trial.data import TokenData, prepare_data
-from day0.trial.loop import LoopConfig, TrialFaults
+from day0.trial.loop import LoopConfig, LoopHooks
 from day0.trial.model import EXPERT_KEYS, scale_config
-from day0.trial.results import (MemoryComparison, TrialCurve, TrialResult, recoveries, steady_tokens_per_s,
-                                summarize_run)
+from day0.trial.results import (MemoryComparison, RunSummary, TrialCurve, TrialResult, recoveries,
+                                steady_tokens_per_s, summarize_run)
 from day0.trial.run import TrainingRun, event_log, run_training
 
-__all__ = ["TRIAL_VOCAB", "MemoryEstimate", "TrialTrainingError", "TrialPlan", "planner_estimate", "plan_from_results", "run_trial"]
+__all__ = ["TRIAL_VOCAB", "MemoryEstimate", "TrialPlan", "TrialTrainingError", "run_trial"]
 
 TRIAL_VOCAB = 512  # byte-level BPE vocabulary of the trial tokenizer
 Progress = Callable[[str], None]
@@ -54,46 +56,12 @@ class TrialPlan(BaseModel):
     source: str = Field("default", description="Where these choices came from.")
 
 
-# (scaled HF config, plan, loop config, workers) -> bytes per worker
-MemoryEstimate = Callable[[dict[str, Any], TrialPlan, LoopConfig, int], float | None]
+class MemoryEstimate(Protocol):
+    """Estimated bytes per candidate worker for (scaled HF config, plan, loop, workers), or None."""
 
+    source: str  # what made the estimate, for the report
 
-def plan_from_results(optimized: OptimizationReport | None, planned: PlanReport | None) -> TrialPlan:
-    """The chosen plan's memory knobs: step 4's plan, else step 3's best; defaults without either."""
-    plan = (optimized.plan if optimized else None) or (planned.best if planned else None)
-    if plan is None:
-        return TrialPlan()
-    knobs = plan.memory_knobs
-    return TrialPlan(recompute=knobs.recompute, sharding="fsdp" if knobs.zero_stage >= 2 else "ddp",
-                     source="step 4 plan" if optimized and optimized.plan else "step 3 best plan")
-
-
-def planner_estimate(hardware: HardwareSpec) -> MemoryEstimate:
-    """Step 3's cost model applied to the trial's own configuration: the scaled model, DP = workers
-    (TP = PP = EP = 1), ZeRO 0 for DDP or 3 for FSDP, the plan's recompute and the loop's micro-batch.
-    No framework reserve or fragmentation: the measured figure is the process's own peak."""
-    from day0.analysis.structure import analyze_structure
-    from day0.core.modeling import build_meta_model
-    from day0.planner.inputs import PlannerOptions, cluster_figures
-    from day0.planner.search import plan_parallelism
-    from day0.spec import ParallelConstraints, Precision, TrainingSpec
-    from day0.trial.model import _hf_config
-
-    def estimate(config: dict[str, Any], plan: TrialPlan, loop: LoopConfig, workers: int) -> float | None:
-        structure = analyze_structure(build_meta_model(_hf_config(config), "trial", "fp32"), "trial")
-        training = TrainingSpec(seq_len=loop.seq_len, global_batch=loop.micro_batch * workers,
-                                micro_batch=loop.micro_batch,
-                                precision=Precision(compute=loop.compute_dtype, master_weights="fp32"))
-        options = PlannerOptions(micro_batches=[loop.micro_batch], recompute=[plan.recompute], offload=["none"],
-                                 zero_stages=[3 if plan.sharding == "fsdp" else 0], framework_overhead_gib=0,
-                                 fragmentation_fraction=0, flash_attention=False)
-        degrees = ParallelConstraints(tensor_parallel=1, pipeline_parallel=1, expert_parallel=1,
-                                      context_parallel=1, data_parallel=workers)
-        report = plan_parallelism(structure, cluster_figures(hardware, workers, workers), training, degrees,
-                                  options, find_min_accelerators=False)
-        return report.best.memory.total_bytes if report.best else None
-
-    return estimate
+    def __call__(self, config: dict[str, Any], plan: TrialPlan, loop: LoopConfig, workers: int) -> float | None: ...
 
 
 def _load_curve(uri: str, settings: StoreSettings | None) -> TrialCurve:
@@ -113,15 +81,16 @@ def _load_curve(uri: str, settings: StoreSettings | None) -> TrialCurve:
 
 def _curve(label: str, platform: str, loop: LoopConfig, workers: int, run: TrainingRun) -> TrialCurve:
     h = run.history
-    return TrialCurve(label=label, platform=platform, compute_dtype=loop.compute_dtype, workers=workers,
-                      sharding=loop.sharding, recompute=loop.recompute, steps=[r.step for r in h],
+    return TrialCurve(label=label, platform=platform, device=loop.device_type, compute_dtype=loop.compute_dtype,
+                      workers=workers, sharding=loop.sharding, recompute=loop.recompute, steps=[r.step for r in h],
                       loss=[r.loss for r in h], grad_norm=[r.grad_norm for r in h], tokens_per_s=steady_tokens_per_s(h))
 
 
 def _scaled_summary(cfg: dict[str, Any], data: TokenData) -> dict[str, int | None]:
-    from day0.trial.model import _hf_config, count_parameters
     import torch
     from transformers import AutoModelForCausalLM
+
+    from day0.trial.model import _hf_config, count_parameters
 
     with torch.device("meta"):
         params = count_parameters(AutoModelForCausalLM.from_config(_hf_config(cfg)))
@@ -130,72 +99,86 @@ def _scaled_summary(cfg: dict[str, Any], data: TokenData) -> dict[str, int | Non
             "parameters": params}
 
 
-def run_trial(spec: PipelineSpec, *, checkpoint_uri: str, plan: TrialPlan | None = None,
-              faults: TrialFaults | None = None, max_failures: int = 2, progress: Progress | None = None,
+def _loops(spec: PipelineSpec, cfg: dict[str, Any], plan: TrialPlan, notes: list[str]) -> tuple[LoopConfig, LoopConfig]:
+    """(reference loop, candidate loop): the same model, seed, data order and global batch; the candidate
+    at the plan's compute dtype, on the platform's device, with the plan's recompute and sharding."""
+    trial, (compute, fp8_note) = spec.trial, host_compute_dtype(spec.training.precision.compute)
+    notes += [fp8_note] if fp8_note else []
+    global_batch = trial.micro_batch * trial.workers
+    candidate = LoopConfig(model_config_dict=cfg, seed=trial.seed, steps=trial.steps, global_batch=global_batch,
+                           micro_batch=trial.micro_batch, seq_len=trial.seq_len, learning_rate=trial.learning_rate,
+                           lr_warmup_steps=min(10, trial.steps // 10), checkpoint_every=trial.checkpoint_every,
+                           compute_dtype=compute, recompute=plan.recompute, sharding=plan.sharding,
+                           device_type=spec.platform.device_type)
+    reference = candidate.model_copy(update={"micro_batch": global_batch, "compute_dtype": "fp32", "recompute": "none",
+                                             "sharding": "ddp", "device_type": "cpu"})
+    return reference, candidate
+
+
+def _memory(run: TrainingRun, estimate: float | None, source: str) -> list[MemoryComparison]:
+    baselines = {e.rank: e.baseline_bytes or 0 for e in run.events if e.kind == "memory"}
+    return [MemoryComparison(rank=r, measured_peak_bytes=b, measured_training_bytes=b - baselines.get(r, 0),
+                             estimate_bytes=estimate, estimate_source=source)
+            for r, b in sorted(run.peak_memory_bytes.items())]
+
+
+def _raise_failed(runs: list[RunSummary], checkpoint_uri: str) -> None:
+    failed = [r for r in runs if r.error]
+    if failed:
+        raise TrialTrainingError("; ".join(
+            f"{r.role} training failed after {r.attempts} attempt(s): {r.error}" for r in failed)
+            + f". Checkpoints are kept under {checkpoint_uri}: rerun the same spec to resume.")
+
+
+def _reference(spec: PipelineSpec, loop: LoopConfig, tokens: Any, common: dict[str, Any], notes: list[str],
+               say: Progress) -> tuple[TrialCurve, TrainingRun | None]:
+    """The reference curve: trained here (`cpu-fp32`), or loaded from a saved curve."""
+    if spec.trial.reference != "cpu-fp32":
+        notes.append(f"reference curve loaded from {spec.trial.reference}")
+        return _load_curve(spec.trial.reference, common["store_settings"]), None
+    say(f"reference: {loop.steps} steps on 1 CPU worker, fp32")
+    run = run_training(loop, tokens, name="reference", workers=1, **common)
+    return _curve("reference cpu-fp32 x1", "cpu", loop, 1, run), run
+
+
+def run_trial(spec: PipelineSpec, model: ResolvedModel, *, checkpoint_uri: str, plan: TrialPlan | None = None,
+              hooks: LoopHooks | None = None, max_failures: int = 2, progress: Progress | None = None,
               memory_estimate: MemoryEstimate | None = None, store_settings: StoreSettings | None = None,
               ray_address: str | None = None, resources_per_worker: dict[str, float] | None = None,
               log=None) -> TrialResult:  # noqa: ANN001
-    """Run step 5 for `spec` (see the module docstring). `faults` are test-only injected bugs."""
+    """Run step 5 for `spec` on step 1's `model` (see the module docstring). `hooks` go to the
+    candidate's loop only (tests inject faults with them) and are named in the result's notes."""
     from day0.backends.local import connect
 
     t0, say = time.time(), progress or (lambda msg: None)
     plan, trial, notes = plan or TrialPlan(), spec.trial, []
     connect(ray_address or spec.cluster.address)
     data = prepare_data(trial.dataset, TRIAL_VOCAB)
-    cfg = scale_config(resolve_model_source(spec.model.source).config, trial.scale, vocab_size=data.vocab_size,
-                       seq_len=trial.seq_len, eos_token_id=data.eos_token_id)
-    compute = spec.training.precision.compute
-    if compute == "fp8":
-        compute = "bf16"
-        notes.append("fp8 compute is not trained in the trial; the candidate runs bf16 autocast")
-    base = LoopConfig(model_config_dict=cfg, seed=trial.seed, steps=trial.steps,
-                      global_batch=trial.micro_batch * trial.workers, micro_batch=trial.micro_batch,
-                      seq_len=trial.seq_len, learning_rate=trial.learning_rate,
-                      lr_warmup_steps=min(10, trial.steps // 10), checkpoint_every=trial.checkpoint_every)
-    candidate_loop = base.model_copy(update={"compute_dtype": compute, "recompute": plan.recompute,
-                                             "sharding": plan.sharding, "device_type": spec.platform.device_type,
-                                             "faults": faults or TrialFaults()})
-    log = log or event_log()
-    common = dict(storage_uri=checkpoint_uri, max_failures=max_failures, log=log, store_settings=store_settings)
-    runs, reference = [], None
-    if trial.reference == "cpu-fp32":
-        say(f"reference: {trial.steps} steps on 1 CPU worker, fp32")
-        ref_run = run_training(base.model_copy(update={"micro_batch": base.global_batch}), data.tokens,
-                               name="reference", workers=1, **common)
-        runs.append(summarize_run("reference", ref_run))
-        reference = _curve("reference cpu-fp32", "cpu", base, 1, ref_run)
-    else:
-        reference = _load_curve(trial.reference, store_settings)
-        notes.append(f"reference curve loaded from {trial.reference}")
-    use_gpu = spec.platform.device_type == "cuda"
-    say(f"candidate: {trial.steps} steps on {trial.workers} {spec.platform.name} worker(s), {compute}, "
-        f"{plan.sharding}, recompute {plan.recompute}")
-    cand_run = run_training(candidate_loop, data.tokens, name="candidate", workers=trial.workers, use_gpu=use_gpu,
-                            backend=spec.platform.distributed_backend,
+    cfg = scale_config(model.config, trial.scale, vocab_size=data.vocab_size, seq_len=trial.seq_len,
+                       eos_token_id=data.eos_token_id)
+    ref_loop, cand_loop = _loops(spec, cfg, plan, notes)
+    common: dict[str, Any] = dict(storage_uri=checkpoint_uri, max_failures=max_failures, log=log or event_log(),
+                                  store_settings=store_settings)
+    reference, ref_run = _reference(spec, ref_loop, data.tokens, common, notes, say)
+    if hooks is not None:
+        notes.append(f"test-only training hooks were active in the candidate: {hooks.describe()}")
+    say(f"candidate: {trial.steps} steps on {trial.workers} {spec.platform.name} worker(s), "
+        f"{cand_loop.compute_dtype}, {plan.sharding}, recompute {plan.recompute}")
+    cand_run = run_training(cand_loop, data.tokens, name="candidate", workers=trial.workers, hooks=hooks,
+                            use_gpu=spec.platform.device_type == "cuda", backend=spec.platform.distributed_backend,
                             resources_per_worker=resources_per_worker, **common)
-    runs.append(summarize_run("candidate", cand_run))
-    candidate = _curve(f"candidate {spec.platform.name}-{compute} x{trial.workers}", spec.platform.name,
-                       candidate_loop, trial.workers, cand_run)
-    failed = [r for r in runs if r.error]
-    if failed:
-        raise TrialTrainingError("; ".join(
-            f"{r.role} training failed after {r.attempts} attempt(s): {r.error}" for r in failed)
-            + f". Checkpoints are kept under {checkpoint_uri}: rerun the same spec to resume.")
-    tol = trial.tolerance
+    runs = ([summarize_run("reference", ref_run)] if ref_run else []) + [summarize_run("candidate", cand_run)]
+    _raise_failed(runs, checkpoint_uri)
+    candidate = _curve(f"candidate {spec.platform.name}-{cand_loop.compute_dtype} x{trial.workers}",
+                       spec.platform.name, cand_loop, trial.workers, cand_run)
     alignment = compare_curves(reference.loss, candidate.loss, reference_grad_norm=reference.grad_norm,
-                               candidate_grad_norm=candidate.grad_norm, thresholds=AlignmentThresholds(
-                                   loss_mean_rel=tol.loss_mean_rel, first_step_abs=tol.first_step_abs,
-                                   first_step_rel=tol.first_step_rel, warmup_steps=tol.warmup_steps))
-    estimate = memory_estimate or planner_estimate(spec.platform.hardware)
-    source = "step 3 cost model, same configuration (TP1 PP1, DP = workers)"
-    est = estimate(cfg, plan, candidate_loop, trial.workers)
-    baselines = {e.rank: e.baseline_bytes or 0 for e in cand_run.events if e.kind == "memory"}
-    memory = [MemoryComparison(rank=r, measured_peak_bytes=b, measured_training_bytes=b - baselines.get(r, 0),
-                               estimate_bytes=est, estimate_source=source)
-              for r, b in sorted(cand_run.peak_memory_bytes.items())]
+                               candidate_grad_norm=candidate.grad_norm, tolerance=trial.tolerance)
+    estimate = memory_estimate(cfg, plan, cand_loop, trial.workers) if memory_estimate else None
     if plan.source != "default":
         notes.append(f"plan from {plan.source}: recompute {plan.recompute}, sharding {plan.sharding}")
-    return TrialResult(model=spec.model.source, scaled=_scaled_summary(cfg, data), dataset=data.dataset,
-                       seq_len=trial.seq_len, global_batch=base.global_batch, steps=trial.steps,
+    return TrialResult(model=model.source, scaled=_scaled_summary(cfg, data), dataset=data.dataset,
+                       seq_len=trial.seq_len, global_batch=cand_loop.global_batch, steps=trial.steps,
                        reference=reference, candidate=candidate, alignment=alignment, runs=runs,
-                       recoveries=recoveries(cand_run.events), memory=memory, notes=notes, seconds=time.time() - t0)
+                       recoveries=recoveries(cand_run.events),
+                       memory=_memory(cand_run, estimate, memory_estimate.source if memory_estimate else "none"),
+                       notes=notes, seconds=time.time() - t0)

@@ -6,12 +6,16 @@ from __future__ import annotations
 import functools
 from importlib.metadata import EntryPoint
 
-from day0.analysis.inventory import OpInventory, capture_operators
+from day0.analysis.inventory import capture_operators
+from day0.core.ops import OpInventory
 from day0.core.model_source import resolve_model_source
 from day0.analysis.structure import analyze_structure
 from day0.core.modeling import build_meta_model, load_hf_config
+from day0.analysis.results import AnalyzeResult
+from day0.analysis.step import analyze_model
+from day0.numerics.layers import WholeModel
 from day0.numerics.platform_kernels import ENTRY_POINT_GROUP, Platform
-from day0.spec import PlatformSpec, load_yaml
+from day0.spec import ModelSpec, PlatformSpec, load_yaml
 from day0.paths import CONFIGS_DIR
 
 MODEL = "tiny-deepseek-v3"
@@ -22,6 +26,16 @@ def tiny_inventory(dtype: str = "fp32") -> OpInventory:
     model = build_meta_model(load_hf_config(resolve_model_source(MODEL)), MODEL, dtype)
     structure = analyze_structure(model, MODEL)
     return capture_operators(model, structure.attention_kind, dtype)
+
+
+@functools.lru_cache(maxsize=None)
+def _tiny_analysis() -> AnalyzeResult:
+    return analyze_model(ModelSpec(source=MODEL), cpu_spec(), "fp32")
+
+
+def whole_model(layers: int | None = None) -> WholeModel:
+    """The tiny model for the whole-model check, as step 1 resolved it."""
+    return WholeModel.from_analysis(_tiny_analysis(), layers)
 
 
 def entry_point(target: str, name: str | None = None) -> EntryPoint:

@@ -1,17 +1,20 @@
-"""The `day0` command line.
+"""The `day0` command line: the outermost layer (cli -> flows -> tasks -> day0).
 
     day0 validate configs/pipelines/tiny-local.yaml
-    day0 run configs/pipelines/tiny-local.yaml [--only analyze,parallel] [--json]
+    day0 run configs/pipelines/tiny-local.yaml [--only analyze,parallel] [--fresh] [--json]
     day0 analyze deepseek-v3 [--platform ascend-910b] [--dtype bf16] [--json]
+    day0 plan configs/pipelines/deepseek-v3-on-npu.yaml [--json]
     day0 schema > day0-spec.schema.json
 
-Exit codes: 0 success, 1 failure while running, 2 bad input (spec, model, arguments).
+Exit codes: 0 success (every requested step passed; warnings allowed), 1 a failed step or a failure
+while running, 2 bad input (spec, model, arguments).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import signal
 import sys
 from collections.abc import Callable, Iterator
@@ -19,12 +22,12 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from day0.errors import Day0Error, SpecError, SpecIssue, UsageError
-from day0.paths import CONFIGS_DIR
-from day0.spec import STEPS, PipelineSpec, PlatformSpec, load_spec, load_yaml
+from day0.errors import Day0Error, RunFailed, UsageError
+from day0.spec import STEPS, PipelineSpec, load_platform, load_spec, load_yaml
 
 __all__ = ["main"]
 
@@ -41,25 +44,13 @@ def progress(title: str) -> Iterator[Callable[[str], None]]:
         yield lambda stage: bar.update(task, description=f"{title}: {stage}")
 
 
-def _load_platform(name: str) -> PlatformSpec:
-    path = Path(name) if name.endswith((".yaml", ".yml")) else CONFIGS_DIR / "platforms" / f"{name}.yaml"
-    if not path.exists():
-        known = sorted(p.stem for p in (CONFIGS_DIR / "platforms").glob("*.yaml"))
-        raise UsageError(f"--platform: unknown platform {name!r}; expected one of {known} or a YAML file")
-    from pydantic import ValidationError
-
-    try:
-        return PlatformSpec.model_validate(load_yaml(path))
-    except ValidationError as exc:
-        raise SpecError(str(path), [SpecIssue.from_pydantic(e) for e in exc.errors()]) from None
-
-
 def cmd_validate(args: argparse.Namespace) -> int:
     from day0.runs import RunContext
 
     spec = load_spec(args.spec)
     run = RunContext.create(spec)
-    out.print(f"[green]ok[/]: {args.spec} is a valid {spec.kind}; results go to {spec.storage}/{run.prefix}")
+    out.print(f"[green]ok[/]: {escape(args.spec)} is a valid {spec.kind}; results go to "
+              f"{escape(spec.storage)}/{run.prefix}")
     return 0
 
 
@@ -72,14 +63,14 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     from day0.analysis.step import analyze_model
     from day0.spec import ModelSpec
 
-    platform = _load_platform(args.platform)
+    platform = load_platform(args.platform, "--platform")
     with progress(f"analyze {args.model}") as say:
         result = analyze_model(ModelSpec(source=args.model), platform, args.dtype, progress=say)
     if args.json:
         print(result.model_dump_json(indent=2))
         return 0
     s = result.structure
-    table = Table(title=f"{s.model} ({s.architecture})", show_header=True)
+    table = Table(title=escape(f"{s.model} ({s.architecture})"), show_header=True)
     for col in ("component", "total", "active"):
         table.add_column(col, justify="right" if col != "component" else "left")
     for name, c in s.components.items():
@@ -92,25 +83,57 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     out.print(f"operators: {len(result.inventory.ops)} captured; on {cov.platform} ({cov.method}): {cov.counts}")
     for o in cov.ops:
         if o.status in ("missing", "dtype_unsupported"):
-            out.print(f"  [yellow]{o.status}[/] {o.op} {o.dtypes_unsupported or o.dtypes_needed} in {', '.join(o.modules)}")
+            out.print(f"  [yellow]{o.status}[/] {escape(f'{o.op} {o.dtypes_unsupported or o.dtypes_needed}')} in "
+                      f"{escape(', '.join(o.modules))}")
     out.print(f"[dim]{result.seconds:.1f} s[/]")
     return 0
 
 
-def cmd_run(args: argparse.Namespace) -> int:
-    load_spec(args.spec)  # all spec errors before Prefect starts
-    only = [s.strip() for s in args.only.split(",")] if args.only else None
-    if only and (unknown := [s for s in only if s not in STEPS]):
-        raise UsageError(f"--only: unknown step(s) {unknown}; expected some of {list(STEPS)}")
+# Seen on a loaded 2-core machine: the ephemeral Prefect server missed its 20 s default start timeout.
+_PREFECT_STARTUP = "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS"
+_PREFECT_STARTUP_DEFAULT = "120"
+
+
+def _run_flow(spec_path: str, only: list[str] | None, fresh: bool) -> dict:
+    os.environ.setdefault(_PREFECT_STARTUP, _PREFECT_STARTUP_DEFAULT)
     from flows.adapt import adapt
 
-    result = adapt(spec=load_yaml(Path(args.spec)), only=only)
+    try:
+        return adapt(spec=load_yaml(Path(spec_path)), only=only, fresh=fresh)
+    except RuntimeError as exc:
+        if "ephemeral Prefect API server" not in str(exc):
+            raise
+        raise _PrefectUnavailable(
+            f"the temporary Prefect server did not start within {os.environ[_PREFECT_STARTUP]} s ({exc}); "
+            f"raise {_PREFECT_STARTUP}, or point PREFECT_API_URL at a running server") from None
+
+
+class _PrefectUnavailable(Exception):
+    pass
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    spec = load_spec(args.spec)  # all spec errors before Prefect starts
+    only = [s.strip() for s in args.only.split(",")] if args.only else None
+    from flows.adapt import check_runnable, plan_steps
+
+    plan_steps(spec, only)
+    check_runnable(spec)
+    try:
+        summary = _run_flow(args.spec, only, args.fresh)
+    except RunFailed as exc:
+        summary = exc.summary
+    except _PrefectUnavailable as exc:
+        err.print(f"[red]error[/]: {escape(str(exc))}", highlight=False)
+        return 1
     if args.json:
-        print(json.dumps(result, indent=2))
-    else:
-        out.print(f"[green]done[/]: steps run {result['executed'] or 'none (all reused)'}; "
-                  f"report: {result['report']['html']}")
-    return 0
+        print(json.dumps(summary, indent=2))
+    for step, reasons in summary["failed"].items():
+        err.print(f"[red]FAIL[/] {step}: {escape('; '.join(reasons[:3]))}", highlight=False)
+    done = "[red]failed[/]" if summary["failed"] else "[green]done[/]"
+    err.print(f"{done}: executed {summary['executed'] or 'none'}, reused {summary['reused'] or 'none'}; "
+              f"report: {escape(summary['report']['html'])}", highlight=False)
+    return 1 if summary["failed"] else 0
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -122,6 +145,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("run", help="run a pipeline spec (resumes completed steps)")
     p.add_argument("spec")
     p.add_argument("--only", help=f"comma-separated steps out of {','.join(STEPS)}")
+    p.add_argument("--fresh", action="store_true", help="recompute every step instead of reusing stored results")
     p.add_argument("--json", action="store_true", help="print the run summary as JSON")
     p.set_defaults(func=cmd_run)
     p = sub.add_parser("analyze", help="step 1 on a model alone: structure, operators, coverage")
@@ -139,7 +163,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _extensions() -> list[Callable[[argparse._SubParsersAction], None]]:
     """Subcommands that live beside their step's code."""
-    from day0.planner.cli import add_plan_command
+    from cli.plan import add_plan_command
 
     return [add_plan_command]
 
@@ -156,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.func(args)
     except Day0Error as exc:
-        err.print(f"[red]error[/]: {exc}", highlight=False)
+        err.print(f"[red]error[/]: {escape(str(exc))}", highlight=False)
         return exc.exit_code
     except KeyboardInterrupt:
         err.print("[red]interrupted[/]")

@@ -1,5 +1,6 @@
-"""Fault injection on a local multi-node Ray cluster: kill the node hosting a training worker once a
-checkpoint exists, and let Ray Train recover. Used by the recovery test and `make bench`.
+"""Node loss on a local multi-node Ray cluster, for tests and benchmarks only: kill the node hosting a
+training worker once a checkpoint exists, and let Ray Train recover. Used by the recovery test and
+`make bench`.
 
 Contract: `run_with_node_kill` needs a `ray.cluster_utils.Cluster` the driver is connected to, with
 spare nodes offering `resource` (the workers request it, so they never land on the head). It
@@ -12,7 +13,7 @@ import threading
 import time
 from typing import Any
 
-from day0.trial.loop import LoopConfig
+from day0.trial.loop import LoopConfig, LoopHooks
 from day0.trial.run import TrainingRun, event_log, run_training
 
 __all__ = ["run_with_node_kill"]
@@ -32,7 +33,7 @@ def _wait_for(log, predicate, timeout_s: float) -> dict[str, Any]:  # noqa: ANN0
 
 def run_with_node_kill(cluster, loop: LoopConfig, tokens, *, name: str, storage_uri: str,  # noqa: ANN001
                        kill_after_checkpoint_step: int, resource: str = "trial_worker",
-                       max_failures: int = 2, timeout_s: float = 600) -> TrainingRun:
+                       max_failures: int = 2, timeout_s: float = 600, hooks: LoopHooks | None = None) -> TrainingRun:
     """Train one worker on `cluster`; after the checkpoint of `kill_after_checkpoint_step` is persisted,
     hard-kill (no graceful shutdown) the node hosting rank 0; return the recovered run."""
     import ray
@@ -44,7 +45,7 @@ def run_with_node_kill(cluster, loop: LoopConfig, tokens, *, name: str, storage_
         try:
             out.append(run_training(loop, tokens, name=name, storage_uri=storage_uri, workers=1,
                                     resources_per_worker={"CPU": 1, resource: 1}, max_failures=max_failures,
-                                    log=log))
+                                    log=log, hooks=hooks))
         except BaseException as exc:  # surfaced in the caller's thread below
             out.append(exc)
 

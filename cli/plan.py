@@ -29,10 +29,11 @@ def add_plan_command(subparsers: argparse._SubParsersAction) -> None:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    from day0.planner.step import optimize_for_spec, plan_for_spec, structure_for_spec
+    from day0.analysis.step import analyze_model
+    from day0.planner.step import optimize_for_spec, plan_for_spec
 
     spec = load_spec(args.spec)
-    structure = structure_for_spec(spec)
+    structure = analyze_model(spec.model, spec.platform, spec.training.precision.compute).structure
     report = plan_for_spec(spec, structure)
     optimized = optimize_for_spec(spec, structure, report)
     out = args.out if args.out or args.json else Path(f"{spec.metadata.name}.plan.yaml")

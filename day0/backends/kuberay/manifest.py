@@ -1,0 +1,187 @@
+"""The RayCluster manifest for one run: plain dicts from the cluster spec's node pools and the plan.
+
+Contracts:
+- Pure: no API server, no kubernetes client; the same inputs give the same dict.
+- `build_raycluster` is the one builder of the custom resource: a head group on CPU nodes
+  (no accelerators, `num-cpus: 0`), one worker group per node pool (accelerator resource,
+  nodeSelector, tolerations, replicas/min/max), in-tree autoscaling when a pool is elastic,
+  `app.kubernetes.io/*` labels and the run id on everything.
+- Names are DNS-1035 labels, unique per run id and short enough for the names KubeRay derives.
+- Sizing from a plan fills fixed pools first and overflows to elastic pools; a plan larger than
+  the pools is a `ClusterError` that names the numbers.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from day0.backends.kuberay.status import ClusterError
+from day0.spec import ClusterSpec, NodePool
+
+__all__ = [
+    "GROUP", "PLURAL", "RUN_ID_LABEL", "VERSION",
+    "build_raycluster", "cluster_name", "label_value", "labels", "plan_accelerators", "workers_per_pool",
+]
+
+GROUP, VERSION, PLURAL = "ray.io", "v1", "rayclusters"
+RUN_ID_LABEL = "day0.io/run-id"
+MAX_NAME = 40  # KubeRay derives `<name>-head-svc` and pod names from it; keep room under 63
+
+
+# --- names and labels --------------------------------------------------------------------------
+
+def _digest(text: str, n: int = 6) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:n]
+
+
+def label_value(text: str) -> str:
+    """A valid label value (<=63 chars of [A-Za-z0-9_.-], alphanumeric ends) that stays unique."""
+    clean = re.sub(r"[^A-Za-z0-9_.-]+", "-", text).strip("-_.")
+    if clean == text and len(clean) <= 63:
+        return clean
+    return f"{clean[:56].rstrip('-_.')}-{_digest(text)}".lstrip("-")
+
+
+def cluster_name(run_id: str, prefix: str = "day0") -> str:
+    """`day0-<run>-<hash>`: a DNS-1035 label, unique per run id, short enough for KubeRay."""
+    base = re.sub(r"[^a-z0-9-]+", "-", run_id.lower()).strip("-")
+    base = re.sub(r"^[0-9-]+", "", base)
+    room = MAX_NAME - len(prefix) - 8
+    return "-".join(p for p in (prefix, base[:room].rstrip("-"), _digest(run_id)) if p)
+
+
+def labels(run_id: str, name: str, component: str = "ray-cluster") -> dict[str, str]:
+    """Standard `app.kubernetes.io/*` labels plus the flow run id."""
+    return {"app.kubernetes.io/name": "day0", "app.kubernetes.io/instance": name,
+            "app.kubernetes.io/component": component, "app.kubernetes.io/part-of": "day0",
+            "app.kubernetes.io/managed-by": "day0", RUN_ID_LABEL: label_value(run_id)}
+
+
+# --- sizing from the plan ----------------------------------------------------------------------
+
+def plan_accelerators(plan: Any) -> int:
+    """World size of a parallel plan (TP x PP x CP x DP; EP shards within DP): a mapping or object."""
+    def get(key: str) -> int:
+        value = plan.get(key) if isinstance(plan, Mapping) else getattr(plan, key, None)
+        return int(value or 1)
+    return math.prod(get(k) for k in ("tensor_parallel", "pipeline_parallel", "context_parallel", "data_parallel"))
+
+
+def _nodes_without_plan(pool: NodePool) -> int:
+    return pool.elastic.min if pool.elastic is not None else int(pool.nodes or 0)
+
+
+def workers_per_pool(cluster: ClusterSpec, accelerators: int | None = None) -> dict[str, int]:
+    """Worker pods (one per node) per pool: fixed pools first, overflow to elastic pools.
+
+    Without a plan: every fixed node, and each elastic pool at its minimum."""
+    if accelerators is None:
+        return {p.name: _nodes_without_plan(p) for p in cluster.node_pools}
+    left, out = accelerators, {}
+    for pool in sorted(cluster.node_pools, key=lambda p: p.elastic is not None):
+        take = min(math.ceil(max(left, 0) / pool.accelerator.per_node), pool.max_nodes)
+        if pool.elastic is not None:
+            take = max(take, pool.elastic.min)
+        out[pool.name] = take
+        left -= take * pool.accelerator.per_node
+    if left > 0:
+        have = ", ".join(f"{p.name}: {p.max_nodes} x {p.accelerator.per_node}" for p in cluster.node_pools)
+        raise ClusterError(f"the plan needs {accelerators} accelerators; the node pools hold only "
+                           f"{accelerators - left} ({have or 'no node pools'})")
+    return {p.name: out[p.name] for p in cluster.node_pools}
+
+
+# --- the builder -------------------------------------------------------------------------------
+
+def _resources(cpus: float, memory_gib: float, extra: Mapping[str, int] | None = None) -> dict[str, Any]:
+    amounts: dict[str, Any] = {"cpu": str(cpus), "memory": f"{int(memory_gib)}Gi", **(extra or {})}
+    return {"requests": dict(amounts), "limits": dict(amounts)}
+
+
+def _tolerations(pool: NodePool) -> list[dict[str, Any]]:
+    own = [t.model_dump(exclude_none=True) for t in pool.tolerations]
+    if pool.accelerator.resource == "cpu":
+        return own
+    # GPU node pools are commonly tainted with their resource name (GKE, AKS): tolerate it.
+    implied = {"key": pool.accelerator.resource, "operator": "Exists", "effect": "NoSchedule"}
+    return own + ([implied] if implied not in own else [])
+
+
+def _ray_start_params(pool: NodePool, cpus: int) -> dict[str, str]:
+    acc = pool.accelerator
+    params = {"num-cpus": str(cpus)}
+    if acc.resource == "nvidia.com/gpu":
+        params["num-gpus"] = str(acc.per_node)
+    elif acc.resource != "cpu":  # a custom Ray resource named after the device (`Ascend910: 8`)
+        params["resources"] = json.dumps(json.dumps({acc.resource.split("/")[-1]: acc.per_node}))
+    return params
+
+
+def _worker_group(pool: NodePool, replicas: int, image: str, meta: dict[str, str]) -> dict[str, Any]:
+    acc = pool.accelerator
+    if pool.elastic is None:
+        low = high = replicas  # a fixed pool: the autoscaler must not resize it
+    else:
+        low, high = pool.elastic.min, pool.elastic.max
+    cpus = max(1, pool.cpus_per_node - 2)  # leave room for daemonsets on the node
+    extra = {acc.resource: acc.per_node} if acc.resource != "cpu" else None
+    pod_spec: dict[str, Any] = {
+        "containers": [{"name": "ray-worker", "image": image,
+                        "resources": _resources(cpus, pool.memory_gib_per_node * 0.9, extra)}],
+        "nodeSelector": dict(pool.node_selector),
+        "tolerations": _tolerations(pool),
+    }
+    return {"groupName": pool.name, "replicas": replicas, "minReplicas": low, "maxReplicas": high,
+            "rayStartParams": _ray_start_params(pool, cpus),
+            "template": {"metadata": {"labels": {**meta, "day0.io/pool": pool.name}}, "spec": pod_spec}}
+
+
+def _head_group(image: str, meta: dict[str, str], node_selector: Mapping[str, str],
+                cpus: int, memory_gib: int) -> dict[str, Any]:
+    ports = [{"containerPort": 6379, "name": "gcs"}, {"containerPort": 8265, "name": "dashboard"},
+             {"containerPort": 10001, "name": "client"}]
+    container = {"name": "ray-head", "image": image, "ports": ports, "resources": _resources(cpus, memory_gib)}
+    return {"rayStartParams": {"dashboard-host": "0.0.0.0", "num-cpus": "0"},
+            "template": {"metadata": {"labels": {**meta, "app.kubernetes.io/component": "ray-head"}},
+                         "spec": {"nodeSelector": dict(node_selector), "containers": [container]}}}
+
+
+def build_raycluster(cluster: ClusterSpec, run_id: str, *, plan: Any = None,
+                     workers: Mapping[str, int] | None = None, image: str | None = None,
+                     head_node_selector: Mapping[str, str] | None = None,
+                     head_cpus: int = 2, head_memory_gib: int = 8) -> dict[str, Any]:
+    """The RayCluster manifest for one run. `workers` (per pool) overrides sizing from `plan`."""
+    if not cluster.node_pools:
+        raise ClusterError("cluster.node_pools is empty: the kuberay backend needs at least one pool")
+    if workers is None:
+        workers = workers_per_pool(cluster, plan_accelerators(plan) if plan is not None else None)
+    unknown = set(workers) - {p.name for p in cluster.node_pools}
+    if unknown:
+        raise ClusterError(f"workers given for unknown pools {sorted(unknown)}")
+    name = cluster_name(run_id)
+    image = image or _default_image()
+    meta = labels(run_id, name)
+    spec: dict[str, Any] = {
+        "rayVersion": image.split(":")[-1].split("-")[0],
+        "headGroupSpec": _head_group(image, meta, head_node_selector or {}, head_cpus, head_memory_gib),
+        "workerGroupSpecs": [_worker_group(p, workers.get(p.name, 0), image, meta) for p in cluster.node_pools],
+    }
+    if any(p.elastic is not None for p in cluster.node_pools):
+        spec["enableInTreeAutoscaling"] = True
+        spec["autoscalerOptions"] = {"upscalingMode": "Default", "idleTimeoutSeconds": 120,
+                                     "resources": _resources(1, 1)}
+    return {"apiVersion": f"{GROUP}/{VERSION}", "kind": "RayCluster",
+            "metadata": {"name": name, "namespace": cluster.namespace, "labels": meta,
+                         "annotations": {RUN_ID_LABEL: run_id}},
+            "spec": spec}
+
+
+def _default_image() -> str:
+    import ray
+
+    return f"rayproject/ray:{ray.__version__}-py311"

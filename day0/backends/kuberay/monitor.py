@@ -1,0 +1,199 @@
+"""The failure monitor of one RayCluster: watch streams of its pods, the nodes and Warning events.
+
+Contracts:
+- Watches, never polls: three `ResourceWatch` streams (the cluster's pods by KubeRay's
+  `ray.io/cluster` label, the nodes, the namespace's Warning events), each resumed by
+  resourceVersion and relisted on 410 Gone, each in its own daemon thread. State changes only
+  under one lock, so events are handled one at a time whichever stream they come from.
+- `start()` returns once pods and nodes are listed (the baseline). Pods already lost then are
+  reported too; pods Pending at the baseline that get a node later are not replacements.
+- It appends to the `events` list it is given (never rewrites it):
+  `node-lost` (a pod's node was deleted or is NotReady), `pod-lost` (a pod Failed, or someone else
+  deleted it), `pod-replaced` (a pod created after the baseline got a node), `warning` (a Warning
+  Event about the RayCluster or one of its pods, once per Event; a watch that failed and resumes).
+- With `recover`, pods of lost nodes and failed pods are force-deleted (grace 0: a dead kubelet never
+  confirms), so KubeRay recreates them at once and the scheduler places them on a healthy node.
+- The streams are not ordered with each other: a pod on a node no stream has shown yet is checked
+  with one GET of that node before it is called lost.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+from kubernetes.client.exceptions import ApiException
+
+from day0.backends.kuberay.status import (
+    CLUSTER_LABEL, GROUP_LABEL, ClusterError, ClusterEvent, EventKind, Node, Pod, node_ready,
+)
+from day0.backends.kuberay.watching import EventType, ResourceWatch
+
+__all__ = ["ClusterMonitor"]
+
+Handler = Callable[[EventType, Any], None]
+
+
+class ClusterMonitor:
+    """`ClusterMonitor(core, "day0", "day0-run-1-ab12cd", events).start()`; `.stop()` when the job is done."""
+
+    def __init__(self, core: Any, namespace: str, cluster: str, events: list[ClusterEvent], *,
+                 recover: bool = True) -> None:
+        self._core, self._namespace, self._cluster = core, namespace, cluster
+        self.events = events
+        self._recover = recover
+        self._lock = threading.Lock()
+        self._pods: dict[str, Pod] = {}  # uid -> pod
+        self._nodes: dict[str, Node] = {}  # name -> node
+        self._deleted_nodes: set[str] = set()
+        self._handled: set[str] = set()  # pod uids already reported lost
+        self._baseline: set[str] | None = None  # pod uids when pods and nodes were first listed
+        self._synced: set[str] = set()
+        self._baselined = threading.Event()
+        self._watches: list[ResourceWatch] = []
+        self._threads: list[threading.Thread] = []
+
+    # -- running --
+    def start(self, timeout_s: float = 60.0) -> None:
+        streams: dict[str, tuple[Callable[..., Any], tuple[Any, ...], dict[str, str], Handler]] = {
+            "pods": (self._core.list_namespaced_pod, (self._namespace,),
+                     {"label_selector": f"{CLUSTER_LABEL}={self._cluster}"}, self._on_pod),
+            "nodes": (self._core.list_node, (), {}, self._on_node),
+            "events": (self._core.list_namespaced_event, (self._namespace,),
+                       {"field_selector": "type=Warning"}, self._on_event),
+        }
+        for stream, (list_fn, args, selectors, handler) in streams.items():
+            watcher = ResourceWatch(list_fn, *args, on_error=self._resuming(stream), **selectors)
+            thread = threading.Thread(target=self._follow, args=(stream, watcher, handler),
+                                      name=f"watch-{stream}-{self._cluster}", daemon=True)
+            self._watches.append(watcher)
+            self._threads.append(thread)
+            thread.start()
+        if not self._baselined.wait(timeout_s):
+            self.stop()
+            raise ClusterError(f"monitor of RayCluster {self._cluster}: pods and nodes not listed in "
+                               f"{timeout_s:.0f} s: {[e.message for e in self.events if e.kind == 'warning'][-3:]}")
+
+    def stop(self) -> None:
+        for watcher in self._watches:
+            watcher.stop()
+        for thread in self._threads:
+            thread.join(timeout=10)
+        self._watches, self._threads = [], []
+
+    def _follow(self, stream: str, watcher: ResourceWatch, handler: Handler) -> None:
+        for kind, obj in watcher:
+            with self._lock:
+                try:
+                    if kind == "SYNCED":
+                        self._on_synced(stream)
+                    else:
+                        handler(kind, obj)
+                except Exception as exc:  # an API hiccup (a failed force-delete) must not kill the monitor
+                    self._add("warning", message=f"{stream}: handling {kind} failed: {exc}")
+
+    def _resuming(self, stream: str) -> Callable[[Exception], None]:
+        def report(exc: Exception) -> None:
+            with self._lock:
+                self._add("warning", message=f"watch of {stream} failed, resuming: {exc}")
+        return report
+
+    # -- reconciling --
+    def _on_synced(self, stream: str) -> None:
+        self._synced.add(stream)
+        if self._baseline is None and {"pods", "nodes"} <= self._synced:
+            self._baseline = set(self._pods)
+            for pod in list(self._pods.values()):
+                self._check(pod)
+            self._baselined.set()
+
+    def _on_pod(self, kind: EventType, pod: Pod) -> None:
+        uid = pod.metadata.uid
+        if kind == "DELETED":
+            self._pods.pop(uid, None)
+            if self._baseline is not None and uid not in self._handled:
+                self._handled.add(uid)
+                self._add("pod-lost", pod, "pod deleted")
+            return
+        before = self._pods.get(uid)
+        self._pods[uid] = pod
+        if self._baseline is None or uid in self._handled or self._check(pod):
+            return
+        newly_placed = pod.spec.node_name and not (before is not None and before.spec.node_name)
+        if newly_placed and uid not in self._baseline:
+            self._add("pod-replaced", pod, f"pod {pod.metadata.name} scheduled on {pod.spec.node_name}")
+
+    def _on_node(self, kind: EventType, node: Node) -> None:
+        name = node.metadata.name
+        if kind == "DELETED":
+            self._nodes.pop(name, None)
+            self._deleted_nodes.add(name)
+        else:
+            self._nodes[name] = node
+            self._deleted_nodes.discard(name)
+            if node_ready(node):
+                return
+        if self._baseline is not None:
+            for pod in [p for p in self._pods.values() if p.spec.node_name == name]:
+                if pod.metadata.uid not in self._handled:
+                    self._check(pod)
+
+    def _on_event(self, kind: EventType, event: Any) -> None:
+        """Warning Events created after the first list, about this RayCluster or its pods."""
+        about = event.involved_object
+        ours = (about.kind == "RayCluster" and about.name == self._cluster) or \
+            (about.kind == "Pod" and (about.name or "").startswith(f"{self._cluster}-"))
+        if kind != "ADDED" or "events" not in self._synced or not ours:
+            return
+        when: datetime | None = event.last_timestamp or event.event_time or event.first_timestamp
+        where = _where(self._pods.get(about.uid or "")) | ({"pod": about.name} if about.kind == "Pod" else {})
+        self.events.append(ClusterEvent(kind="warning", message=f"{event.reason}: {event.message}", **where,
+                                        **({"at": when.timestamp()} if when else {})))
+
+    def _check(self, pod: Pod) -> bool:
+        """Report (and recover) a pod whose node is lost or that Failed; True if it was."""
+        where, name = pod.spec.node_name, pod.metadata.name
+        why = self._node_lost(where) if where else None
+        if why:
+            self._lose(pod, "node-lost", f"node {where} {why}; pod {name} lost")
+        elif pod.status.phase == "Failed":
+            self._lose(pod, "pod-lost", f"pod failed: {pod.status.reason or pod.status.message or ''}")
+        else:
+            return False
+        return True
+
+    def _node_lost(self, name: str) -> str | None:
+        if name in self._deleted_nodes:
+            return "deleted"
+        node = self._nodes.get(name)
+        if node is None:  # not on the node stream yet: ask once
+            try:
+                node = self._nodes[name] = self._core.read_node(name)
+            except ApiException as exc:
+                if exc.status != 404:
+                    raise
+                self._deleted_nodes.add(name)
+                return "deleted"
+        return None if node_ready(node) else "NotReady"
+
+    def _lose(self, pod: Pod, kind: EventKind, message: str) -> None:
+        self._handled.add(pod.metadata.uid)
+        self._add(kind, pod, message)
+        if self._recover:
+            try:
+                self._core.delete_namespaced_pod(pod.metadata.name, self._namespace, grace_period_seconds=0)
+            except ApiException as exc:
+                if exc.status != 404:
+                    raise
+
+    def _add(self, kind: EventKind, pod: Pod | None = None, message: str = "") -> None:
+        self.events.append(ClusterEvent(kind=kind, message=message, **_where(pod)))
+
+
+def _where(pod: Pod | None) -> dict[str, str | None]:
+    """The pod, node and pool fields of an event about `pod`."""
+    if pod is None:
+        return {}
+    return {"pod": pod.metadata.name, "node": pod.spec.node_name, "pool": (pod.metadata.labels or {}).get(GROUP_LABEL)}

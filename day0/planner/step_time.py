@@ -1,0 +1,191 @@
+"""The step-time terms of a plan, composed from `timing`'s primitives: one pipeline stage's time per
+micro-batch, the pipeline point-to-point, the data-parallel sync, the optimizer update, and MFU.
+
+Contract: each term is defined here once. `PlanContext` (evaluate.py) calls them for every rank group;
+`StaticBound` (bounds.py) calls the same functions with the mean stage of the model, so a change to a
+term moves the evaluation and its bound together. `stage_seconds` is convex in the stage's work
+(sums of linear terms and max(0, linear) terms), so at the mean stage it never exceeds the slowest
+stage (Jensen's inequality): that is what makes the static bound a bound.
+
+References: Megatron TP + sequence parallelism, 2 all-gathers + 2 reduce-scatters per layer forward and
+backward, 4 more with full recompute (Korthikanti et al. 2022, sec. 4.2.2); MoE dispatch + combine
+all-to-all forward, their gradients backward (GShard, Lepikhin et al. 2020); ring attention exchanges
+K/V CP-1 times, overlapped with attention (Liu et al. 2023); backward = 2x forward FLOPs; model FLOPs
+6·N per token plus causal attention (Kaplan et al. 2020; PaLM appendix B); MFU against the peak of the
+dtype the GEMMs run at (PaLM sec. 4.1).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+from day0.planner import timing as tm
+from day0.planner.inputs import ClusterFigures, CommSettings, PlannerOptions
+from day0.planner.memory import ParamBytes
+from day0.planner.model import ModelCosts
+from day0.planner.values import Degrees
+from day0.spec import HardwareSpec
+
+__all__ = ["StageTime", "StageWork", "StepRates", "activation_offload_seconds", "dp_exposed_seconds",
+           "dp_sync_seconds", "gemm_peak_flops", "grad_reduce_bytes", "mfu", "model_flops_per_step",
+           "optimizer_params", "optimizer_seconds_per_param", "stage_seconds", "step_rates"]
+
+_BYTES = {"fp32": 4, "bf16": 2, "fp8": 1}
+
+
+@dataclass(frozen=True, slots=True)
+class StageWork:
+    """Forward work per token of one pipeline rank, summed over its layers."""
+
+    layers: float
+    moe_layers: float
+    dense_active: float     # non-routed parameters each token multiplies (2 FLOPs each)
+    routed_active: float    # routed-expert parameters each token multiplies (grouped GEMMs)
+    head_flops: float       # output head FLOPs per token (the last stage only)
+    attn_per_seq: float     # attention FLOPs per token per unit of sequence length (causal)
+    selective_flops: float  # FLOPs per token that selective recompute repeats
+    cp_kv: float            # K+V bytes per token exchanged by context parallelism
+
+    def scaled(self, factor: float) -> StageWork:
+        return StageWork(*(getattr(self, f.name) * factor for f in fields(self)))
+
+
+@dataclass(frozen=True, slots=True)
+class StepRates:
+    """What one degree tuple fixes: achieved FLOP/s per GEMM kind and the unit communication times."""
+
+    tokens: float          # tokens per rank per micro-batch, gathered over TP (s·b / CP)
+    linear_flops: float    # dense GEMMs: peak of the compute dtype x efficiency at `tokens` rows
+    expert_flops: float    # routed-expert GEMMs: rows = tokens per local expert
+    attention_flops: float  # attention runs at bf16
+    tp_ring_s: float       # one TP all-gather or reduce-scatter of a layer's activations
+    dispatch_s: float      # one MoE all-to-all at the dispatch dtype
+    combine_s: float       # one MoE all-to-all at bf16
+    cp_bandwidth: float    # bytes/s of the CP ring
+    p2p_s: float           # pipeline sends/receives per micro-batch (forward + backward, every chunk)
+    dp_bandwidth: float    # bytes/s of the data-parallel ring
+
+
+@dataclass(frozen=True, slots=True)
+class StageTime:
+    """One stage's time per micro-batch and its parts (comm before overlap)."""
+
+    compute_s: float
+    recompute_s: float
+    tp_comm_s: float
+    ep_comm_s: float
+    cp_comm_s: float
+    slot_s: float  # compute + recompute + exposed communication
+
+
+def gemm_peak_flops(hardware: HardwareSpec, compute: str) -> float:
+    """Dense GEMM peak FLOP/s: the platform's fp8 peak when training computes in fp8 and the platform
+    states one, its bf16 peak otherwise."""
+    fp8 = compute == "fp8" and hardware.fp8_tflops
+    return (hardware.fp8_tflops if fp8 else hardware.bf16_tflops) * 1e12  # type: ignore[operator]
+
+
+def grad_reduce_bytes(comm: CommSettings, pb: ParamBytes) -> int:
+    """Bytes per gradient element on the data-parallel ring: the reduce dtype if set, else the grad dtype."""
+    return _BYTES[comm.grad_reduce_dtype] if comm.grad_reduce_dtype else pb.grad
+
+
+def step_rates(costs: ModelCosts, cluster: ClusterFigures, seq: int, compute: str, options: PlannerOptions,
+               d: Degrees) -> StepRates:
+    c, o, hw, n = costs, options, cluster.hardware, cluster.per_node
+    tp, ep, etp = d.tensor_parallel, d.expert_parallel, d.expert_tensor_parallel
+    tokens = seq * d.micro_batch / d.context_parallel
+    tok = tokens / tp
+    eff = tm.gemm_efficiency(tokens, o.compute_efficiency, o.gemm_half_tokens)
+    peak = gemm_peak_flops(hw, compute)
+    ex_eff = tm.gemm_efficiency(tm.expert_rows(tok, c.top_k, ep, etp, c.num_experts), o.compute_efficiency,
+                                o.gemm_half_tokens)
+    intra, inter = hw.intra_node_bandwidth_gbps, hw.inter_node_bandwidth_gbps
+    dispatch, combine = (tm.alltoall_seconds(tok * c.top_k * c.hidden * b, ep, etp, n, intra, inter)
+                         for b in (_BYTES[o.comm.dispatch_dtype], 2))
+    dp_span = tp * d.context_parallel * d.data_parallel
+    p2p = 2 * d.virtual_pipeline_stages * tok * c.hidden * 2 / tm.link_bandwidth(dp_span * 2, n, intra, inter) \
+        if d.pipeline_parallel > 1 else 0.0
+    return StepRates(tokens=tokens, linear_flops=peak * eff, expert_flops=peak * ex_eff,
+                     attention_flops=hw.bf16_tflops * 1e12 * eff,
+                     tp_ring_s=tm.ring_seconds(tokens * c.hidden * 2, tp, intra * 1e9),
+                     dispatch_s=dispatch, combine_s=combine,
+                     cp_bandwidth=tm.link_bandwidth(tp * d.context_parallel, n, intra, inter), p2p_s=p2p,
+                     dp_bandwidth=tm.link_bandwidth(dp_span, n, intra, inter))
+
+
+def stage_seconds(w: StageWork, recompute: str, r: StepRates, seq: int, d: Degrees, comm: CommSettings,
+                  flash_attention: bool) -> StageTime:
+    """Forward + backward of one micro-batch on a stage doing `w`: compute 3x forward; selective
+    recompute repeats `selective_flops` (and attention without FlashAttention), full recompute the
+    whole forward but the head; TP/EP collectives exposed unless overlapped; the CP K/V ring exposed
+    beyond the attention it overlaps."""
+    tok, full = r.tokens / d.tensor_parallel, recompute == "full"
+    lin, routed, attn = 2 * tok * w.dense_active, 2 * tok * w.routed_active, tok * seq * w.attn_per_seq
+    compute = 3 * ((lin + tok * w.head_flops) / r.linear_flops + routed / r.expert_flops + attn / r.attention_flops)
+    if recompute == "selective":
+        extra = tok * w.selective_flops / r.linear_flops + (0.0 if flash_attention else attn / r.attention_flops)
+    else:
+        extra = lin / r.linear_flops + routed / r.expert_flops + attn / r.attention_flops if full else 0.0
+    tp = w.layers * (8 + 4 * full) * r.tp_ring_s
+    ep = w.moe_layers * (r.dispatch_s + 3 * r.combine_s + full * (r.dispatch_s + r.combine_s))
+    cp_deg = d.context_parallel
+    cp = 3 * (cp_deg - 1) * tok * w.cp_kv / r.cp_bandwidth if cp_deg > 1 else 0.0
+    busy = compute + extra
+    slot = busy + tm.exposed(tp, busy, comm.tp_overlap) + tm.exposed(ep, busy, comm.ep_overlap) \
+        + max(0.0, cp - 3 * attn / r.attention_flops)
+    return StageTime(compute_s=compute, recompute_s=extra, tp_comm_s=tp, ep_comm_s=ep, cp_comm_s=cp, slot_s=slot)
+
+
+def activation_offload_seconds(activation_bytes: float, compute_s: float, host_bandwidth_gbps: float) -> float:
+    """Activation offload left on the critical path: each micro-batch's activations go to the host
+    and back (2·A / PCIe), overlapped with its compute."""
+    return max(0.0, 2 * activation_bytes / (host_bandwidth_gbps * 1e9) - compute_s)
+
+
+def dp_sync_seconds(dense_params: float, expert_params: float, zero_stage: int, grad_bytes: int,
+                    weight_bytes: int, d: Degrees, bandwidth: float) -> float:
+    """One rank's data-parallel traffic per step: dense parameters over their DP·CP replicas, expert
+    parameters over theirs (TP·CP·DP / EP·ETP), each a ring."""
+    m = d.num_microbatches
+    return (tm.ring_seconds(tm.dp_sync_bytes(dense_params, grad_bytes, weight_bytes, zero_stage, m),
+                            d.dense_replicas, bandwidth)
+            + tm.ring_seconds(tm.dp_sync_bytes(expert_params, grad_bytes, weight_bytes, zero_stage, m),
+                              d.expert_replicas, bandwidth))
+
+
+def dp_exposed_seconds(dp_s: float, slot_s: float, zero_stage: int, microbatches: int, overlap: bool) -> float:
+    """DP sync left on the critical path: ZeRO 0-1 sync once, behind the last backward; ZeRO 2-3 sync
+    every micro-batch, each hidden behind one micro-batch of compute at best. Never falls faster than the
+    pipeline term rises with `slot_s` (by at most m per unit), so a step built on it grows with the slot."""
+    if zero_stage <= 1:
+        return tm.exposed(dp_s, slot_s, overlap)
+    return microbatches * tm.exposed(dp_s / microbatches, slot_s, overlap)
+
+
+def optimizer_params(dense_params: float, expert_params: float, zero_stage: int, d: Degrees) -> float:
+    """Parameters a rank's optimizer updates: all it holds, or its 1/replicas shard from ZeRO-1 on."""
+    if zero_stage == 0:
+        return dense_params + expert_params
+    return dense_params / d.dense_replicas + expert_params / d.expert_replicas
+
+
+def optimizer_seconds_per_param(offload: str, pb: ParamBytes, options: PlannerOptions) -> float:
+    """Adam update time per parameter: memory-bound on device (master, moments, grad and weight touched),
+    or ZeRO-Offload (Ren et al. 2021): grads down, weights up over PCIe, Adam on the CPU."""
+    if offload == "optimizer":
+        return (pb.grad + pb.weight) / (options.host_bandwidth_gbps * 1e9) + 1 / options.cpu_adam_params_per_s
+    return (tm.OPTIMIZER_BYTES_TOUCHED + pb.grad + pb.weight) / (options.hbm_bandwidth_gbps * 1e9)
+
+
+def model_flops_per_step(costs: ModelCosts, global_batch: int, seq: int) -> float:
+    """Model FLOPs of one step: B·s·(6·N_active,non-embedding + 3·s·Σ attention per unit of s), i.e.
+    forward 2N + backward 4N per token, causal attention at half (PaLM appendix B)."""
+    attn = sum(costs.kinds[i].attn_flops_per_seq for i in costs.layer_kind)
+    return global_batch * seq * (6 * (costs.params_active - costs.embedding_params) + 3 * seq * attn)
+
+
+def mfu(model_flops: float, step_s: float, accelerators: int, peak_flops: float) -> float:
+    """Model FLOPs utilisation: model FLOPs / (step time x accelerators x peak), the peak being that of the
+    dtype the GEMMs run at (`gemm_peak_flops`), so fp8 training is not credited against the bf16 peak."""
+    return model_flops / (step_s * accelerators * peak_flops)

@@ -1,0 +1,9 @@
+"""Test scaffolding, **for tests only** (like `prefect.testing`): nothing in day0 imports it.
+
+- `faults`: training bugs injected on purpose (`TrialFaults`), and `TestingSettings`, which lets a
+  test reach a whole `day0 run` subprocess through the environment (`DAY0_TESTING_TRIAL_FAULTS`).
+- `chaos`: kill a Ray node under a training run and let Ray Train recover.
+
+A real run never sets any of these; the spec has no field for them, and a run that had them active
+says so in its step's notes.
+"""

@@ -1,0 +1,67 @@
+"""Injected training bugs, for tests only: each one must make step 5 fail (or, for the crash and the
+delay, exercise resume and recovery).
+
+    DAY0_TESTING_TRIAL_FAULTS='{"nan_at_step": 5}' day0 run configs/pipelines/tiny-local.yaml  # step 5 fails
+
+Contract: `TrialFaults` is a `day0.trial.loop.LoopHooks`, so it reaches the Ray Train workers with
+the loop. `TestingSettings` reads `DAY0_TESTING_*`; the trial task applies `trial_faults` only when
+the variable is set, and the trial result's notes then say so.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import ClassVar
+
+import torch
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from day0.trial.loop import LoopHooks
+
+__all__ = ["TestingSettings", "TrialFaults"]
+
+
+class TrialFaults(BaseModel, LoopHooks):
+    """Training bugs injected on purpose; the defaults inject nothing."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    loss_scale: float = Field(1.0, description="Multiply the loss (a wrong loss-scaling bug).")
+    lr_multiplier: float = Field(1.0, description="Multiply the learning rate (e.g. x10).")
+    skip_optimizer_step: bool = Field(False, description="Never apply the update (a broken optimizer step).")
+    nan_at_step: int | None = Field(None, ge=0, description="Make the loss NaN at this 0-based step (training "
+                                                            "diverges: the weights turn NaN from there on).")
+    crash_at_step: int | None = Field(None, ge=0, description="Raise at this 0-based step if the attempt started "
+                                                              "before it (tests resume-after-crash).")
+    step_delay_s: float = Field(0.0, ge=0, description="Sleep per step (lets a test kill a node mid-run).")
+
+    def describe(self) -> str:
+        return "TrialFaults(" + ", ".join(f"{k}={v}" for k, v in self.model_dump(exclude_defaults=True).items()) + ")"
+
+    def before_step(self, step: int, resumed_from: int) -> None:
+        if step == self.crash_at_step and resumed_from < step:
+            raise RuntimeError(f"injected crash at step {step} (TrialFaults.crash_at_step)")
+
+    def learning_rate(self, step: int, lr: float) -> float:
+        return lr * self.lr_multiplier
+
+    def loss(self, step: int, loss: torch.Tensor) -> torch.Tensor:
+        return loss * (float("nan") if step == self.nan_at_step else self.loss_scale)
+
+    def apply_update(self, step: int) -> bool:
+        return not self.skip_optimizer_step
+
+    def after_step(self, step: int) -> None:
+        if self.step_delay_s:
+            time.sleep(self.step_delay_s)
+
+
+class TestingSettings(BaseSettings):
+    """Test-only switches from the environment (`DAY0_TESTING_<FIELD>`, JSON for models)."""
+
+    model_config = SettingsConfigDict(env_prefix="DAY0_TESTING_")
+    __test__: ClassVar[bool] = False  # not a pytest test class, despite the name
+
+    trial_faults: TrialFaults | None = Field(None, description="Faults the trial task injects into the "
+                                                               "candidate's training, e.g. '{\"nan_at_step\": 5}'.")

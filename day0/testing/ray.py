@@ -1,0 +1,58 @@
+"""A private Ray head for tests: `ray start --head --block` on free ports, stopped by its process group.
+
+Contracts: the head has its own ports and temp dir, so it never joins or disturbs another Ray
+session on the machine, and it is stopped by signalling its own process group, never by
+`ray stop` (which would stop every Ray session here). It yields the dashboard address that
+`day0.backends.jobs.run_job` submits to, the same path the KubeRay backend takes to a head pod.
+
+    from day0.testing.ray import local_head
+    with local_head() as address:
+        run_job(address, "python -c 'print(1)'", timeout_s=60)
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from day0.backends.jobs import connect
+
+__all__ = ["free_port", "local_head"]
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextmanager
+def local_head(num_cpus: int = 1, start_timeout_s: float = 120.0) -> Iterator[str]:
+    """A private Ray head on this machine (own ports and temp dir); yields its dashboard address."""
+    ray = Path(sys.executable).with_name("ray")
+    dash, tmp = free_port(), tempfile.mkdtemp(prefix="d0ray", dir="/tmp")  # short: socket paths
+    env = {**os.environ, "RAY_AUTH_MODE": os.environ.get("RAY_AUTH_MODE", "disabled"), "RAY_USAGE_STATS_ENABLED": "0"}
+    ports = {f"--{flag}={free_port()}" for flag in ("port", "dashboard-agent-listen-port", "ray-client-server-port",
+                                                     "metrics-export-port", "runtime-env-agent-port")}
+    cmd = [str(ray), "start", "--head", "--block", f"--num-cpus={num_cpus}", "--include-dashboard=true",
+           "--dashboard-host=127.0.0.1", f"--dashboard-port={dash}", f"--temp-dir={tmp}",
+           "--disable-usage-stats", *sorted(ports)]
+    proc = subprocess.Popen(cmd, env=env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        address = f"http://127.0.0.1:{dash}"
+        connect(address, timeout_s=start_timeout_s)
+        yield address
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)

@@ -1,0 +1,59 @@
+"""Running a step only when the steps it reads passed, and recording why it did not run otherwise.
+
+A step whose task raised is recorded as failed (by `tasks._step.run_step`) and its dependents are
+skipped; steps that do not read it still run. A user error (`Day0Error`) is kept to be re-raised
+once the report is written, so the command line exits 2 for it.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any, get_type_hints
+
+from day0.core.result import StepResult
+from day0.errors import Day0Error
+from day0.runs import RunContext, StepRecord
+from tasks._step import step_logger
+
+__all__ = ["StepGate"]
+
+
+class StepGate:
+    def __init__(self, ctx: RunContext, steps: list[str]):
+        self.ctx, self.steps = ctx, steps
+        self.usage_error: Day0Error | None = None
+        self._unavailable: dict[str, str] = {}  # step -> why its result is not there
+
+    def _skip(self, step: str, reason: str) -> None:
+        step_logger().warning("%s: skipped: %s", step, reason)
+        self.ctx.record(StepRecord(step=step, status="skipped", started_at=dt.datetime.now(dt.timezone.utc),
+                                   seconds=0.0, verdict="skipped", reasons=[reason]))
+        self._unavailable[step] = "was skipped"
+
+    def run(self, task: Any, ctx: RunContext, **needs: StepResult | None) -> Any:
+        """`task(ctx, **needs)` if its step is planned and every result it needs passed, else None."""
+        step: str = task.name
+        if step not in self.steps:
+            return None
+        hints = get_type_hints(task.fn)
+        blocked = [f"step {hints[kw].STEP} {self._unavailable.get(hints[kw].STEP, 'failed')}"
+                   for kw, r in needs.items() if r is None or not r.passed]
+        if blocked:
+            self._skip(step, "needs " + ", ".join(blocked))
+            return None
+        try:
+            result = task(ctx, **needs)
+        except Day0Error as exc:
+            self.usage_error = self.usage_error or exc
+            self._unavailable[step] = "was refused its input"
+            return None
+        except Exception as exc:  # noqa: BLE001 - recorded as the step's failure; the run goes on without it
+            step_logger().error("%s: raised %s: %s", step, type(exc).__name__, exc)
+            self._unavailable[step] = "raised an error"
+            return None
+        if not result.passed:
+            self._unavailable[step] = f"failed ({'; '.join(result.reasons[:2])})"
+        return result
+
+    def not_built(self, step: str) -> None:
+        self._skip(step, f"step {step} is not built in this version of day0")
