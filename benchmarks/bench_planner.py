@@ -19,8 +19,8 @@ TARGET_S = 2.0
 
 
 def _structure(name: str):  # noqa: ANN202
-    from day0.core.model_source import resolve_model_source
     from day0.analysis.structure import analyze_structure
+    from day0.core.model_source import resolve_model_source
     from day0.core.modeling import build_meta_model, load_hf_config
 
     return analyze_structure(build_meta_model(load_hf_config(resolve_model_source(name)), name), name)
@@ -55,7 +55,7 @@ def run(brute: bool = True) -> dict:
                "degree_tuples": report.tuples_considered, "configurations_evaluated": report.configurations_evaluated,
                "configurations_per_s": round(report.configurations_evaluated / cpu),
                "tuples_per_s": round(report.tuples_considered / cpu),
-               "best": {**best.parallel.model_dump(), **best.memory_knobs.model_dump(),
+               "best": {**best.model_dump()["parallel"], **best.model_dump()["memory_knobs"],
                         "memory_gib": round(best.memory.total_bytes / 2**30, 1), "step_s": round(best.time.step_s, 3),
                         "mfu": round(best.time.mfu, 4)}}
         if brute and i == 0:

@@ -38,8 +38,9 @@ def plan_from_results(optimized: OptimizationReport | None, planned: PlanReport 
     if plan is None:
         return TrialPlan()
     knobs = plan.memory_knobs
-    return TrialPlan(recompute=knobs.recompute, sharding="fsdp" if knobs.zero_stage >= 2 else "ddp",
-                     source="step 4 plan" if optimized and optimized.plan else "step 3 best plan")
+    source = "step 4 plan" if optimized and optimized.plan else "step 3 best plan"
+    return TrialPlan.model_validate({"recompute": knobs.recompute, "source": source,
+                                     "sharding": "fsdp" if knobs.zero_stage >= 2 else "ddp"})
 
 
 class PlannerMemoryEstimate:

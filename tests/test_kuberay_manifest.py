@@ -8,7 +8,12 @@ import re
 import pytest
 
 from day0.backends.kuberay.manifest import (
-    build_raycluster, cluster_name, label_value, labels, plan_accelerators, workers_per_pool,
+    build_raycluster,
+    cluster_name,
+    label_value,
+    labels,
+    plan_accelerators,
+    workers_per_pool,
 )
 from day0.backends.kuberay.status import ClusterError
 from day0.spec import ClusterSpec

@@ -68,9 +68,11 @@ class FakeWatch:
     def stop(self) -> None:
         self._stopped = True
 
-    def stream(self, func: Listing, *args: Any, resource_version: str, **kwargs: Any) -> Iterator[dict[str, Any]]:
+    def stream(self, func: Listing, *args: Any, resource_version: str, timeout_seconds: int,
+               **kwargs: Any) -> Iterator[dict[str, Any]]:
         func.watched.append(resource_version)
-        while not self._stopped:
+        closes = time.monotonic() + timeout_seconds  # the server ends every window
+        while not self._stopped and time.monotonic() < closes:
             try:
                 item = func.events.get(timeout=0.02)
             except queue.Empty:
@@ -157,8 +159,10 @@ def test_watch_errors_resume_or_raise() -> None:
 
 def test_watch_ends_at_its_deadline() -> None:
     start = time.monotonic()
-    got = list(ResourceWatch(Listing(([pod("a")], "1")), "day0", deadline=start + 0.5))
-    assert names(got) == [("ADDED", "a"), ("SYNCED", None)] and time.monotonic() - start < 5
+    listing = Listing(([pod("a")], "1"))
+    got = list(ResourceWatch(listing, "day0", deadline=start + 1.5))
+    assert names(got) == [("ADDED", "a"), ("SYNCED", None)] and 1.5 <= time.monotonic() - start < 5
+    assert listing.watched == ["1", "1"]  # a 1 s window, then the rest of the deadline
 
 
 # --- ClusterMonitor ----------------------------------------------------------------------------
@@ -224,17 +228,18 @@ def test_monitor_reports_and_recovers_from_watch_events() -> None:
         core.list_namespaced_event.push(("ADDED", warning(f"{rc}-w5", "FailedScheduling")),
                                         ("ADDED", warning("someone-else", "FailedScheduling")))
         until(lambda: len(events) == 6)
-        assert kinds(events[3:]) == [("pod-lost", f"{rc}-w4"), ("pod-lost", f"{rc}-w3"), ("warning", f"{rc}-w5")] \
-            or sorted(kinds(events[3:])) == sorted([("pod-lost", f"{rc}-w4"), ("pod-lost", f"{rc}-w3"),
-                                                    ("warning", f"{rc}-w5")])  # two streams: any order
+        assert sorted(kinds(events[3:])) == [("pod-lost", f"{rc}-w3"), ("pod-lost", f"{rc}-w4"),
+                                             ("warning", f"{rc}-w5")]  # two streams: in any order
         assert {e.message for e in events[3:]} == {"pod failed: ", "pod deleted",
                                                    "FailedScheduling: 0/3 nodes are available"}
         pods.push(("ADDED", pod(f"{rc}-w6", "n7", rv="8")))  # a node no stream has shown: asked once, 404
         until(lambda: len(events) == 7)
         assert events[6].kind == "node-lost" and events[6].message.startswith("node n7 deleted")
     finally:
+        threads, start = list(monitor._threads), time.monotonic()
         monitor.stop()
-    assert all(not t.is_alive() for t in monitor._threads) and not monitor._threads
+    assert len(threads) == 3 and not any(t.is_alive() for t in threads)
+    assert time.monotonic() - start < 2  # stopped at once, not at the end of a 60 s watch window
 
 
 def test_monitor_baseline_and_gone_pods() -> None:
@@ -247,9 +252,10 @@ def test_monitor_baseline_and_gone_pods() -> None:
     try:
         assert kinds(events) == [("node-lost", orphan.metadata.name)]  # lost before we looked
         core.list_namespaced_pod.push(ApiException(status=410, reason="Gone"))
-        until(lambda: len(events) == 3)  # the relist shows both gone meanwhile; one was already reported
-        assert kinds(events[1:]) == [("pod-lost", vanished.metadata.name)] or \
-            kinds(events[1:]) == [("pod-lost", vanished.metadata.name), ("pod-lost", None)]
+        until(lambda: len(events) == 2)  # the relist shows both gone meanwhile; one was already reported
+        time.sleep(0.2)
+        assert kinds(events[1:]) == [("pod-lost", vanished.metadata.name)] and events[1].message == "pod deleted"
+        assert core.list_namespaced_pod.calls == 2 and core.list_namespaced_pod.watched == ["1", "50"]
     finally:
         monitor.stop()
     assert core.deleted == []  # recover=False only reports

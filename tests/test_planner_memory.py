@@ -20,7 +20,7 @@ from day0.planner.memory import (activation_bytes_per_token, inflight_microbatch
                                  param_bytes)
 from day0.planner.model import model_costs
 from day0.planner.values import Degrees, MemoryKnobs
-from day0.spec import HardwareSpec, Precision, TrainingSpec
+from day0.spec import HardwareSpec, TrainingSpec
 
 DATA = Path(__file__).parent / "data" / "planner"
 GB = 1e9

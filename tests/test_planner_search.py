@@ -9,6 +9,7 @@ import pytest
 import yaml
 
 from day0.analysis.structure import ModelStructure
+from day0.paths import CONFIGS_DIR
 from day0.planner import PlannerOptions, brute_force, cluster_figures, cluster_from_spec, plan_parallelism
 from day0.planner.bounds import static_lower_bound
 from day0.planner.evaluate import PlanContext
@@ -16,7 +17,6 @@ from day0.planner.model import model_costs
 from day0.planner.optimize import choose_optimizations
 from day0.planner.search import enumerate_degrees, knob_settings
 from day0.planner.stages import partition, rank_groups
-from day0.paths import CONFIGS_DIR
 from day0.spec import ParallelConstraints, PlatformSpec, TrainingSpec, load_spec, load_yaml
 
 DATA = Path(__file__).parent / "data" / "planner"

@@ -178,7 +178,7 @@ def test_prefect_server_that_does_not_start_is_one_clear_message(tmp_path: Path)
     env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}
     proc = subprocess.run([sys.executable, "-m", "cli", "run", str(spec)], cwd=REPO, capture_output=True, text=True,
                           env={**env, "PREFECT_HOME": str(tmp_path / "prefect"),
-                               "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "0.01"}, timeout=300)
+                               "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "1"}, timeout=300)
     assert proc.returncode == 1, proc.stderr[-3000:]
     assert "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS" in proc.stderr and "PREFECT_API_URL" in proc.stderr
     assert "Traceback" not in proc.stderr

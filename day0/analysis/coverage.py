@@ -14,7 +14,15 @@ import torch
 from pydantic import BaseModel, Field
 
 from day0.core.dtypes import DTYPES
-from day0.core.ops import OpInventory, OpRecord, build_call, declared_key, example_numel, is_composite_implicit, resolve_op
+from day0.core.ops import (
+    OpInventory,
+    OpRecord,
+    build_call,
+    declared_key,
+    example_numel,
+    is_composite_implicit,
+    resolve_op,
+)
 from day0.spec import OperatorSupport
 
 __all__ = ["CoverageReport", "OpCoverage", "diff_declared", "probe_device"]

@@ -50,7 +50,7 @@ class _Recorder(TorchDispatchMode):
         if example not in rec.examples and (len(rec.examples) < _MAX_EXAMPLES or _new_dtype(rec.examples, example)):
             rec.examples.append(example)
 
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         name = op_name(func)
         self._record(name, args, kwargs)

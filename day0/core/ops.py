@@ -260,7 +260,7 @@ def build_call(op: str, example: list[Any], seed: int = 0, edge: bool = True,
     if op in _FILL_SCALAR and len(args) > _FILL_SCALAR[op] and args[_FILL_SCALAR[op]] is None:
         args[_FILL_SCALAR[op]] = -math.inf  # JSON stores +-inf as null; -inf is the masking value
     _index_fixups(op, args, g)
-    fix = lambda v: to(dtype_name(v)) if isinstance(v, torch.dtype) and v.is_floating_point else v  # noqa: E731
+    fix = lambda v: to(dtype_name(v)) if isinstance(v, torch.dtype) and v.is_floating_point else v
     return cast_call(([fix(a) for a in args], {k: fix(v) for k, v in kwargs.items()}), lambda d: d, device)
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Literal, get_args
 
-__all__ = ["COMPUTE_DTYPES", "DEFAULT_TOLERANCES", "DType", "FP8_KEPT_DTYPE", "host_compute_dtype", "kept_dtype"]
+__all__ = ["COMPUTE_DTYPES", "DEFAULT_TOLERANCES", "FP8_KEPT_DTYPE", "DType", "host_compute_dtype", "kept_dtype"]
 
 DType = Literal["fp32", "bf16", "fp16", "fp8"]
 """Compute dtypes a spec may name (`fp64` is only ever a reference)."""

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Literal
 
 import torch
 from torch._decomp import decomposition_table
@@ -22,7 +22,12 @@ from torch.utils._pytree import tree_map
 from day0.core.dtypes import DTYPE_BYTES, DTYPES
 from day0.core.ops import OpInventory, OpRecord, build_call, resolve_op
 from day0.numerics.opcheck import check_op, upcast_kernel, write_back
-from day0.numerics.platform_kernels import KernelEntry, KernelTable, MissingKernelError, Platform
+from day0.numerics.platform_kernels import (
+    KernelEntry,
+    KernelTable,
+    MissingKernelError,
+    Platform,
+)
 from day0.numerics.results import Adaptation, OpCheck, OpCheckReport
 from day0.spec import ValidationSpec
 
@@ -118,9 +123,10 @@ def _cost(strategy: str, record: Any, platform: Platform, dtype: str, inventory_
 
 def adapt_op(record: Any, platform: Platform, dtype: str, validation: ValidationSpec, problem: str,
              plugins: KernelTable | None = None, inventory_dtype: str = "fp32",
-             strategies: tuple[str, ...] = STRATEGIES) -> Adaptation:
+             strategies: tuple[str, ...] = STRATEGIES,
+             cause: Literal["missing", "error", "wrong_numbers"] = "missing") -> Adaptation:
     """Try each strategy on a copy of the platform; keep the first whose re-check passes."""
-    result = Adaptation(op=record.op, dtype=dtype, problem=problem)
+    result = Adaptation(op=record.op, dtype=dtype, problem=problem, cause=cause)
     seeds = range(validation.seeds)
     for strategy in strategies:
         entry, note = make_kernel(strategy, record.op, platform, dtype, plugins)
@@ -165,9 +171,11 @@ def adapt_report(report: OpCheckReport, inventory: OpInventory, platform: Platfo
             if again.ok:
                 checks[i] = again.model_copy(update={"reason": again.reason + "; passes once its backward ops are adapted"})
                 continue
+        status = check.status if check.status != "pass" else check.grad_status
         problem = f"{check.status}: {check.reason}" if check.status != "pass" else f"gradient {check.grad_status}: {check.reason}"
+        cause = "wrong_numbers" if status == "fail" else "error" if status == "error" else "missing"
         a = adapt_op(records[check.op], platform, check.dtype, validation, problem, plugins, inventory.compute_dtype,
-                     strategies)
+                     strategies, cause)
         adaptations.append(a)
         checks[i] = a.recheck if a.recheck is not None else check
     return report.model_copy(update={"checks": [checks[i] for i in range(len(report.checks))],

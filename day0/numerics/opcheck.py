@@ -10,8 +10,8 @@ compared with the metrics of `day0.numerics.metrics` against per-dtype threshold
 from __future__ import annotations
 
 import time
-from functools import reduce
 from collections.abc import Callable, Iterable
+from functools import reduce
 from typing import Any
 
 import torch
@@ -19,9 +19,24 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves, tree_map
 
 from day0.core.dtypes import DTYPES, dtype_name
-from day0.core.ops import Call, OpInventory, OpRecord, build_call, cast_call, example_numel, op_name, resolve_op
+from day0.core.ops import (
+    Call,
+    OpInventory,
+    OpRecord,
+    build_call,
+    cast_call,
+    example_numel,
+    op_name,
+    resolve_op,
+)
 from day0.numerics.inputs import call_numel, shrink_example
-from day0.numerics.metrics import ErrorMetrics, Thresholds, compare, default_thresholds, verdict
+from day0.numerics.metrics import (
+    ErrorMetrics,
+    Thresholds,
+    compare,
+    default_thresholds,
+    verdict,
+)
 from day0.numerics.platform_kernels import MissingKernelError, Platform
 from day0.numerics.results import Kind, OpCheck, OpCheckReport
 from day0.spec import ValidationSpec
@@ -118,7 +133,7 @@ class ReferenceMode(TorchDispatchMode):
         super().__init__()
         self.downcast: set[str] = set()
 
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         try:
             return func(*args, **kwargs)
@@ -214,7 +229,7 @@ def check_op(record: OpRecord, platform: Platform, dtype: str, validation: Valid
     except KeyError as exc:
         return _fail(result, "skipped", str(exc), start)
     ref = DTYPES[validation.reference_dtype]
-    to_platform = lambda name: DTYPES[dtype] if name == inventory_dtype else DTYPES.get(name, torch.float32)  # noqa: E731
+    to_platform = lambda name: DTYPES[dtype] if name == inventory_dtype else DTYPES.get(name, torch.float32)
     do_grads = grads and kind == "compute" and not record.op.split(".")[0].endswith("_") and "forward" in record.phases
     judged: list[tuple[ErrorMetrics, Thresholds]] = []
     grad_judged: list[tuple[ErrorMetrics, Thresholds]] = []

@@ -25,7 +25,13 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
 from day0.core.dtypes import DTYPES, dtype_name
-from day0.core.ops import declared_key, describe_call, is_composite_implicit, op_name, resolve_op
+from day0.core.ops import (
+    declared_key,
+    describe_call,
+    is_composite_implicit,
+    op_name,
+    resolve_op,
+)
 from day0.spec import PlatformSpec
 
 __all__ = ["ENTRY_POINT_GROUP", "KernelEntry", "KernelTable", "MissingKernelError", "Platform", "PlatformMode",
@@ -161,7 +167,7 @@ class PlatformMode(TorchDispatchMode):
         self.platform = platform
         self.served: Counter[tuple[str, str]] = Counter()
 
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         name = op_name(func)
         dtype = call_dtype((args, kwargs))

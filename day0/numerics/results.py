@@ -41,6 +41,8 @@ class Adaptation(BaseModel):
     op: str
     dtype: str
     problem: str = Field(description="Why it needed adapting: the missing kernel or the failed check.")
+    cause: Literal["missing", "error", "wrong_numbers"] = Field(
+        "missing", description="No kernel, a kernel that raised, or a kernel whose numbers are wrong.")
     strategy: str | None = Field(None, description="plugin | decomposition | upcast | cpu_fallback; None if nothing fixed it.")
     tried: list[str] = Field(default_factory=list, description="Strategies tried, with why each was rejected.")
     overhead: float | None = Field(None, description="Estimated time relative to a native kernel (1.0 = same).")
@@ -128,8 +130,8 @@ class LayerReport(BaseModel):
         verdict = ("all layers within tolerance" if self.passed else
                    f"run failed: {self.error}" if self.error else
                    f"first divergent: **{self.first_divergent}** ({self.first_divergent_phase})")
-        lines = [f"### Whole-model check: {self.model}, {self.layers} layer(s), {self.compute_dtype} vs "
-                 f"{self.reference_dtype}: {verdict}",
+        lines = [(f"### Whole-model check: {self.model}, {self.layers} layer(s), {self.compute_dtype} vs "
+                  f"{self.reference_dtype}: {verdict}"),
                  f"loss reference {self.loss_reference:.6f}, platform {self.loss_platform:.6f}; {self.seconds:.1f} s",
                  *(f"- note: {n}" for n in self.notes), "",
                  "| module | phase | max abs | rel RMSE | cosine | beyond tol | NaN/Inf | verdict |",
@@ -163,7 +165,12 @@ class OperatorsResult(StepResult):
         skipped = [c for c in checks if c.status == "skipped"]
         grads_skipped = [c for c in checks if c.status not in ("skipped", "missing") and c.grad_status == "skipped"]
         adapted = [a for a in self.ops.adaptations if a.strategy]
+        # A platform kernel with wrong numbers fails the step even when a fallback gets around it:
+        # the kernel itself must be fixed. Missing kernels adapted around only warn.
+        wrong = [a for a in adapted if a.cause == "wrong_numbers"]
         reasons = [_op_reason(c) for c in failed + missing] + _layer_reasons(self.layers)
+        reasons += [f"{a.op} at {a.dtype}: the platform's kernel gives wrong numbers ({a.problem[:120]}); "
+                    f"{a.strategy} works around it meanwhile" for a in wrong]
         warnings = [line for line in (
             _listing("op(s) needed adapting", [f"{a.op} ({a.strategy})" for a in adapted]),
             _listing("op(s) not checked", [f"{c.op}: {c.reason[:80]}" for c in skipped]),
@@ -241,6 +248,6 @@ def _layer_reasons(layers: LayerReport | None) -> list[str]:
     if bad is None:
         return []
     m = bad.metrics
-    return [f"whole-model check diverges first at {bad.module} ({bad.phase}), {layers.compute_dtype} vs "
-            f"{layers.reference_dtype}: RMS error {m.rel_rmse:.3g}, cosine {m.cosine:.6f}, max abs {m.max_abs:.3g}: "
-            f"{bad.reason}"]
+    return [(f"whole-model check diverges first at {bad.module} ({bad.phase}), {layers.compute_dtype} vs "
+             f"{layers.reference_dtype}: RMS error {m.rel_rmse:.3g}, cosine {m.cosine:.6f}, "
+             f"max abs {m.max_abs:.3g}: {bad.reason}")]

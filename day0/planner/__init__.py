@@ -6,8 +6,10 @@ memory/communication techniques for a chosen plan, each with its estimated memor
 """
 
 from day0.planner.inputs import ClusterFigures, CommSettings, PlannerOptions, cluster_figures, cluster_from_spec
+from day0.planner.optimize import OptimizationReport, choose_optimizations
 from day0.planner.results import Plan, PlanReport
 from day0.planner.search import brute_force, min_accelerators, plan_parallelism
 
-__all__ = ["ClusterFigures", "CommSettings", "Plan", "PlanReport", "PlannerOptions", "brute_force",
-           "cluster_figures", "cluster_from_spec", "min_accelerators", "plan_parallelism"]
+__all__ = ["ClusterFigures", "CommSettings", "OptimizationReport", "Plan", "PlanReport", "PlannerOptions",
+           "brute_force", "choose_optimizations", "cluster_figures", "cluster_from_spec", "min_accelerators",
+           "plan_parallelism"]

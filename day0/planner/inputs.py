@@ -14,8 +14,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from day0.spec import HardwareSpec, PipelineSpec
 
-__all__ = ["GIB", "ClusterFigures", "CommSettings", "PlannerOptions", "Recompute", "Offload",
-           "cluster_figures", "cluster_from_spec"]
+__all__ = ["GIB", "ClusterFigures", "CommSettings", "Offload", "PlannerOptions", "Recompute", "cluster_figures",
+           "cluster_from_spec"]
 
 GIB = 1024**3
 Recompute = Literal["none", "selective", "full"]

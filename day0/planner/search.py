@@ -13,8 +13,8 @@ import heapq
 import math
 import time
 from collections import Counter
-from dataclasses import dataclass
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 from day0.analysis.results import ModelStructure
 from day0.planner.bounds import StaticBound
@@ -26,7 +26,8 @@ from day0.planner.results import Infeasibility, Plan, PlanReport, make_plan
 from day0.planner.values import OFFLOADS, RECOMPUTES, Degrees, MemoryKnobs
 from day0.spec import ParallelConstraints, TrainingSpec
 
-__all__ = ["brute_force", "enumerate_degrees", "knob_settings", "min_accelerators", "plan_parallelism"]
+__all__ = ["best_knobs", "brute_force", "enumerate_degrees", "knob_settings", "min_accelerators",
+           "plan_parallelism"]
 
 _MAX_ACCELERATORS = 1 << 18
 

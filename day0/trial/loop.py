@@ -30,6 +30,7 @@ from day0.trial.model import build_model
 
 __all__ = ["LoopConfig", "LoopHooks", "StepRecord", "lr_at", "run_steps", "train_loop"]
 
+TrainDtype = Literal["fp32", "bf16", "fp16"]  # what the loop trains at (autocast below fp32)
 _EXTRA_KEYS = ("tokens", "event_log", "hooks")  # train_loop's config entries that are not LoopConfig fields
 
 
@@ -84,7 +85,7 @@ class LoopConfig(BaseModel):
     weight_decay: float = 0.0
     grad_clip: float = 1.0
     checkpoint_every: int = Field(ge=1)
-    compute_dtype: Literal["fp32", "bf16", "fp16"] = "fp32"
+    compute_dtype: TrainDtype = "fp32"
     recompute: Literal["none", "selective", "full"] = "none"
     sharding: Literal["ddp", "fsdp"] = "ddp"
     device_type: str = "cpu"
@@ -227,8 +228,8 @@ def run_steps(cfg: LoopConfig, tokens: torch.Tensor, *, rank: int = 0, world: in
         for i in range(accum):
             micro = mine[i * cfg.micro_batch:(i + 1) * cfg.micro_batch]
             sync = i == accum - 1
-            no_sync = model.no_sync() if (not sync and hasattr(model, "no_sync")) else contextlib.nullcontext()
-            with no_sync:  # DDP: all-reduce gradients on the last micro-batch only
+            no_sync = getattr(model, "no_sync", None)  # DDP all-reduces on the last micro-batch only
+            with no_sync() if (not sync and no_sync) else contextlib.nullcontext():
                 with autocast:
                     logits = model(input_ids=micro[:, :-1]).logits
                 loss = F.cross_entropy(logits.float().reshape(-1, logits.size(-1)), micro[:, 1:].reshape(-1))

@@ -156,12 +156,12 @@ def _last_checkpoint_history(events: list[RunEvent], filesystem) -> tuple[list[S
 
     from ray.train import Checkpoint
 
-    saved = [e for e in events if e.kind == "checkpoint" and e.detail]
+    saved = [e.detail for e in events if e.kind == "checkpoint" and e.detail]
     if not saved:
         return [], None
-    with Checkpoint(saved[-1].detail, filesystem).as_directory() as d:
+    with Checkpoint(saved[-1], filesystem).as_directory() as d:
         raw = json.loads((Path(d) / "history.json").read_text())
-    return [StepRecord.model_validate(h) for h in raw], saved[-1].detail
+    return [StepRecord.model_validate(h) for h in raw], saved[-1]
 
 
 def _collect(result, error, log, filesystem, *, name: str, storage_uri: str, workers: int,  # noqa: ANN001

@@ -20,7 +20,8 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
-from typing import Any, Literal, Protocol
+from pathlib import Path
+from typing import Any, Literal, Protocol, cast
 from urllib.parse import urlparse
 
 from pydantic import BaseModel, Field
@@ -32,7 +33,7 @@ from day0.settings import StoreSettings
 from day0.spec import PipelineSpec
 from day0.trial.alignment import compare_curves
 from day0.trial.data import TokenData, prepare_data
-from day0.trial.loop import LoopConfig, LoopHooks
+from day0.trial.loop import LoopConfig, LoopHooks, TrainDtype
 from day0.trial.model import EXPERT_KEYS, scale_config
 from day0.trial.results import (MemoryComparison, RunSummary, TrialCurve, TrialResult, recoveries,
                                 steady_tokens_per_s, summarize_run)
@@ -73,7 +74,7 @@ def _load_curve(uri: str, settings: StoreSettings | None) -> TrialCurve:
             parent, _, name = uri.rpartition("/")
             raw = open_store(parent, settings).get_json(name)
         else:
-            raw = json.loads(open(parsed.path if parsed.scheme == "file" else uri).read())
+            raw = json.loads(Path(parsed.path if parsed.scheme == "file" else uri).read_text())
     except (OSError, ValueError) as exc:
         raise UsageError(f"trial.reference: cannot read a curve from {uri!r}: {exc}") from None
     return TrialCurve.model_validate(raw.get("reference", raw) if "loss" not in raw else raw)
@@ -108,7 +109,7 @@ def _loops(spec: PipelineSpec, cfg: dict[str, Any], plan: TrialPlan, notes: list
     candidate = LoopConfig(model_config_dict=cfg, seed=trial.seed, steps=trial.steps, global_batch=global_batch,
                            micro_batch=trial.micro_batch, seq_len=trial.seq_len, learning_rate=trial.learning_rate,
                            lr_warmup_steps=min(10, trial.steps // 10), checkpoint_every=trial.checkpoint_every,
-                           compute_dtype=compute, recompute=plan.recompute, sharding=plan.sharding,
+                           compute_dtype=cast(TrainDtype, compute), recompute=plan.recompute, sharding=plan.sharding,
                            device_type=spec.platform.device_type)
     reference = candidate.model_copy(update={"micro_batch": global_batch, "compute_dtype": "fp32", "recompute": "none",
                                              "sharding": "ddp", "device_type": "cpu"})
@@ -151,14 +152,15 @@ def run_trial(spec: PipelineSpec, model: ResolvedModel, *, checkpoint_uri: str, 
     from day0.backends.local import connect
 
     t0, say = time.time(), progress or (lambda msg: None)
-    plan, trial, notes = plan or TrialPlan(), spec.trial, []
+    plan, trial = plan or TrialPlan(), spec.trial
+    notes: list[str] = []
     connect(ray_address or spec.cluster.address)
     data = prepare_data(trial.dataset, TRIAL_VOCAB)
     cfg = scale_config(model.config, trial.scale, vocab_size=data.vocab_size, seq_len=trial.seq_len,
                        eos_token_id=data.eos_token_id)
     ref_loop, cand_loop = _loops(spec, cfg, plan, notes)
-    common: dict[str, Any] = dict(storage_uri=checkpoint_uri, max_failures=max_failures, log=log or event_log(),
-                                  store_settings=store_settings)
+    common: dict[str, Any] = {"storage_uri": checkpoint_uri, "max_failures": max_failures, "log": log or event_log(),
+                              "store_settings": store_settings}
     reference, ref_run = _reference(spec, ref_loop, data.tokens, common, notes, say)
     if hooks is not None:
         notes.append(f"test-only training hooks were active in the candidate: {hooks.describe()}")
@@ -175,7 +177,7 @@ def run_trial(spec: PipelineSpec, model: ResolvedModel, *, checkpoint_uri: str, 
                                candidate_grad_norm=candidate.grad_norm, tolerance=trial.tolerance)
     estimate = memory_estimate(cfg, plan, cand_loop, trial.workers) if memory_estimate else None
     if plan.source != "default":
-        notes.append(f"plan from {plan.source}: recompute {plan.recompute}, sharding {plan.sharding}")
+        notes.append(f"the candidate applies the {plan.source}: recompute {plan.recompute}, sharding {plan.sharding}")
     return TrialResult(model=model.source, scaled=_scaled_summary(cfg, data), dataset=data.dataset,
                        seq_len=trial.seq_len, global_batch=cand_loop.global_batch, steps=trial.steps,
                        reference=reference, candidate=candidate, alignment=alignment, runs=runs,

@@ -21,7 +21,7 @@ import json
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, cast
 
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
@@ -31,7 +31,13 @@ from day0.backends.jobs import JobOutcome, run_job
 from day0.backends.kuberay.manifest import GROUP, PLURAL, RUN_ID_LABEL, VERSION, build_raycluster, label_value
 from day0.backends.kuberay.monitor import ClusterMonitor
 from day0.backends.kuberay.status import (
-    CLUSTER_LABEL, ClusterError, ClusterEvent, Pod, PoolReport, pool_reports, raycluster_ready,
+    CLUSTER_LABEL,
+    ClusterError,
+    ClusterEvent,
+    Pod,
+    PoolReport,
+    pool_reports,
+    raycluster_ready,
 )
 from day0.backends.kuberay.watching import ResourceWatch
 from day0.spec import ClusterSpec
@@ -58,7 +64,7 @@ def _api_client(api_client: Any) -> Any:
 
 def _api_message(exc: ApiException) -> str:
     try:
-        return str(json.loads(exc.body).get("message", exc.reason))
+        return str(json.loads(exc.body or "").get("message", exc.reason))
     except (TypeError, ValueError, AttributeError):
         return str(exc.reason)
 
@@ -94,7 +100,8 @@ class KubeRayCluster:
     # -- reading --
     def get(self) -> dict[str, Any] | None:
         try:
-            return self._custom.get_namespaced_custom_object(GROUP, VERSION, self.namespace, PLURAL, self.name)
+            obj = self._custom.get_namespaced_custom_object(GROUP, VERSION, self.namespace, PLURAL, self.name)
+            return cast(dict[str, Any], obj)
         except ApiException as exc:
             if exc.status == 404:
                 return None
@@ -226,9 +233,9 @@ def delete_run_clusters(namespace: str, run_id: str | None = None, *, api_client
     """Delete every day0 RayCluster in `namespace` (of one run, if given): the leak sweeper."""
     selector = "app.kubernetes.io/managed-by=day0" + (f",{RUN_ID_LABEL}={label_value(run_id)}" if run_id else "")
     api = _api_client(api_client)
-    items = client.CustomObjectsApi(api).list_namespaced_custom_object(
-        GROUP, VERSION, namespace, PLURAL, label_selector=selector)["items"]
-    names = [item["metadata"]["name"] for item in items]
+    listed = cast(dict[str, Any], client.CustomObjectsApi(api).list_namespaced_custom_object(
+        GROUP, VERSION, namespace, PLURAL, label_selector=selector))
+    names = [item["metadata"]["name"] for item in listed["items"]]
     for name in names:
         KubeRayCluster.attach(name, namespace, api_client=api).delete()
     return names

@@ -20,6 +20,7 @@ Contracts:
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from datetime import datetime
 from typing import Any
@@ -27,7 +28,14 @@ from typing import Any
 from kubernetes.client.exceptions import ApiException
 
 from day0.backends.kuberay.status import (
-    CLUSTER_LABEL, GROUP_LABEL, ClusterError, ClusterEvent, EventKind, Node, Pod, node_ready,
+    CLUSTER_LABEL,
+    GROUP_LABEL,
+    ClusterError,
+    ClusterEvent,
+    EventKind,
+    Node,
+    Pod,
+    node_ready,
 )
 from day0.backends.kuberay.watching import EventType, ResourceWatch
 
@@ -57,15 +65,14 @@ class ClusterMonitor:
 
     # -- running --
     def start(self, timeout_s: float = 60.0) -> None:
-        streams: dict[str, tuple[Callable[..., Any], tuple[Any, ...], dict[str, str], Handler]] = {
-            "pods": (self._core.list_namespaced_pod, (self._namespace,),
-                     {"label_selector": f"{CLUSTER_LABEL}={self._cluster}"}, self._on_pod),
-            "nodes": (self._core.list_node, (), {}, self._on_node),
-            "events": (self._core.list_namespaced_event, (self._namespace,),
-                       {"field_selector": "type=Warning"}, self._on_event),
+        streams = {
+            "pods": (ResourceWatch(self._core.list_namespaced_pod, self._namespace, on_error=self._resuming("pods"),
+                                   label_selector=f"{CLUSTER_LABEL}={self._cluster}"), self._on_pod),
+            "nodes": (ResourceWatch(self._core.list_node, on_error=self._resuming("nodes")), self._on_node),
+            "events": (ResourceWatch(self._core.list_namespaced_event, self._namespace,
+                                     on_error=self._resuming("events"), field_selector="type=Warning"), self._on_event),
         }
-        for stream, (list_fn, args, selectors, handler) in streams.items():
-            watcher = ResourceWatch(list_fn, *args, on_error=self._resuming(stream), **selectors)
+        for stream, (watcher, handler) in streams.items():
             thread = threading.Thread(target=self._follow, args=(stream, watcher, handler),
                                       name=f"watch-{stream}-{self._cluster}", daemon=True)
             self._watches.append(watcher)
@@ -84,15 +91,19 @@ class ClusterMonitor:
         self._watches, self._threads = [], []
 
     def _follow(self, stream: str, watcher: ResourceWatch, handler: Handler) -> None:
-        for kind, obj in watcher:
+        try:
+            for kind, obj in watcher:
+                with self._lock:
+                    try:
+                        if kind == "SYNCED":
+                            self._on_synced(stream)
+                        else:
+                            handler(kind, obj)
+                    except Exception as exc:  # an API hiccup (a failed force-delete) must not kill the monitor
+                        self._add("warning", message=f"{stream}: handling {kind} failed: {exc}")
+        except Exception as exc:  # not an API or connection error (those resume): say that the stream ended
             with self._lock:
-                try:
-                    if kind == "SYNCED":
-                        self._on_synced(stream)
-                    else:
-                        handler(kind, obj)
-                except Exception as exc:  # an API hiccup (a failed force-delete) must not kill the monitor
-                    self._add("warning", message=f"{stream}: handling {kind} failed: {exc}")
+                self._add("warning", message=f"watch of {stream} stopped: {exc!r}")
 
     def _resuming(self, stream: str) -> Callable[[Exception], None]:
         def report(exc: Exception) -> None:
@@ -148,9 +159,9 @@ class ClusterMonitor:
         if kind != "ADDED" or "events" not in self._synced or not ours:
             return
         when: datetime | None = event.last_timestamp or event.event_time or event.first_timestamp
-        where = _where(self._pods.get(about.uid or "")) | ({"pod": about.name} if about.kind == "Pod" else {})
-        self.events.append(ClusterEvent(kind="warning", message=f"{event.reason}: {event.message}", **where,
-                                        **({"at": when.timestamp()} if when else {})))
+        self.events.append(_event("warning", f"{event.reason}: {event.message}", self._pods.get(about.uid or ""),
+                                  name=about.name if about.kind == "Pod" else None,
+                                  at=when.timestamp() if when else None))
 
     def _check(self, pod: Pod) -> bool:
         """Report (and recover) a pod whose node is lost or that Failed; True if it was."""
@@ -189,11 +200,13 @@ class ClusterMonitor:
                     raise
 
     def _add(self, kind: EventKind, pod: Pod | None = None, message: str = "") -> None:
-        self.events.append(ClusterEvent(kind=kind, message=message, **_where(pod)))
+        self.events.append(_event(kind, message, pod))
 
 
-def _where(pod: Pod | None) -> dict[str, str | None]:
-    """The pod, node and pool fields of an event about `pod`."""
-    if pod is None:
-        return {}
-    return {"pod": pod.metadata.name, "node": pod.spec.node_name, "pool": (pod.metadata.labels or {}).get(GROUP_LABEL)}
+def _event(kind: EventKind, message: str, pod: Pod | None, *, name: str | None = None,
+           at: float | None = None) -> ClusterEvent:
+    """An event about `pod` (or a pod called `name` that is not, or no longer, in the cache)."""
+    return ClusterEvent(kind=kind, message=message, at=time.time() if at is None else at,
+                        pod=pod.metadata.name if pod is not None else name,
+                        node=pod.spec.node_name if pod is not None else None,
+                        pool=(pod.metadata.labels or {}).get(GROUP_LABEL) if pod is not None else None)

@@ -27,8 +27,9 @@ __all__ = [
     "node_ready", "pod_group", "pod_ready", "pool_reports", "raycluster_ready", "unschedulable",
 ]
 
-Pod: TypeAlias = Any  # kubernetes.client.V1Pod (the client ships no type information)
-Node: TypeAlias = Any  # kubernetes.client.V1Node
+# kubernetes.client.V1Pod and V1Node, read as the API server fills them (the models type every field optional).
+Pod: TypeAlias = Any
+Node: TypeAlias = Any
 
 # Labels KubeRay puts on every pod it creates.
 CLUSTER_LABEL = "ray.io/cluster"
@@ -119,9 +120,8 @@ def pool_reports(pods: Iterable[Pod], manifest: Mapping[str, Any]) -> list[PoolR
     pods = list(pods)
     if not pods:
         namespace = manifest.get("metadata", {}).get("namespace")
-        return [PoolReport(pool="head", desired=1, pods=0, ready=0, pending=0,
-                           reasons=[f"KubeRay created no pods: is the operator running and watching "
-                                    f"namespace {namespace!r}?"])]
+        why = f"KubeRay created no pods: is the operator running and watching namespace {namespace!r}?"
+        return [PoolReport(pool="head", desired=1, pods=0, ready=0, pending=0, reasons=[why])]
     groups = [("head", 1)] + [(g["groupName"], int(g.get("replicas", 0)))
                               for g in manifest.get("spec", {}).get("workerGroupSpecs", [])]
     reports = []

@@ -24,6 +24,7 @@ from typing import Any, Literal
 
 from kubernetes import watch
 from kubernetes.client.exceptions import ApiException
+from urllib3.exceptions import HTTPError
 
 __all__ = ["EventType", "ResourceWatch"]
 
@@ -45,9 +46,11 @@ def _uid(obj: Any) -> str:
 class ResourceWatch:
     """`for kind, obj in ResourceWatch(core.list_namespaced_pod, "day0", label_selector=...)`."""
 
-    def __init__(self, list_fn: Callable[..., Any], *args: Any, deadline: float | None = None,
-                 window_s: int = 60, on_error: Callable[[Exception], None] | None = None, **kwargs: Any) -> None:
-        self._list, self._args, self._kwargs = list_fn, args, kwargs
+    def __init__(self, list_fn: Callable[..., Any], *args: Any, label_selector: str | None = None,
+                 field_selector: str | None = None, deadline: float | None = None, window_s: int = 60,
+                 on_error: Callable[[Exception], None] | None = None) -> None:
+        self._list, self._args = list_fn, args
+        self._kwargs = {k: v for k, v in (("label_selector", label_selector), ("field_selector", field_selector)) if v}
         self._deadline, self._window_s, self._on_error = deadline, window_s, on_error
         self.objects: dict[str, Any] = {}
         self.resource_version: str | None = None
@@ -70,22 +73,17 @@ class ResourceWatch:
                     yield from self._relist()
                 yield from self._follow()
                 failures = 0
-            except ApiException as exc:
-                if exc.status == _GONE:
+            except Exception as exc:
+                if self._stop.is_set():
+                    return  # a stream cut by stop() ends however it ends
+                if isinstance(exc, ApiException) and exc.status == _GONE:
                     self.resource_version = None  # our version was compacted away: list again
                     continue
-                failures = self._failed(exc, failures)
-            except Exception as exc:  # the connection (urllib3) rather than the API refused
-                failures = self._failed(exc, failures)
-
-    def _failed(self, exc: Exception, failures: int) -> int:
-        if self._stop.is_set():
-            return failures
-        if self._on_error is None:
-            raise exc
-        self._on_error(exc)
-        self._stop.wait(min(0.5 * 2 ** failures, 30.0, max(self._left(), 0.0)))
-        return failures + 1
+                if self._on_error is None or not isinstance(exc, ApiException | HTTPError | OSError):
+                    raise
+                self._on_error(exc)  # the API or the connection failed: resume from our version
+                self._stop.wait(min(0.5 * 2 ** failures, 30.0, max(self._left(), 0.0)))
+                failures += 1
 
     def _relist(self) -> Iterator[tuple[EventType, Any]]:
         listed = self._list(*self._args, _request_timeout=_LIST_TIMEOUT_S, **self._kwargs)
@@ -121,9 +119,9 @@ class ResourceWatch:
                     self.objects.pop(_uid(obj), None)
                 else:
                     self.objects[_uid(obj)] = obj
-                yield event["type"], obj
                 if self._stop.is_set():
                     return
+                yield event["type"], obj
         finally:
             self._watch = None
             stream.close()
