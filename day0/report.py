@@ -62,7 +62,10 @@ def _scorecard(records: dict[str, StepRecord], results: dict[str, dict[str, Any]
             lines.append(f"| {row} | not run | | |")
             continue
         verdict = "error" if "error" in outcomes else worst(*outcomes)  # type: ignore[arg-type]
-        figures = [f"{k}: {v}" for s in steps for k, v in results.get(s, {}).get("headline", {}).items()]
+        merged: dict[str, str] = {}
+        for s in steps:  # a later step's figure supersedes an earlier one's (optimize's memory over parallel's)
+            merged.update(results.get(s, {}).get("headline", {}))
+        figures = [f"{k}: {v}" for k, v in merged.items()]
         reasons = [f"{s}: {reason}" for s in steps if s in records
                    for reason in (records[s].reasons or ([records[s].error] if records[s].error else []))]
         lines.append(f"| {row} | {_MARK[verdict]} | {_cell('; '.join(figures))} | {_cell('; '.join(reasons))} |")

@@ -48,7 +48,7 @@ class ArtifactStore(ABC):
         return self.put_bytes(key, text.encode(), content_type)
 
     def put_json(self, key: str, obj: Any) -> str:
-        return self.put_text(key, json.dumps(obj, indent=2, sort_keys=True) + "\n", "application/json")
+        return self.put_text(key, json.dumps(obj, indent=2) + "\n", "application/json")
 
     def get_json(self, key: str) -> Any:
         return json.loads(self.get_bytes(key))
