@@ -9,7 +9,7 @@ export PREFECT_SERVER_ANALYTICS_ENABLED ?= false
 export HF_HUB_OFFLINE ?= 1
 export RAY_AUTH_MODE ?= disabled
 
-.PHONY: setup run test bench clean
+.PHONY: setup run lint test deploy bench clean
 
 setup: $(STAMP)
 
@@ -22,10 +22,22 @@ $(STAMP): pyproject.toml
 run: setup
 	$(BIN)/day0 run $(SPEC)
 
+# Lint, format and type checks, configured in pyproject.toml; `make test` runs them first.
+lint: setup
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+
 # The whole suite: unit, integration (Prefect server, Ray, versitygw S3) and the Kubernetes e2e
 # tests against the kwok control plane (built once into $(DAY0_CACHE), then reused).
-test: setup e2e-build
+test: setup lint e2e-build
 	$(BIN)/python -m pytest -q -ra tests
+
+# Register prefect.yaml's deployments (adapt/release, regression/nightly) with the server at
+# PREFECT_API_URL, with a process work pool; run them with `prefect worker start --pool day0-local`.
+deploy: setup
+	$(BIN)/prefect work-pool create day0-local --type process --overwrite
+	DAY0_REPO=$(CURDIR) $(BIN)/prefect --no-prompt deploy --all
 
 bench: setup
 	$(BIN)/python -m benchmarks.run $(BENCH)

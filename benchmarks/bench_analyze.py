@@ -8,25 +8,29 @@ import subprocess
 import sys
 import time
 
-MODELS = ["deepseek-v3", "kimi-k2", "qwen3-30b-a3b", "mixtral-8x7b", "llama-3-8b", "llama-3.1-405b",
-          "tiny-deepseek-v3"]
+MODELS = ["deepseek-v3", "kimi-k2", "qwen3-30b-a3b", "mixtral-8x7b", "llama-3-8b", "llama-3.1-405b", "tiny-deepseek-v3"]
 
 
 def run() -> dict:
     from day0.analysis.step import analyze_model
-    from day0.spec import load_platform
-    from day0.spec import ModelSpec
+    from day0.spec import ModelSpec, load_platform
 
     results: dict[str, dict] = {}
     for name in MODELS:
         start = time.perf_counter()
-        proc = subprocess.run([sys.executable, "-m", "cli", "analyze", name, "--platform", "ascend-910b",
-                               "--json"], capture_output=True, text=True, check=True)
+        proc = subprocess.run(
+            [sys.executable, "-m", "cli", "analyze", name, "--platform", "ascend-910b", "--json"],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
         cold = time.perf_counter() - start
         structure = json.loads(proc.stdout)["structure"]
-        results[name] = {"cli_seconds_cold_process": round(cold, 2),
-                         "params_total_b": round(structure["params_total"] / 1e9, 3),
-                         "params_active_b": round(structure["params_active"] / 1e9, 3)}
+        results[name] = {
+            "cli_seconds_cold_process": round(cold, 2),
+            "params_total_b": round(structure["params_total"] / 1e9, 3),
+            "params_active_b": round(structure["params_active"] / 1e9, 3),
+        }
     platform = load_platform("ascend-910b")
     analyze_model(ModelSpec(source="tiny-deepseek-v3"), platform)  # warm imports
     for name in MODELS:

@@ -25,16 +25,19 @@ POOL = "bench-gpu"
 
 def _fake_nodes() -> Any:
     spec = importlib.util.spec_from_file_location("fake_nodes", K8S / "fake_nodes.py")
-    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
-    spec.loader.exec_module(module)  # type: ignore[union-attr]
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
     return module
 
 
 def _kubectl(kubeconfig: str, *args: str, stdin: str | None = None) -> str:
-    kubectl = subprocess.run(["bash", "-c", f"source {K8S}/env.sh; echo $KUBE_BIN/kubectl"], check=True,
-                             capture_output=True, text=True).stdout.strip()
-    return subprocess.run([kubectl, "--kubeconfig", kubeconfig, *args], input=stdin, check=True,
-                          capture_output=True, text=True).stdout
+    kubectl = subprocess.run(
+        ["bash", "-c", f"source {K8S}/env.sh; echo $KUBE_BIN/kubectl"], check=True, capture_output=True, text=True
+    ).stdout.strip()
+    return subprocess.run(
+        [kubectl, "--kubeconfig", kubeconfig, *args], input=stdin, check=True, capture_output=True, text=True
+    ).stdout
 
 
 def _wait_nodes(core: Any, count: int, timeout_s: float = 600) -> None:
@@ -53,8 +56,9 @@ def run(nodes: int = 1000, workers: int = 512, gpus_per_node: int = 8, timeout_s
     (the control plane too, if this call started it)."""
     from kubernetes import config
 
-    kubeconfig = subprocess.run([str(K8S / "e2e-up.sh"), "--kubeconfig"], check=True, capture_output=True,
-                                text=True).stdout.strip()
+    kubeconfig = subprocess.run(
+        [str(K8S / "e2e-up.sh"), "--kubeconfig"], check=True, capture_output=True, text=True
+    ).stdout.strip()
     was_up = _healthy(kubeconfig)
     subprocess.run([str(K8S / "e2e-up.sh")], check=True, capture_output=True, timeout=7200)
     try:
@@ -70,12 +74,13 @@ def _healthy(kubeconfig: str) -> bool:
     try:
         client.VersionApi(config.new_client_from_config(kubeconfig)).get_code(_request_timeout=5)
         return True
-    except Exception:
+    except Exception:  # noqa: BLE001 - any failure to reach the API server means "not healthy"
         return False
 
 
-def _measure(api: Any, kubeconfig: str, nodes: int, workers: int, gpus_per_node: int,
-             timeout_s: float) -> dict[str, Any]:
+def _measure(
+    api: Any, kubeconfig: str, nodes: int, workers: int, gpus_per_node: int, timeout_s: float
+) -> dict[str, Any]:
     from kubernetes import client
 
     from day0.backends.kuberay.lifecycle import KubeRayCluster
@@ -84,18 +89,40 @@ def _measure(api: Any, kubeconfig: str, nodes: int, workers: int, gpus_per_node:
     from day0.spec import ClusterSpec
 
     core = client.CoreV1Api(api)
-    items = _fake_nodes().pool_nodes(POOL, nodes, resource="nvidia.com/gpu", per_node=gpus_per_node,
-                                     taints=["nvidia.com/gpu=present:NoSchedule"])
+    items = _fake_nodes().pool_nodes(
+        POOL, nodes, resource="nvidia.com/gpu", per_node=gpus_per_node, taints=["nvidia.com/gpu=present:NoSchedule"]
+    )
     t0 = time.monotonic()
-    _kubectl(kubeconfig, "apply", "--server-side", "-f", "-",
-             stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": items}))
+    _kubectl(
+        kubeconfig,
+        "apply",
+        "--server-side",
+        "-f",
+        "-",
+        stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": items}),
+    )
     _wait_nodes(core, nodes)
     nodes_s = time.monotonic() - t0
-    cluster = ClusterSpec.model_validate({"backend": "kuberay", "namespace": "day0", "node_pools": [
-        {"name": "gpu", "accelerator": {"resource": "nvidia.com/gpu", "per_node": gpus_per_node, "memory_gib": 80},
-         "nodes": nodes, "node_selector": {"day0.io/pool": POOL}}]})
-    rc = KubeRayCluster(build_raycluster(cluster, f"bench-{os.getpid()}", workers={"gpu": workers},
-                                         head_node_selector={"day0.io/role": "cpu"}), api_client=api)
+    cluster = ClusterSpec.model_validate(
+        {
+            "backend": "kuberay",
+            "namespace": "day0",
+            "node_pools": [
+                {
+                    "name": "gpu",
+                    "accelerator": {"resource": "nvidia.com/gpu", "per_node": gpus_per_node, "memory_gib": 80},
+                    "nodes": nodes,
+                    "node_selector": {"day0.io/pool": POOL},
+                }
+            ],
+        }
+    )
+    rc = KubeRayCluster(
+        build_raycluster(
+            cluster, f"bench-{os.getpid()}", workers={"gpu": workers}, head_node_selector={"day0.io/role": "cpu"}
+        ),
+        api_client=api,
+    )
     result: dict[str, Any] = {"nodes": nodes, "workers": workers, "node_setup_s": round(nodes_s, 2)}
     try:
         t0 = time.monotonic()
@@ -110,8 +137,9 @@ def _measure(api: Any, kubeconfig: str, nodes: int, workers: int, gpus_per_node:
             time.sleep(1.0)
         else:
             raise TimeoutError(f"not Ready after {timeout_s} s: {[str(r) for r in rc.pool_reports()]}")
-        result.update(scheduled_s=round(scheduled_s or time.monotonic() - t0, 2),
-                      ready_s=round(time.monotonic() - t0, 2))
+        result.update(
+            scheduled_s=round(scheduled_s or time.monotonic() - t0, 2), ready_s=round(time.monotonic() - t0, 2)
+        )
     finally:
         t0 = time.monotonic()
         rc.delete(timeout_s=600)

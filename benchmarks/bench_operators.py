@@ -33,12 +33,14 @@ def run() -> dict[str, Any]:
     for platform_name, dtype, layers in (("cpu", "bf16", True), ("cpu", "fp32", False), ("ascend-910b", "bf16", False)):
         spec = PlatformSpec.model_validate(load_yaml(CONFIGS_DIR / "platforms" / f"{platform_name}.yaml"))
         start = time.perf_counter()
-        result = run_operators(inventory, spec, ValidationSpec(), dtype, 
-                                whole_model=WholeModel.from_analysis(analyzed) if layers else None)
+        result = run_operators(
+            inventory, spec, ValidationSpec(), dtype, whole_model=WholeModel.from_analysis(analyzed) if layers else None
+        )
         total = time.perf_counter() - start
         ops = result.ops
         out[f"{platform_name}-{dtype}"] = {
-            "checks": len(ops.checks), "check_seconds": round(ops.seconds, 2),
+            "checks": len(ops.checks),
+            "check_seconds": round(ops.seconds, 2),
             "ops_checked_per_s": round(ops.ops_per_second, 2),
             "adapted": {a.op: a.strategy for a in ops.adaptations},
             "still_failing": [c.op for c in ops.failing],
@@ -63,10 +65,14 @@ def _big(name: str) -> dict[str, Any]:
     analyzed = analyze_model(ModelSpec(source=name), spec, "bf16")
     start = time.perf_counter()
     result = run_operators(analyzed.inventory, spec, None, "bf16", whole_model=WholeModel.from_analysis(analyzed))
-    return {"checks": len(result.ops.checks), "ops_checked_per_s": round(result.ops.ops_per_second, 2),
-            "shrunk": sum("shrunk" in c.reason for c in result.ops.checks),
-            "still_failing": [c.op for c in result.ops.failing], "notes": result.notes,
-            "step_seconds": round(time.perf_counter() - start, 2)}
+    return {
+        "checks": len(result.ops.checks),
+        "ops_checked_per_s": round(result.ops.ops_per_second, 2),
+        "shrunk": sum("shrunk" in c.reason for c in result.ops.checks),
+        "still_failing": [c.op for c in result.ops.failing],
+        "notes": result.notes,
+        "step_seconds": round(time.perf_counter() - start, 2),
+    }
 
 
 if __name__ == "__main__":

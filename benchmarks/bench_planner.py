@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import statistics
 import time
+from functools import partial
 
 CASES = [  # (model, platform, accelerators, seq_len, global_batch)
     ("kimi-k2", "h800", 4096, 4096, 4096),
@@ -18,7 +19,7 @@ CASES = [  # (model, platform, accelerators, seq_len, global_batch)
 TARGET_S = 2.0
 
 
-def _structure(name: str):  # noqa: ANN202
+def _structure(name: str):
     from day0.analysis.structure import analyze_structure
     from day0.core.model_source import resolve_model_source
     from day0.core.modeling import build_meta_model, load_hf_config
@@ -26,7 +27,7 @@ def _structure(name: str):  # noqa: ANN202
     return analyze_structure(build_meta_model(load_hf_config(resolve_model_source(name)), name), name)
 
 
-def _timed(fn, repeats: int) -> tuple[object, float, float]:  # noqa: ANN001
+def _timed(fn, repeats: int) -> tuple[object, float, float]:
     """(result, median wall s, median CPU s of this process): the CPU time is robust to a shared machine."""
     walls, cpus, out = [], [], None
     for _ in range(repeats):
@@ -47,30 +48,45 @@ def run(brute: bool = True) -> dict:
         s = _structure(model)
         hw = PlatformSpec.model_validate(load_yaml(CONFIGS_DIR / "platforms" / f"{platform}.yaml")).hardware
         cluster, training = cluster_figures(hw, n, 8), TrainingSpec(seq_len=seq, global_batch=gb)
-        report, wall, cpu = _timed(lambda: plan_parallelism(s, cluster, training), 3)
+        report, wall, cpu = _timed(partial(plan_parallelism, s, cluster, training), 3)
         best = report.best
-        row = {"accelerators": n, "params_total_b": round(s.params_total / 1e9, 1),
-               "search_wall_s": round(wall, 3), "search_cpu_s": round(cpu, 3), "under_target_cpu": cpu < TARGET_S,
-               "under_target_wall": wall < TARGET_S,
-               "degree_tuples": report.tuples_considered, "configurations_evaluated": report.configurations_evaluated,
-               "configurations_per_s": round(report.configurations_evaluated / cpu),
-               "tuples_per_s": round(report.tuples_considered / cpu),
-               "best": {**best.model_dump()["parallel"], **best.model_dump()["memory_knobs"],
-                        "memory_gib": round(best.memory.total_bytes / 2**30, 1), "step_s": round(best.time.step_s, 3),
-                        "mfu": round(best.time.mfu, 4)}}
+        row = {
+            "accelerators": n,
+            "params_total_b": round(s.params_total / 1e9, 1),
+            "search_wall_s": round(wall, 3),
+            "search_cpu_s": round(cpu, 3),
+            "under_target_cpu": cpu < TARGET_S,
+            "under_target_wall": wall < TARGET_S,
+            "degree_tuples": report.tuples_considered,
+            "configurations_evaluated": report.configurations_evaluated,
+            "configurations_per_s": round(report.configurations_evaluated / cpu),
+            "tuples_per_s": round(report.tuples_considered / cpu),
+            "best": {
+                **best.model_dump()["parallel"],
+                **best.model_dump()["memory_knobs"],
+                "memory_gib": round(best.memory.total_bytes / 2**30, 1),
+                "step_s": round(best.time.step_s, 3),
+                "mfu": round(best.time.mfu, 4),
+            },
+        }
         if brute and i == 0:
-            ref, bwall, bcpu = _timed(lambda: brute_force(s, cluster, training), 1)
+            ref, bwall, bcpu = _timed(partial(brute_force, s, cluster, training), 1)
             row["brute_force"] = {
-                "wall_s": round(bwall, 2), "cpu_s": round(bcpu, 2),
+                "wall_s": round(bwall, 2),
+                "cpu_s": round(bcpu, 2),
                 "configurations_evaluated": ref.configurations_evaluated,
                 "configurations_per_s": round(ref.configurations_evaluated / bcpu),
                 "identical_best_plan": ref.best.model_dump() == best.model_dump(),
                 "identical_ranking": [p.model_dump() for p in ref.plans] == [p.model_dump() for p in report.plans],
-                "speedup": round(bcpu / cpu, 1)}
+                "speedup": round(bcpu / cpu, 1),
+            }
         results[model] = row
-    return {"cases": results, "target": f"full search for a 1T MoE on 4096 accelerators < {TARGET_S} s",
-            "note": "wall time depends on other load on the shared 2-core machine; process CPU time is the "
-                    "planner's own work (median of 3 runs)"}
+    return {
+        "cases": results,
+        "target": f"full search for a 1T MoE on 4096 accelerators < {TARGET_S} s",
+        "note": "wall time depends on other load on the shared 2-core machine; process CPU time is the "
+        "planner's own work (median of 3 runs)",
+    }
 
 
 if __name__ == "__main__":

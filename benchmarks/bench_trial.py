@@ -20,8 +20,8 @@ import torch.nn.functional as F
 
 from day0.core.model_source import resolve_model_source
 from day0.spec import TrialScale
-from day0.trial.data import batch_for_step, prepare_data
 from day0.testing.faults import TrialFaults
+from day0.trial.data import batch_for_step, prepare_data
 from day0.trial.loop import LoopConfig
 from day0.trial.model import build_model, scale_config
 
@@ -29,14 +29,26 @@ STEPS, SEQ, BATCH = 40, 64, 8
 SCALE = TrialScale(layers=2, hidden=128, experts=4)
 
 
-def _loop_config(data) -> LoopConfig:  # noqa: ANN001
-    cfg = scale_config(resolve_model_source("tiny-deepseek-v3").config, SCALE, vocab_size=data.vocab_size,
-                       seq_len=SEQ, eos_token_id=data.eos_token_id)
-    return LoopConfig(model_config_dict=cfg, steps=STEPS, global_batch=BATCH, micro_batch=BATCH, seq_len=SEQ,
-                      learning_rate=1e-3, checkpoint_every=STEPS)
+def _loop_config(data) -> LoopConfig:
+    cfg = scale_config(
+        resolve_model_source("tiny-deepseek-v3").config,
+        SCALE,
+        vocab_size=data.vocab_size,
+        seq_len=SEQ,
+        eos_token_id=data.eos_token_id,
+    )
+    return LoopConfig(
+        model_config_dict=cfg,
+        steps=STEPS,
+        global_batch=BATCH,
+        micro_batch=BATCH,
+        seq_len=SEQ,
+        learning_rate=1e-3,
+        checkpoint_every=STEPS,
+    )
 
 
-def bare_pytorch(loop: LoopConfig, tokens) -> dict:  # noqa: ANN001
+def bare_pytorch(loop: LoopConfig, tokens) -> dict:
     """The same model, data and optimizer in a plain loop: no Ray, no day0 loop."""
     torch.set_num_threads(1)
     tokens = torch.as_tensor(tokens)
@@ -54,11 +66,10 @@ def bare_pytorch(loop: LoopConfig, tokens) -> dict:  # noqa: ANN001
         now = time.perf_counter()
         times.append(now - last)
         last = now
-    return {"tokens_per_s": loop.global_batch * loop.seq_len / statistics.median(times[2:]),
-            "final_loss": float(loss)}
+    return {"tokens_per_s": loop.global_batch * loop.seq_len / statistics.median(times[2:]), "final_loss": float(loss)}
 
 
-def day0_ray(loop: LoopConfig, tokens, storage: str) -> dict:  # noqa: ANN001
+def day0_ray(loop: LoopConfig, tokens, storage: str) -> dict:
     from day0.backends.local import connect
     from day0.trial.results import steady_tokens_per_s
     from day0.trial.run import run_training
@@ -67,11 +78,15 @@ def day0_ray(loop: LoopConfig, tokens, storage: str) -> dict:  # noqa: ANN001
     t0 = time.time()
     run = run_training(loop, tokens, name="bench", storage_uri=storage, workers=1)
     first = next(e.time for e in run.events if e.kind == "first_step")
-    return {"tokens_per_s": steady_tokens_per_s(run.history), "final_loss": run.history[-1].loss,
-            "wall_s": round(time.time() - t0, 1), "startup_s": round(first - t0, 1)}
+    return {
+        "tokens_per_s": steady_tokens_per_s(run.history),
+        "final_loss": run.history[-1].loss,
+        "wall_s": round(time.time() - t0, 1),
+        "startup_s": round(first - t0, 1),
+    }
 
 
-def recovery(loop: LoopConfig, tokens, storage: str) -> dict:  # noqa: ANN001
+def recovery(loop: LoopConfig, tokens, storage: str) -> dict:
     import ray
     from ray.cluster_utils import Cluster
 
@@ -85,11 +100,22 @@ def recovery(loop: LoopConfig, tokens, storage: str) -> dict:  # noqa: ANN001
             cluster.add_node(num_cpus=1, resources={"trial_worker": 1})
         ray.init(address=cluster.address, log_to_driver=False)
         killed = loop.model_copy(update={"steps": 12, "checkpoint_every": 4})
-        run = run_with_node_kill(cluster, killed, tokens, name="bench-kill", storage_uri=storage,
-                                 kill_after_checkpoint_step=4, hooks=TrialFaults(step_delay_s=0.3))
+        run = run_with_node_kill(
+            cluster,
+            killed,
+            tokens,
+            name="bench-kill",
+            storage_uri=storage,
+            kill_after_checkpoint_step=4,
+            hooks=TrialFaults(step_delay_s=0.3),
+        )
         [rec] = recoveries(run.events)
-        return {"recovery_s": round(rec.recovery_s, 1), "resumed_from_step": rec.resumed_from_step,
-                "restart_after_kill_s": round(rec.restarted_at - rec.failed_at, 1), "error": run.error}
+        return {
+            "recovery_s": round(rec.recovery_s, 1),
+            "resumed_from_step": rec.resumed_from_step,
+            "restart_after_kill_s": round(rec.restarted_at - rec.failed_at, 1),
+            "error": run.error,
+        }
     finally:
         ray.shutdown()
         cluster.shutdown()
@@ -106,11 +132,20 @@ def run() -> dict:
         day0 = day0_ray(loop, data.tokens, f"file://{tmp}/ckpt")
         bare_after = bare_pytorch(loop, data.tokens)
         rec = recovery(loop, data.tokens, f"file://{tmp}/kill")
-    bare = {"tokens_per_s": (bare_before["tokens_per_s"] + bare_after["tokens_per_s"]) / 2,
-            "final_loss": bare_after["final_loss"]}
-    return {"config": {"steps": STEPS, "seq_len": SEQ, "batch": BATCH, **SCALE.model_dump()},
-            "bare_tokens_per_s": round(bare["tokens_per_s"]), "day0_tokens_per_s": round(day0["tokens_per_s"]),
-            "bare_tokens_per_s_before_after": [round(bare_before["tokens_per_s"]), round(bare_after["tokens_per_s"])],
-            "ratio": round(day0["tokens_per_s"] / bare["tokens_per_s"], 3), "target_ratio": 0.9,
-            "final_loss_bare": bare["final_loss"], "final_loss_day0": day0["final_loss"],
-            "day0_wall_s": day0["wall_s"], "day0_startup_s": day0["startup_s"], "node_kill": rec}
+    bare = {
+        "tokens_per_s": (bare_before["tokens_per_s"] + bare_after["tokens_per_s"]) / 2,
+        "final_loss": bare_after["final_loss"],
+    }
+    return {
+        "config": {"steps": STEPS, "seq_len": SEQ, "batch": BATCH, **SCALE.model_dump()},
+        "bare_tokens_per_s": round(bare["tokens_per_s"]),
+        "day0_tokens_per_s": round(day0["tokens_per_s"]),
+        "bare_tokens_per_s_before_after": [round(bare_before["tokens_per_s"]), round(bare_after["tokens_per_s"])],
+        "ratio": round(day0["tokens_per_s"] / bare["tokens_per_s"], 3),
+        "target_ratio": 0.9,
+        "final_loss_bare": bare["final_loss"],
+        "final_loss_day0": day0["final_loss"],
+        "day0_wall_s": day0["wall_s"],
+        "day0_startup_s": day0["startup_s"],
+        "node_kill": rec,
+    }

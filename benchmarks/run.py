@@ -1,7 +1,7 @@
 """Run every benchmark module and write benchmarks/results.json and benchmarks/results.md.
 
-    make bench                       # all
-    python -m benchmarks.run analyze planner   # some
+make bench                       # all
+python -m benchmarks.run analyze planner   # some
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ ALL = sorted(p.stem.removeprefix("bench_") for p in HERE.glob("bench_*.py"))
 
 
 def _now() -> str:
-    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+    return dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
 
 
 def main(names: list[str]) -> int:
@@ -35,9 +35,12 @@ def main(names: list[str]) -> int:
         start = time.perf_counter()
         try:
             out_of_run = importlib.import_module(f"benchmarks.bench_{name}").run()
-            results["benchmarks"][name] = {"date": _now(), "seconds": round(time.perf_counter() - start, 1),
-                                           "results": out_of_run}
-        except Exception:
+            results["benchmarks"][name] = {
+                "date": _now(),
+                "seconds": round(time.perf_counter() - start, 1),
+                "results": out_of_run,
+            }
+        except Exception:  # noqa: BLE001 - one failing benchmark is recorded; the others still run
             failed = True
             results["benchmarks"][name] = {"date": _now(), "error": traceback.format_exc()}
             print(traceback.format_exc(), file=sys.stderr)

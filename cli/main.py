@@ -21,36 +21,44 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from pydantic import ValidationError
 from rich.console import Console
 from rich.markup import escape
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from day0.errors import Day0Error, RunFailed, UsageError
+from cli.preflight import check_spec, parse_only
+from cli.reaper import start_reaper
+from day0.errors import Day0Error, RunFailed, UsageError, shorten
 from day0.spec import STEPS, PipelineSpec, load_platform, load_spec, load_yaml
 
 __all__ = ["main"]
 
 err = Console(stderr=True)
 out = Console()
+for _console in (err, out):  # piped output is not hard-wrapped (paths stay whole)
+    _console.soft_wrap = not _console.is_terminal
 
 
 @contextmanager
 def progress(title: str) -> Iterator[Callable[[str], None]]:
     """A spinner with elapsed time on stderr; yields a callback that names the current stage."""
-    with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
-                  console=err, transient=True) as bar:
-        task = bar.add_task(title, total=None)
-        yield lambda stage: bar.update(task, description=f"{title}: {stage}")
+    with Progress(
+        SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=err, transient=True
+    ) as bar:
+        task = bar.add_task(escape(title), total=None)  # names from the user are text, not markup
+        yield lambda stage: bar.update(task, description=escape(f"{title}: {stage}"))
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
     from day0.runs import RunContext
 
     spec = load_spec(args.spec)
+    check_spec(spec, check_store=args.check_store)
     run = RunContext.create(spec)
-    out.print(f"[green]ok[/]: {escape(args.spec)} is a valid {spec.kind}; results go to "
-              f"{escape(spec.storage)}/{run.prefix}")
+    out.print(
+        f"[green]ok[/]: {escape(args.spec)} is a valid {spec.kind}; results go to {escape(spec.storage)}/{run.prefix}"
+    )
     return 0
 
 
@@ -64,8 +72,12 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     from day0.spec import ModelSpec
 
     platform = load_platform(args.platform, "--platform")
+    try:
+        model = ModelSpec(source=args.model)
+    except ValidationError as exc:
+        raise UsageError(f"model: {exc.errors()[0]['msg'].removeprefix('Value error, ')}") from None
     with progress(f"analyze {args.model}") as say:
-        result = analyze_model(ModelSpec(source=args.model), platform, args.dtype, progress=say)
+        result = analyze_model(model, platform, args.dtype, progress=say)
     if args.json:
         print(result.model_dump_json(indent=2))
         return 0
@@ -77,14 +89,18 @@ def cmd_analyze(args: argparse.Namespace) -> int:
         table.add_row(name, f"{c.total / 1e9:.3f}B", f"{c.active / 1e9:.3f}B")
     table.add_row("[bold]all[/]", f"[bold]{s.params_total / 1e9:.3f}B", f"[bold]{s.params_active / 1e9:.3f}B")
     out.print(table)
-    out.print(f"attention {s.attention_kind}; layers {', '.join(f'{k.count}x {k.name}' for k in s.layer_kinds)}; "
-              f"KV cache {s.kv_cache_bytes_per_token['bf16'] / 1024:.1f} KiB/token at bf16")
+    out.print(
+        f"attention {s.attention_kind}; layers {', '.join(f'{k.count}x {k.name}' for k in s.layer_kinds)}; "
+        f"KV cache {s.kv_cache_bytes_per_token['bf16'] / 1024:.1f} KiB/token at bf16"
+    )
     cov = result.coverage
     out.print(f"operators: {len(result.inventory.ops)} captured; on {cov.platform} ({cov.method}): {cov.counts}")
     for o in cov.ops:
         if o.status in ("missing", "dtype_unsupported"):
-            out.print(f"  [yellow]{o.status}[/] {escape(f'{o.op} {o.dtypes_unsupported or o.dtypes_needed}')} in "
-                      f"{escape(', '.join(o.modules))}")
+            out.print(
+                f"  [yellow]{o.status}[/] {escape(f'{o.op} {o.dtypes_unsupported or o.dtypes_needed}')} in "
+                f"{escape(', '.join(o.modules))}"
+            )
     out.print(f"[dim]{result.seconds:.1f} s[/]")
     return 0
 
@@ -96,6 +112,7 @@ _PREFECT_STARTUP_DEFAULT = "120"
 
 def _run_flow(spec_path: str, only: list[str] | None, fresh: bool) -> dict:
     os.environ.setdefault(_PREFECT_STARTUP, _PREFECT_STARTUP_DEFAULT)
+    start_reaper()  # before Prefect or Ray start anything: they die with this process
     from flows.adapt import adapt
 
     try:
@@ -105,7 +122,8 @@ def _run_flow(spec_path: str, only: list[str] | None, fresh: bool) -> dict:
             raise
         raise _PrefectUnavailable(
             f"the temporary Prefect server did not start within {os.environ[_PREFECT_STARTUP]} s ({exc}); "
-            f"raise {_PREFECT_STARTUP}, or point PREFECT_API_URL at a running server") from None
+            f"raise {_PREFECT_STARTUP}, or point PREFECT_API_URL at a running server"
+        ) from None
 
 
 class _PrefectUnavailable(Exception):
@@ -114,11 +132,16 @@ class _PrefectUnavailable(Exception):
 
 def cmd_run(args: argparse.Namespace) -> int:
     spec = load_spec(args.spec)  # all spec errors before Prefect starts
-    only = [s.strip() for s in args.only.split(",")] if args.only else None
-    from flows.adapt import check_runnable, plan_steps
+    only = parse_only(args.only)
+    from flows.adapt import TASKS, check_runnable, plan_steps
 
-    plan_steps(spec, only)
+    steps, unavailable = plan_steps(spec, only)
+    if not steps:
+        raise UsageError(
+            f"--only/steps: nothing to run: {unavailable} not built in this version; built steps: {list(TASKS)}"
+        )
     check_runnable(spec)
+    check_spec(spec, check_store=True)
     try:
         summary = _run_flow(args.spec, only, args.fresh)
     except RunFailed as exc:
@@ -131,16 +154,21 @@ def cmd_run(args: argparse.Namespace) -> int:
     for step, reasons in summary["failed"].items():
         err.print(f"[red]FAIL[/] {step}: {escape('; '.join(reasons[:3]))}", highlight=False)
     done = "[red]failed[/]" if summary["failed"] else "[green]done[/]"
-    err.print(f"{done}: executed {summary['executed'] or 'none'}, reused {summary['reused'] or 'none'}; "
-              f"report: {escape(summary['report']['html'])}", highlight=False)
+    err.print(
+        f"{done}: executed {summary['executed'] or 'none'}, reused {summary['reused'] or 'none'}; "
+        f"report: {escape(summary['report']['html'])}",
+        highlight=False,
+    )
     return 1 if summary["failed"] else 0
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="day0", description="Day-0 adaptation of large models, with proof.")
+    parser.add_argument("--debug", action="store_true", help="show tracebacks of unexpected errors")
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("validate", help="validate a pipeline spec, listing every error")
     p.add_argument("spec")
+    p.add_argument("--check-store", action="store_true", help="also check that the artifact store answers")
     p.set_defaults(func=cmd_validate)
     p = sub.add_parser("run", help="run a pipeline spec (resumes completed steps)")
     p.add_argument("spec")
@@ -164,8 +192,9 @@ def build_parser() -> argparse.ArgumentParser:
 def _extensions() -> list[Callable[[argparse._SubParsersAction], None]]:
     """Subcommands that live beside their step's code."""
     from cli.plan import add_plan_command
+    from cli.webhook import add_webhook_command
 
-    return [add_plan_command]
+    return [add_plan_command, add_webhook_command]
 
 
 def _terminate(signum: int, frame: object) -> None:
@@ -185,6 +214,15 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         err.print("[red]interrupted[/]")
         return 130
+    except Exception as exc:  # a bug, not bad input: one line unless --debug
+        if args.debug:
+            raise
+        err.print(
+            f"[red]internal error[/]: {escape(type(exc).__name__)}: {escape(shorten(str(exc), 300))} "
+            "(rerun with --debug for the traceback)",
+            highlight=False,
+        )
+        return 1
 
 
 if __name__ == "__main__":

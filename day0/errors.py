@@ -2,10 +2,21 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["Day0Error", "ModelError", "RunFailed", "SpecError", "SpecIssue", "StoreError", "UsageError"]
+__all__ = [
+    "Day0Error",
+    "ModelError",
+    "RunFailed",
+    "SpecError",
+    "SpecIssue",
+    "StoreError",
+    "StoreUnavailable",
+    "UsageError",
+    "shorten",
+]
 
 
 class Day0Error(Exception):
@@ -18,19 +29,25 @@ class UsageError(Day0Error):
     pass
 
 
+def shorten(value: Any, limit: int = 120) -> str:
+    """`repr(value)` cut to `limit` characters: messages never echo unbounded input."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[: limit - 3]}..."
+
+
 @dataclass(frozen=True)
 class SpecIssue:
     field: str
     message: str
 
     @classmethod
-    def from_pydantic(cls, err: dict[str, Any]) -> SpecIssue:
+    def from_pydantic(cls, err: Mapping[str, Any]) -> SpecIssue:
         loc = ".".join(str(p) for p in err["loc"] if not str(p).startswith(("function-after", "literal[")))
         message = err["msg"]
         if err["type"] == "extra_forbidden":
             message = "unknown field (not allowed here)"
         elif "input" in err and err["type"] not in ("missing",):
-            message = f"{message} (got {err['input']!r})"
+            message = f"{message} (got {shorten(err['input'])})"
         return cls(loc, message)
 
     def __str__(self) -> str:
@@ -56,6 +73,13 @@ class ModelError(Day0Error):
 
 class StoreError(Day0Error):
     pass
+
+
+class StoreUnavailable(StoreError):
+    """A well-formed store URI whose store did not answer (endpoint down, no such bucket, no access):
+    a failure while running, not bad input, so exit 1."""
+
+    exit_code = 1
 
 
 class RunFailed(Exception):

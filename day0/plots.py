@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.pyplot as plt
 
 __all__ = ["grouped_bars", "line_overlay"]
 
@@ -21,14 +21,16 @@ def _png(fig: plt.Figure) -> bytes:
     return buf.getvalue()
 
 
-def grouped_bars(title: str, categories: Sequence[str], series: Mapping[str, Sequence[float]],
-                 ylabel: str, log: bool = False) -> bytes:
+def grouped_bars(
+    title: str, categories: Sequence[str], series: Mapping[str, Sequence[float]], ylabel: str, log: bool = False
+) -> bytes:
     fig, ax = plt.subplots(figsize=(8, 4))
     width = 0.8 / max(len(series), 1)
     for i, (label, values) in enumerate(series.items()):
         ax.bar([x + i * width for x in range(len(categories))], values, width, label=label)
-    ax.set_xticks([x + width * (len(series) - 1) / 2 for x in range(len(categories))], categories,
-                  rotation=30, ha="right")
+    ax.set_xticks(
+        [x + width * (len(series) - 1) / 2 for x in range(len(categories))], categories, rotation=30, ha="right"
+    )
     ax.set_ylabel(ylabel)
     ax.set_title(title)
     if log:
@@ -37,8 +39,9 @@ def grouped_bars(title: str, categories: Sequence[str], series: Mapping[str, Seq
     return _png(fig)
 
 
-def line_overlay(title: str, series: Mapping[str, tuple[Sequence[float], Sequence[float]]],
-                 xlabel: str, ylabel: str) -> bytes:
+def line_overlay(
+    title: str, series: Mapping[str, tuple[Sequence[float], Sequence[float]]], xlabel: str, ylabel: str
+) -> bytes:
     fig, ax = plt.subplots(figsize=(8, 4))
     for label, (xs, ys) in series.items():
         ax.plot(xs, ys, label=label)

@@ -41,7 +41,7 @@ def _imported(path: Path, module: str) -> set[str]:
                 base = f"{parent}.{base}".rstrip(".")
             names.add(base)
             names.update(f"{base}.{alias.name}" for alias in node.names)  # `from pkg import module`
-    found = set()
+    found: set[str] = set()
     for name in names:
         parts = name.split(".")
         if parts[0] in FIRST_PARTY:

@@ -30,8 +30,14 @@ _IMAGE = re.compile(r"!\[([^\]]*)\]\(([^)\s]+\.png)\)")
 _CSS = """body{font-family:system-ui,sans-serif;max-width:980px;margin:2em auto;padding:0 1em;color:#222}
 table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #ccc;padding:4px 8px;font-size:90%}
 th{background:#f4f4f4}code{background:#f4f4f4;padding:1px 3px}img{max-width:100%}summary{cursor:pointer}"""
-_MARK = {"pass": "PASS", "warn": "WARN", "fail": "**FAIL**", "skipped": "skipped", "error": "**ERROR**",
-         "not run": "not run"}
+_MARK = {
+    "pass": "PASS",
+    "warn": "WARN",
+    "fail": "**FAIL**",
+    "skipped": "skipped",
+    "error": "**ERROR**",
+    "not run": "not run",
+}
 
 
 def _cell(text: str) -> str:
@@ -54,6 +60,10 @@ def _outcome(record: StepRecord | None) -> str:
     return "error" if record.status == "failed" else (record.verdict or "error")
 
 
+def _reasons(record: StepRecord) -> list[str]:
+    return record.reasons or ([record.error] if record.error else [])
+
+
 def _scorecard(records: dict[str, StepRecord], results: dict[str, dict[str, Any]]) -> list[str]:
     lines = ["| layer | verdict | headline | reasons |", "|---|---|---|---|"]
     for row, steps in SCORECARD:
@@ -61,13 +71,12 @@ def _scorecard(records: dict[str, StepRecord], results: dict[str, dict[str, Any]
         if not outcomes:
             lines.append(f"| {row} | not run | | |")
             continue
-        verdict = "error" if "error" in outcomes else worst(*outcomes)  # type: ignore[arg-type]
+        verdict = "error" if "error" in outcomes else worst(*outcomes)  # type: ignore[arg-type]  # "error" ruled out: verdicts
         merged: dict[str, str] = {}
         for s in steps:  # a later step's figure supersedes an earlier one's (optimize's memory over parallel's)
             merged.update(results.get(s, {}).get("headline", {}))
         figures = [f"{k}: {v}" for k, v in merged.items()]
-        reasons = [f"{s}: {reason}" for s in steps if s in records
-                   for reason in (records[s].reasons or ([records[s].error] if records[s].error else []))]
+        reasons = [f"{s}: {reason}" for s in steps if s in records for reason in _reasons(records[s])]
         lines.append(f"| {row} | {_MARK[verdict]} | {_cell('; '.join(figures))} | {_cell('; '.join(reasons))} |")
     return lines
 
@@ -75,19 +84,29 @@ def _scorecard(records: dict[str, StepRecord], results: dict[str, dict[str, Any]
 def _header(ctx: RunContext, records: list[StepRecord], results: dict[str, dict[str, Any]], wall_s: float) -> list[str]:
     spec, manifest = ctx.spec, ctx.load_manifest()
     outcomes = [_outcome(r) for r in records]
-    overall = "error" if "error" in outcomes else worst(*outcomes)  # type: ignore[arg-type]
+    overall = "error" if "error" in outcomes else worst(*outcomes)  # type: ignore[arg-type]  # "error" ruled out: verdicts
     model = results.get("analyze", {}).get("model", {})
     revision = " @ ".join(x for x in (model.get("revision"), model.get("commit")) if x) or "local files"
-    pools = ", ".join(f"{p.name} ({p.max_nodes} x {p.accelerator.per_node} {p.accelerator.resource})"
-                      for p in spec.cluster.node_pools) or "this machine"
-    return [f"# day0 report: {spec.metadata.name}: {_MARK[overall]}", "",
-            "| | |", "|---|---|",
-            f"| model | `{_cell(spec.model.source)}` ({_cell(revision)}) |",
-            f"| platform | `{spec.platform.name}` (device {spec.platform.device_type}, "
-            f"{spec.platform.distributed_backend}) |",
-            f"| cluster | {spec.cluster.backend} backend: {_cell(pools)} |",
-            f"| wall time | {wall_s:.1f} s (attempt {len(manifest.attempts)}) |",
-            f"| run | `{ctx.run_id}`, store `{_cell(ctx.store().url(ctx.prefix))}` |", ""]
+    pools = (
+        ", ".join(
+            f"{p.name} ({p.max_nodes} x {p.accelerator.per_node} {p.accelerator.resource})"
+            for p in spec.cluster.node_pools
+        )
+        or "this machine"
+    )
+    return [
+        f"# day0 report: {spec.metadata.name}: {_MARK[overall]}",
+        "",
+        "| | |",
+        "|---|---|",
+        f"| model | `{_cell(spec.model.source)}` ({_cell(revision)}) |",
+        f"| platform | `{spec.platform.name}` (device {spec.platform.device_type}, "
+        f"{spec.platform.distributed_backend}) |",
+        f"| cluster | {spec.cluster.backend} backend: {_cell(pools)} |",
+        f"| wall time | {wall_s:.1f} s (attempt {len(manifest.attempts)}) |",
+        f"| run | `{ctx.run_id}`, store `{_cell(ctx.store().url(ctx.prefix))}` |",
+        "",
+    ]
 
 
 def _steps_table(records: list[StepRecord], planned: list[str]) -> list[str]:
@@ -98,7 +117,7 @@ def _steps_table(records: list[StepRecord], planned: list[str]) -> list[str]:
     seen = {r.step for r in records}
     lines += [f"| {step} | not run | interrupted before it started | | |" for step in planned if step not in seen]
     errors = [f"- `{r.step}` raised: {_cell(r.error)}" for r in records if r.error]
-    return lines + ([""] + errors if errors else [])
+    return lines + (["", *errors] if errors else [])
 
 
 def _step_sections(ctx: RunContext, records: list[StepRecord]) -> list[str]:
@@ -108,7 +127,11 @@ def _step_sections(ctx: RunContext, records: list[StepRecord]) -> list[str]:
         if r.status not in ("executed", "cached") or not store.exists(key):
             continue
         body = store.get_bytes(key).decode()
-        body = _IMAGE.sub(lambda m, step=r.step: f"![{m.group(1)}]({step}/{m.group(2)})", body)
+
+        def _link(m: re.Match[str], step: str = r.step) -> str:
+            return f"![{m.group(1)}]({step}/{m.group(2)})"
+
+        body = _IMAGE.sub(_link, body)
         body = re.sub(r"^(#+) ", r"#\1 ", body, flags=re.M)  # each step's headings one level down
         sections.append(f"{body}\n[result.json]({r.step}/result.json) · [result.md]({r.step}/result.md)\n")
     return sections
@@ -117,10 +140,20 @@ def _step_sections(ctx: RunContext, records: list[StepRecord]) -> list[str]:
 def _fold_long_tables(body: str) -> str:
     def fold(m: re.Match[str]) -> str:
         rows = m.group(0).count("<tr>") - 1
-        return m.group(0) if rows <= _FOLD_ROWS else \
-            f"<details><summary>table: {rows} rows</summary>{m.group(0)}</details>"
+        return (
+            m.group(0)
+            if rows <= _FOLD_ROWS
+            else f"<details><summary>table: {rows} rows</summary>{m.group(0)}</details>"
+        )
 
     return re.sub(r"<table>.*?</table>", fold, body, flags=re.S)
+
+
+# No script, no fetches, no forms: only the report's own inline style and its data: images.
+_CSP = (
+    "<meta http-equiv='Content-Security-Policy' content=\"default-src 'none'; img-src data:; "
+    "style-src 'unsafe-inline'; base-uri 'none'; form-action 'none'\">"
+)
 
 
 def _html(ctx: RunContext, markdown: str) -> str:
@@ -135,19 +168,23 @@ def _html(ctx: RunContext, markdown: str) -> str:
     # html=False: text from the spec or a model config is shown, never run as markup
     body = MarkdownIt("commonmark", {"html": False}).enable("table").render(_IMAGE.sub(embed, markdown))
     title = html.escape(f"day0 report: {ctx.spec.metadata.name}")
-    return f"<!doctype html><html><head><meta charset='utf-8'><title>{title}</title><style>{_CSS}</style></head>" \
-           f"<body>{_fold_long_tables(body)}</body></html>\n"
+    return (
+        f"<!doctype html><html><head><meta charset='utf-8'>{_CSP}<title>{title}</title><style>{_CSS}</style></head>"
+        f"<body>{_fold_long_tables(body)}</body></html>\n"
+    )
 
 
 def write_report(ctx: RunContext, wall_s: float, planned: list[str]) -> dict[str, str]:
     """Write report.md and report.html for the run's latest attempt (`planned`: the steps it was
     to run, so those never reached show as not run); return their URLs."""
-    records = ctx.load_manifest().last()
+    records = ctx.attempt_records()
     results = _results(ctx, records)
     by_step = {r.step: r for r in records}
-    lines = _header(ctx, records, results, wall_s) + ["## Day-0 scorecard", ""] + _scorecard(by_step, results)
-    lines += ["", "## Steps", ""] + _steps_table(records, planned) + [""]
+    lines = [*_header(ctx, records, results, wall_s), "## Day-0 scorecard", "", *_scorecard(by_step, results)]
+    lines += ["", "## Steps", "", *_steps_table(records, planned), ""]
     markdown = "\n".join(lines) + "\n" + "\n".join(_step_sections(ctx, records))
     store = ctx.store()
-    return {"markdown": store.put_text(ctx.key("report.md"), markdown, "text/markdown"),
-            "html": store.put_text(ctx.key("report.html"), _html(ctx, markdown), "text/html")}
+    return {
+        "markdown": store.put_text(ctx.key("report.md"), markdown, "text/markdown"),
+        "html": store.put_text(ctx.key("report.html"), _html(ctx, markdown), "text/html"),
+    }

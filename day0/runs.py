@@ -5,12 +5,16 @@ spec lands in the same place and finds its completed steps. A step is complete e
 `result.json` exists (written last, atomically) and its `code.json` names the digest of the code
 that computes it now (`day0.provenance`): a step whose code changed is recomputed, the others are
 reused. The manifest records each attempt, so a rerun can be seen to have executed fewer steps.
+Concurrent runs of one spec share the run's folder safely: every record is its own object, written
+once, inside its attempt's own folder (no read-modify-write), so none is lost and attempts never mix.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import hashlib
+import time
+import uuid
 from typing import Literal
 
 from pydantic import BaseModel, Field
@@ -22,11 +26,19 @@ from day0.store import ArtifactStore, open_store
 
 __all__ = ["RunContext", "RunManifest", "RunSummary", "StepRecord"]
 
+_ATTEMPTS, _BEGIN = "attempts", "begin.json"
+
+
+def _sortable_id() -> str:
+    """Unique, and sorting by start time: nanoseconds since the epoch, then a random nonce."""
+    return f"{time.time_ns():020d}-{uuid.uuid4().hex[:8]}"
+
 
 class StepRecord(BaseModel):
     step: str
     status: Literal["executed", "cached", "failed", "skipped"] = Field(
-        description="executed now, cached (reused from an earlier attempt), failed (raised), skipped (not run).")
+        description="executed now, cached (reused from an earlier attempt), failed (raised), skipped (not run)."
+    )
     started_at: dt.datetime
     seconds: float
     verdict: Verdict | None = Field(None, description="The result's verdict; None when the step raised.")
@@ -40,6 +52,7 @@ class RunManifest(BaseModel):
     run_id: str
     day0_version: str
     attempts: list[list[StepRecord]] = Field(default_factory=list, description="One list per flow run.")
+    attempt_ids: list[str] = Field(default_factory=list, description="The attempts' ids, in the same order.")
 
     def executed(self, attempt: int = -1) -> list[str]:
         return [r.step for r in self.attempts[attempt] if r.status == "executed"] if self.attempts else []
@@ -55,6 +68,7 @@ class RunContext(BaseModel):
     run_id: str
     flow_run_id: str | None = None
     fresh: bool = Field(False, description="Recompute every step instead of reusing stored results.")
+    attempt_id: str | None = Field(None, description="This flow run's attempt, set by `begin_attempt`.")
 
     @classmethod
     def create(cls, spec: PipelineSpec, flow_run_id: str | None = None, fresh: bool = False) -> RunContext:
@@ -73,24 +87,50 @@ class RunContext(BaseModel):
 
     # --- manifest ---------------------------------------------------------------------------
 
+    # Each attempt is a folder `attempts/<attempt_id>/` holding `begin.json` and one object per
+    # record, `<time_ns>-<nonce>-<step>.json`, each written once and atomically: concurrent
+    # writers never read-modify-write, so nothing is lost or mixed. Ids sort by start time.
+    # `manifest.json` is a derived view for people, rewritten when an attempt begins and ends
+    # (`publish_manifest`); readers use `load_manifest()`, which reads the objects.
+
     def load_manifest(self) -> RunManifest:
-        store, key = self.store(), self.key("manifest.json")
-        if store.exists(key):
-            return RunManifest.model_validate(store.get_json(key))
-        return RunManifest(name=self.spec.metadata.name, run_id=self.run_id, day0_version=day0.__version__)
+        store = self.store()
+        attempts: dict[str, list[StepRecord]] = {}
+        for key in store.list(self.key(_ATTEMPTS) + "/"):
+            attempt, _, name = key.removeprefix(self.key(_ATTEMPTS) + "/").partition("/")
+            records = attempts.setdefault(attempt, [])
+            if name != _BEGIN:
+                records.append(StepRecord.model_validate(store.get_json(key)))
+        ordered = [attempts[a] for a in sorted(attempts)]
+        return RunManifest(name=self.spec.metadata.name, run_id=self.run_id, day0_version=day0.__version__,
+                           attempts=ordered, attempt_ids=sorted(attempts))
 
     def begin_attempt(self) -> None:
-        manifest = self.load_manifest()
-        manifest.attempts.append([])
-        self.store().put_json(self.key("manifest.json"), manifest.model_dump(mode="json"))
+        """Start a new attempt (this context's records go to it from now on)."""
+        self.attempt_id = _sortable_id()
+        begun = {"flow_run_id": self.flow_run_id, "started_at": dt.datetime.now(dt.UTC).isoformat()}
+        self.store().put_json(self.key(_ATTEMPTS, self.attempt_id, _BEGIN), begun)
         self.store().put_json(self.key("spec.json"), self.spec.model_dump(mode="json"))
+        self.publish_manifest()
 
     def record(self, record: StepRecord) -> None:
+        """Add `record` to this context's attempt (beginning one if none was)."""
+        if self.attempt_id is None:
+            self.begin_attempt()
+        assert self.attempt_id is not None
+        key = self.key(_ATTEMPTS, self.attempt_id, f"{_sortable_id()}-{record.step}.json")
+        self.store().put_json(key, record.model_dump(mode="json"))
+
+    def attempt_records(self) -> list[StepRecord]:
+        """The records of this context's attempt (the latest attempt when it began none)."""
         manifest = self.load_manifest()
-        if not manifest.attempts:
-            manifest.attempts.append([])
-        manifest.attempts[-1].append(record)
-        self.store().put_json(self.key("manifest.json"), manifest.model_dump(mode="json"))
+        if self.attempt_id is None or self.attempt_id not in manifest.attempt_ids:
+            return manifest.last()
+        return manifest.attempts[manifest.attempt_ids.index(self.attempt_id)]
+
+    def publish_manifest(self) -> None:
+        """Rewrite the `manifest.json` view from the attempt objects."""
+        self.store().put_json(self.key("manifest.json"), self.load_manifest().model_dump(mode="json"))
 
 
 class RunSummary(BaseModel):
@@ -108,13 +148,23 @@ class RunSummary(BaseModel):
 
     @classmethod
     def from_manifest(cls, ctx: RunContext, steps: list[str], report: dict[str, str]) -> RunSummary:
-        records = ctx.load_manifest().last()
-        failed = {r.step: r.reasons if r.verdict == "fail" else [r.error or "raised"]
-                  for r in records if r.status == "failed" or r.verdict == "fail"}
-        return cls(run_id=ctx.run_id, flow_run_id=ctx.flow_run_id, prefix=ctx.prefix, steps=steps,
-                   executed=[r.step for r in records if r.status == "executed"],
-                   reused=[r.step for r in records if r.status == "cached"],
-                   verdicts={r.step: r.verdict or "error" for r in records}, failed=failed, report=report)
+        records = ctx.attempt_records()
+        failed = {
+            r.step: r.reasons if r.verdict == "fail" else [r.error or "raised"]
+            for r in records
+            if r.status == "failed" or r.verdict == "fail"
+        }
+        return cls(
+            run_id=ctx.run_id,
+            flow_run_id=ctx.flow_run_id,
+            prefix=ctx.prefix,
+            steps=steps,
+            executed=[r.step for r in records if r.status == "executed"],
+            reused=[r.step for r in records if r.status == "cached"],
+            verdicts={r.step: r.verdict or "error" for r in records},
+            failed=failed,
+            report=report,
+        )
 
     def failure_message(self) -> str:
         parts = [f"{step}: {'; '.join(reasons[:3]) or 'failed'}" for step, reasons in self.failed.items()]

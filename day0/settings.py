@@ -7,7 +7,7 @@ from pathlib import Path
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-__all__ = ["HubSettings", "StoreSettings"]
+__all__ = ["HubSettings", "LimitsSettings", "StoreSettings"]
 
 
 class HubSettings(BaseSettings):
@@ -17,6 +17,17 @@ class HubSettings(BaseSettings):
 
     cache_dir: Path | None = Field(None, description="Hub cache (default: huggingface_hub's HF_HUB_CACHE).")
     offline: bool | None = Field(None, description="Force offline mode; default follows HF_HUB_OFFLINE.")
+
+
+class LimitsSettings(BaseSettings):
+    """Bounds on what a user hands day0, so a tiny input cannot cost unbounded time or memory."""
+
+    model_config = SettingsConfigDict(env_prefix="DAY0_LIMITS_")
+
+    max_file_bytes: int = Field(1 << 20, ge=1, description="Largest spec or config file read, bytes.")
+    max_yaml_nodes: int = Field(
+        100_000, ge=1, description="Most YAML nodes a document may expand to (aliases counted at their expanded size)."
+    )
 
 
 class StoreSettings(BaseSettings):

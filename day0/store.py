@@ -9,16 +9,49 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import tempfile
 from abc import ABC, abstractmethod
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlparse
 
-from day0.errors import StoreError
+from day0.errors import StoreError, StoreUnavailable
 from day0.settings import StoreSettings
 
-__all__ = ["ArtifactStore", "FileStore", "S3Store", "open_store"]
+__all__ = ["FILE_MODE", "ArtifactStore", "FileStore", "S3Store", "open_store", "parse_store_uri", "write_atomically"]
+
+
+# The one file mode policy for what day0 writes: readable by all, writable by the owner (umask aside).
+FILE_MODE = 0o644
+
+
+def write_atomically(path: Path, data: bytes, replace: bool = True) -> None:
+    """Write `path` all-or-nothing (temp file + rename) with `FILE_MODE`, creating parent dirs.
+    With `replace=False`, an existing file is left alone and `FileExistsError` raised (no race:
+    the rename is a hard link that fails when the name exists)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        os.fchmod(fd, FILE_MODE & ~_umask())
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+        if replace:
+            os.replace(tmp, path)
+        else:
+            os.link(tmp, path)
+    finally:
+        Path(tmp).unlink(missing_ok=True)
+
+
+def _umask() -> int:
+    """The process umask, read without changing it (Linux: /proc/self/status)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except OSError:
+        pass
+    return 0o022
 
 
 class ArtifactStore(ABC):
@@ -44,6 +77,9 @@ class ArtifactStore(ABC):
     def delete_prefix(self, prefix: str) -> int:
         """Delete every object under `prefix/`; return how many were deleted."""
 
+    def check(self) -> None:  # noqa: B027 - optional: a store that is always reachable keeps this no-op
+        """Raise `StoreUnavailable` when the store cannot be reached (cheap: no listing)."""
+
     def put_text(self, key: str, text: str, content_type: str = "text/plain; charset=utf-8") -> str:
         return self.put_bytes(key, text.encode(), content_type)
 
@@ -66,16 +102,7 @@ class FileStore(ArtifactStore):
         return path
 
     def put_bytes(self, key: str, data: bytes, content_type: str = "application/octet-stream") -> str:
-        path = self._path(key)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "wb") as fh:
-                fh.write(data)
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        write_atomically(self._path(key), data)
         return self.url(key)
 
     def get_bytes(self, key: str) -> bytes:
@@ -91,8 +118,9 @@ class FileStore(ArtifactStore):
         base = self.root / prefix
         if not base.exists():
             return []
-        return sorted(str(p.relative_to(self.root)) for p in base.rglob("*")
-                      if p.is_file() and not p.name.endswith(".tmp"))
+        return sorted(
+            str(p.relative_to(self.root)) for p in base.rglob("*") if p.is_file() and not p.name.endswith(".tmp")
+        )
 
     def url(self, key: str) -> str:
         return f"file://{self.root / key}"
@@ -115,8 +143,12 @@ class S3Store(ArtifactStore):
         self.bucket, self.prefix = bucket, prefix.strip("/")
         self.uri = f"s3://{bucket}/{self.prefix}".rstrip("/")
         self.client = boto3.client(
-            "s3", endpoint_url=self.settings.endpoint_url, region_name=self.settings.region,
-            aws_access_key_id=self.settings.access_key_id, aws_secret_access_key=self.settings.secret_access_key)
+            "s3",
+            endpoint_url=self.settings.endpoint_url,
+            region_name=self.settings.region,
+            aws_access_key_id=self.settings.access_key_id,
+            aws_secret_access_key=self.settings.secret_access_key,
+        )
 
     def _key(self, key: str) -> str:
         return f"{self.prefix}/{key}" if self.prefix else key
@@ -139,13 +171,26 @@ class S3Store(ArtifactStore):
             raise StoreError(f"cannot read {self.url(key)}: {exc}") from None
 
     def exists(self, key: str) -> bool:
-        from botocore.exceptions import ClientError
+        from botocore.exceptions import BotoCoreError, ClientError
 
         try:
             self.client.head_object(Bucket=self.bucket, Key=self._key(key))
             return True
         except ClientError:
             return False
+        except BotoCoreError as exc:
+            raise StoreUnavailable(f"storage {self.uri}: cannot reach the store: {exc}") from None
+
+    def check(self) -> None:
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        try:
+            self.client.head_bucket(Bucket=self.bucket)
+        except (BotoCoreError, ClientError) as exc:
+            where = self.settings.endpoint_url or "the default AWS endpoint"
+            raise StoreUnavailable(
+                f"storage {self.uri}: cannot reach bucket {self.bucket!r} at {where} (DAY0_STORE_ENDPOINT_URL): {exc}"
+            ) from None
 
     def list(self, prefix: str = "") -> list[str]:
         paginator = self.client.get_paginator("list_objects_v2")
@@ -162,17 +207,43 @@ class S3Store(ArtifactStore):
     def delete_prefix(self, prefix: str) -> int:
         keys = self.list(prefix.rstrip("/") + "/")
         for start in range(0, len(keys), 1000):  # DeleteObjects takes at most 1000 keys
-            batch = [{"Key": self._key(k)} for k in keys[start:start + 1000]]
+            batch = [{"Key": self._key(k)} for k in keys[start : start + 1000]]
             self.client.delete_objects(Bucket=self.bucket, Delete={"Objects": batch, "Quiet": True})
         return len(keys)
 
 
+_BUCKET = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
+
+
+def parse_store_uri(uri: str) -> tuple[str, str, str]:
+    """(scheme, root, prefix) of a store URI, or `StoreError` saying what was expected.
+
+    `file://DIR`: everything after `file://` is a path, relative to the working directory
+    (`file://.day0`) or absolute (`file:///srv/day0`); there is no host part, so `file://host/x`
+    is the relative directory `host/x`. The filesystem root itself is refused.
+    `s3://bucket[/prefix]`: a bucket name is required."""
+    shown = uri if len(uri) <= 120 else uri[:117] + "..."
+    scheme, sep, rest = uri.partition("://")
+    if scheme == "file" and sep:
+        if not rest or Path(rest).resolve() == Path(Path(rest).resolve().anchor):
+            raise StoreError(
+                f"storage {shown!r}: expected file://DIR with DIR a directory other than the "
+                "filesystem root (relative like file://.day0, or absolute like file:///srv/day0)"
+            )
+        return "file", rest, ""
+    if scheme == "s3" and sep:
+        bucket, _, prefix = rest.partition("/")
+        if not _BUCKET.match(bucket):
+            raise StoreError(
+                f"storage {shown!r}: expected s3://bucket[/prefix] with a bucket name "
+                "(3-63 lowercase letters, digits, '.' or '-')"
+            )
+        return "s3", bucket, prefix.strip("/")
+    raise StoreError(f"storage {shown!r}: expected a file:// or s3:// URI")
+
+
 def open_store(uri: str, settings: StoreSettings | None = None) -> ArtifactStore:
-    parsed = urlparse(uri)
-    if parsed.scheme == "file":
-        return FileStore(parsed.netloc + parsed.path)
-    if parsed.scheme == "s3":
-        if not parsed.netloc:
-            raise StoreError(f"storage {uri!r}: expected s3://bucket[/prefix]")
-        return S3Store(parsed.netloc, parsed.path, settings)
-    raise StoreError(f"storage {uri!r}: expected a file:// or s3:// URI")
+    scheme, root, prefix = parse_store_uri(uri)
+    if scheme == "file":
+        return FileStore(root)
+    return S3Store(root, prefix, settings)

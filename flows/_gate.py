@@ -26,8 +26,16 @@ class StepGate:
 
     def _skip(self, step: str, reason: str) -> None:
         step_logger().warning("%s: skipped: %s", step, reason)
-        self.ctx.record(StepRecord(step=step, status="skipped", started_at=dt.datetime.now(dt.timezone.utc),
-                                   seconds=0.0, verdict="skipped", reasons=[reason]))
+        self.ctx.record(
+            StepRecord(
+                step=step,
+                status="skipped",
+                started_at=dt.datetime.now(dt.UTC),
+                seconds=0.0,
+                verdict="skipped",
+                reasons=[reason],
+            )
+        )
         self._unavailable[step] = "was skipped"
 
     def run(self, task: Any, ctx: RunContext, **needs: StepResult | None) -> Any:
@@ -36,8 +44,11 @@ class StepGate:
         if step not in self.steps:
             return None
         hints = get_type_hints(task.fn)
-        blocked = [f"step {hints[kw].STEP} {self._unavailable.get(hints[kw].STEP, 'failed')}"
-                   for kw, r in needs.items() if r is None or not r.passed]
+        blocked = [
+            f"step {hints[kw].STEP} {self._unavailable.get(hints[kw].STEP, 'failed')}"
+            for kw, r in needs.items()
+            if r is None or not r.passed
+        ]
         if blocked:
             self._skip(step, "needs " + ", ".join(blocked))
             return None

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Callable
 from typing import Any, get_type_hints
 
 from prefect import flow, get_run_logger
@@ -32,15 +31,21 @@ from tasks.trial import trial
 __all__ = ["TASKS", "adapt", "check_runnable", "plan_steps", "prerequisites"]
 
 # The built steps, in pipeline order; a step's prerequisites are the results its task reads.
-TASKS: dict[str, Any] = {"analyze": analyze, "operators": operators, "parallel": parallel,
-                         "optimize": optimize, "trial": trial}
+TASKS: dict[str, Any] = {
+    "analyze": analyze,
+    "operators": operators,
+    "parallel": parallel,
+    "optimize": optimize,
+    "trial": trial,
+}
 
 
 def prerequisites(step: str) -> tuple[str, ...]:
     """The steps whose results `step`'s task takes, read from its typed signature."""
     hints = get_type_hints(TASKS[step].fn)
-    return tuple(t.STEP for name, t in hints.items()
-                 if name != "return" and isinstance(t, type) and issubclass(t, StepResult))
+    return tuple(
+        t.STEP for name, t in hints.items() if name != "return" and isinstance(t, type) and issubclass(t, StepResult)
+    )
 
 
 def plan_steps(spec: PipelineSpec, only: list[str] | None = None) -> tuple[list[str], list[str]]:
@@ -64,9 +69,11 @@ def plan_steps(spec: PipelineSpec, only: list[str] | None = None) -> tuple[list[
 def check_runnable(spec: PipelineSpec) -> None:
     """Refuse, before anything starts, what this version of the flow cannot run."""
     if spec.cluster.backend == "kuberay":
-        raise UsageError("cluster.backend: 'kuberay' is not run by `day0 run` in this version (the flow would run "
-                         "on this machine instead); use `cluster: local`, or set cluster.address to an existing "
-                         "Ray cluster")
+        raise UsageError(
+            "cluster.backend: 'kuberay' is not run by `day0 run` in this version (the flow would run "
+            "on this machine instead); use `cluster: local`, or set cluster.address to an existing "
+            "Ray cluster"
+        )
 
 
 @flow(name="adapt", log_prints=True)
@@ -89,6 +96,7 @@ def adapt(spec: dict[str, Any], only: list[str] | None = None, fresh: bool = Fal
         for step in unavailable:
             gate.not_built(step)
     finally:  # also on SIGTERM/cancellation: the report shows what ran and what did not
+        ctx.publish_manifest()
         report = write_report(ctx, time.perf_counter() - start, steps + unavailable)
         log.info("report: %s", report["html"])
     summary = RunSummary.from_manifest(ctx, steps, report)
@@ -100,8 +108,9 @@ def adapt(spec: dict[str, Any], only: list[str] | None = None, fresh: bool = Fal
 
 
 def _main(argv: list[str]) -> int:
-    from day0.spec import load_yaml
     from pathlib import Path
+
+    from day0.spec import load_yaml
 
     load_spec(argv[0])  # validate first: clear errors before Prefect starts
     try:

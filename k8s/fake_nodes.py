@@ -27,19 +27,36 @@ def _taint(text: str) -> dict[str, str]:
     return {"key": key, "effect": effect, **({"value": value} if value else {})}
 
 
-def node(name: str, *, pool: str, cpus: int = 96, memory_gib: int = 1536, resource: str | None = None,
-         per_node: int = 0, labels: dict[str, str] | None = None, taints: list[str] | None = None) -> dict[str, Any]:
+def node(
+    name: str,
+    *,
+    pool: str,
+    cpus: int = 96,
+    memory_gib: int = 1536,
+    resource: str | None = None,
+    per_node: int = 0,
+    labels: dict[str, str] | None = None,
+    taints: list[str] | None = None,
+) -> dict[str, Any]:
     """One fake Node manifest. `resource`/`per_node` set the accelerator capacity."""
     capacity = {"cpu": str(cpus), "memory": f"{memory_gib}Gi", "pods": "110"}
     if resource and per_node:
         capacity[resource] = str(per_node)
     return {
-        "apiVersion": "v1", "kind": "Node",
-        "metadata": {"name": name,
-                     "annotations": {"kwok.x-k8s.io/node": "fake", "node.alpha.kubernetes.io/ttl": "0"},
-                     "labels": {"kubernetes.io/hostname": name, "kubernetes.io/os": "linux",
-                                "kubernetes.io/arch": "amd64", "type": "kwok", POOL_LABEL: pool,
-                                **(labels or {})}},
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": name,
+            "annotations": {"kwok.x-k8s.io/node": "fake", "node.alpha.kubernetes.io/ttl": "0"},
+            "labels": {
+                "kubernetes.io/hostname": name,
+                "kubernetes.io/os": "linux",
+                "kubernetes.io/arch": "amd64",
+                "type": "kwok",
+                POOL_LABEL: pool,
+                **(labels or {}),
+            },
+        },
         "spec": {"taints": [_taint(t) for t in taints or []]},
         "status": {"capacity": capacity, "allocatable": dict(capacity)},  # kwok fills the rest
     }
@@ -61,8 +78,16 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--label", action="append", default=[], help="key=value, repeatable")
     ap.add_argument("--taint", action="append", default=[], help="key[=value]:Effect, repeatable")
     a = ap.parse_args(argv)
-    items = pool_nodes(a.pool, a.count, cpus=a.cpus, memory_gib=a.memory_gib, resource=a.resource,
-                       per_node=a.gpus, labels=dict(kv.split("=", 1) for kv in a.label), taints=a.taint)
+    items = pool_nodes(
+        a.pool,
+        a.count,
+        cpus=a.cpus,
+        memory_gib=a.memory_gib,
+        resource=a.resource,
+        per_node=a.gpus,
+        labels=dict(kv.split("=", 1) for kv in a.label),
+        taints=a.taint,
+    )
     json.dump({"apiVersion": "v1", "kind": "List", "items": items}, sys.stdout)
 
 

@@ -9,11 +9,12 @@ cleared before the step runs, so neither a stale result nor a stale checkpoint i
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import logging
 import time
 import traceback
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 from prefect import get_run_logger
 from prefect.artifacts import create_markdown_artifact
@@ -59,27 +60,45 @@ def _prepare(ctx: RunContext, step: str, code: str, log: logging.Logger | loggin
         log.info("%s: recomputing because of %s; removed %d stored file(s)", step, why, removed)
     elif previous is None and store.list(ctx.key(step) + "/"):
         store.delete_prefix(ctx.key(step))  # written by a day0 that kept no code marker
-    store.put_json(marker, {"digest": code, "day0_version": day0.__version__,
-                            "started_at": dt.datetime.now(dt.timezone.utc).isoformat()})
+    store.put_json(
+        marker, {"digest": code, "day0_version": day0.__version__, "started_at": dt.datetime.now(dt.UTC).isoformat()}
+    )
 
 
-def run_step(step: str, ctx: RunContext, result_type: type[R], compute: Callable[[], R]) -> R:
+def run_step(
+    step: str, ctx: RunContext, result_type: type[R], compute: Callable[[], R], variant: str | None = None
+) -> R:
     """Return the stored result of `step` if this run completed it with the same code, else
-    compute it, store its files, `result.md` and (last) `result.json`, and publish its artifact."""
+    compute it, store its files, `result.md` and (last) `result.json`, and publish its artifact.
+    `variant` names what else shaped the result besides the code and the spec."""
     log, store = step_logger(), ctx.store()
     code = code_digest(f"tasks.{step}")
+    if variant:  # e.g. injected test faults: such a result is never reused by a clean run, nor the reverse
+        code += "+" + hashlib.sha256(variant.encode()).hexdigest()[:6]
     key = ctx.key(step, "result.json")
-    started, t0 = dt.datetime.now(dt.timezone.utc), time.perf_counter()
+    started, t0 = dt.datetime.now(dt.UTC), time.perf_counter()
 
-    def record(status: str, result: StepResult | None = None, error: str | None = None) -> None:
-        ctx.record(StepRecord(step=step, status=status, started_at=started, seconds=time.perf_counter() - t0,
-                              verdict=result.verdict if result else None, reasons=result.reasons if result else [],
-                              code=code, error=error))
+    def record(
+        status: Literal["executed", "cached", "failed"], result: StepResult | None = None, error: str | None = None
+    ) -> None:
+        ctx.record(
+            StepRecord(
+                step=step,
+                status=status,
+                started_at=started,
+                seconds=time.perf_counter() - t0,
+                verdict=result.verdict if result else None,
+                reasons=result.reasons if result else [],
+                code=code,
+                error=error,
+            )
+        )
 
     if _reusable(ctx, step, code):
         result = result_type.model_validate(store.get_json(key))
-        log.info("%s: completed earlier by the same code (%s), reusing %s: %s", step, code, store.url(key),
-                 result.verdict)
+        log.info(
+            "%s: completed earlier by the same code (%s), reusing %s: %s", step, code, store.url(key), result.verdict
+        )
         record("cached", result)
         return result
     _prepare(ctx, step, code, log)
@@ -99,6 +118,9 @@ def run_step(step: str, ctx: RunContext, result_type: type[R], compute: Callable
     for reason in result.reasons:
         log.info("%s: %s", step, reason)
     if in_prefect_run():
-        create_markdown_artifact(markdown=markdown, key=f"{ctx.spec.metadata.name}-{step}".lower(),
-                                 description=f"day0 {step}: {result.verdict}")
+        create_markdown_artifact(
+            markdown=markdown,
+            key=f"{ctx.spec.metadata.name}-{step}".lower(),
+            description=f"day0 {step}: {result.verdict}",
+        )
     return result

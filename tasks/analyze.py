@@ -16,5 +16,14 @@ __all__ = ["analyze"]
 @task(name="analyze", cache_policy=NO_CACHE)
 def analyze(ctx: RunContext) -> AnalyzeResult:
     spec, log = ctx.spec, step_logger()
-    return run_step("analyze", ctx, AnalyzeResult, lambda: analyze_model(
-        spec.model, spec.platform, spec.training.precision.compute, progress=lambda msg: log.info("analyze: %s", msg)))
+    return run_step(
+        "analyze",
+        ctx,
+        AnalyzeResult,
+        lambda: analyze_model(
+            spec.model,
+            spec.platform,
+            spec.training.precision.compute,
+            progress=lambda msg: log.info("analyze: %s", msg),
+        ),
+    )

@@ -20,28 +20,50 @@ __all__ = ["operators"]
 
 
 def _publish_table(ctx: RunContext, result: OperatorsResult) -> None:
-    rows = [{"op": c.op, "dtype": c.dtype, "status": c.status, "grad": c.grad_status,
-             "max_abs": c.metrics.max_abs if c.metrics else None, "cosine": c.metrics.cosine if c.metrics else None,
-             "kernel": ", ".join(c.served_by)} for c in result.ops.checks]
+    rows = [
+        {
+            "op": c.op,
+            "dtype": c.dtype,
+            "status": c.status,
+            "grad": c.grad_status,
+            "max_abs": c.metrics.max_abs if c.metrics else None,
+            "cosine": c.metrics.cosine if c.metrics else None,
+            "kernel": ", ".join(c.served_by),
+        }
+        for c in result.ops.checks
+    ]
     if in_prefect_run():
-        create_table_artifact(table=rows, key=f"{ctx.spec.metadata.name}-operators-table".lower(),
-                              description="day0 step 2: per-operator checks")
+        create_table_artifact(
+            table=rows,
+            key=f"{ctx.spec.metadata.name}-operators-table".lower(),
+            description="day0 step 2: per-operator checks",
+        )
 
 
 @task(name="operators", cache_policy=NO_CACHE)
 def operators(ctx: RunContext, analyzed: AnalyzeResult) -> OperatorsResult:
     """Checks step 1's operator inventory; the whole-model check builds step 1's resolved model."""
     spec, log = ctx.spec, step_logger()
-    request = OperatorsRequest(inventory=analyzed.inventory, platform=spec.platform, validation=spec.validation,
-                               compute_dtype=spec.training.precision.compute,
-                               whole_model=WholeModel.from_analysis(analyzed))
+    request = OperatorsRequest(
+        inventory=analyzed.inventory,
+        platform=spec.platform,
+        validation=spec.validation,
+        compute_dtype=spec.training.precision.compute,
+        whole_model=WholeModel.from_analysis(analyzed),
+    )
 
     def compute() -> OperatorsResult:
         if spec.cluster.address:
             log.info("operators: one Ray task on an accelerator worker of %s", spec.cluster.address)
             return run_operators_on_ray(request, spec.cluster, spec.cluster.address)
-        return run_operators(request.inventory, request.platform, request.validation, request.compute_dtype,
-                             whole_model=request.whole_model, progress=lambda msg: log.info("operators: %s", msg))
+        return run_operators(
+            request.inventory,
+            request.platform,
+            request.validation,
+            request.compute_dtype,
+            whole_model=request.whole_model,
+            progress=lambda msg: log.info("operators: %s", msg),
+        )
 
     result = run_step("operators", ctx, OperatorsResult, compute)
     _publish_table(ctx, result)

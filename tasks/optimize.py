@@ -18,5 +18,6 @@ __all__ = ["optimize"]
 
 @task(name="optimize", cache_policy=NO_CACHE)
 def optimize(ctx: RunContext, analyzed: AnalyzeResult, planned: PlanReport) -> OptimizationReport:
-    return run_step("optimize", ctx, OptimizationReport,
-                    lambda: optimize_for_spec(ctx.spec, analyzed.structure, planned))
+    return run_step(
+        "optimize", ctx, OptimizationReport, lambda: optimize_for_spec(ctx.spec, analyzed.structure, planned)
+    )

@@ -39,8 +39,9 @@ def plan_from_results(optimized: OptimizationReport | None, planned: PlanReport 
         return TrialPlan()
     knobs = plan.memory_knobs
     source = "step 4 plan" if optimized and optimized.plan else "step 3 best plan"
-    return TrialPlan.model_validate({"recompute": knobs.recompute, "source": source,
-                                     "sharding": "fsdp" if knobs.zero_stage >= 2 else "ddp"})
+    return TrialPlan.model_validate(
+        {"recompute": knobs.recompute, "source": source, "sharding": "fsdp" if knobs.zero_stage >= 2 else "ddp"}
+    )
 
 
 class PlannerMemoryEstimate:
@@ -63,28 +64,57 @@ class PlannerMemoryEstimate:
         from day0.spec import ParallelConstraints, Precision, TrainingSpec
 
         structure = analyze_structure(build_meta_model(AutoConfig.for_model(**config), "trial", "fp32"), "trial")
-        training = TrainingSpec(seq_len=loop.seq_len, global_batch=loop.micro_batch * workers,
-                                micro_batch=loop.micro_batch,
-                                precision=Precision(compute=loop.compute_dtype, master_weights="fp32"))
-        options = PlannerOptions(micro_batches=[loop.micro_batch], recompute=[plan.recompute], offload=["none"],
-                                 zero_stages=[3 if plan.sharding == "fsdp" else 0], framework_overhead_gib=0,
-                                 fragmentation_fraction=0, flash_attention=False)
-        degrees = ParallelConstraints(tensor_parallel=1, pipeline_parallel=1, expert_parallel=1,
-                                      context_parallel=1, data_parallel=workers)
-        report = plan_parallelism(structure, cluster_figures(self.hardware, workers, workers), training, degrees,
-                                  options, find_min_accelerators=False)
+        training = TrainingSpec(
+            seq_len=loop.seq_len,
+            global_batch=loop.micro_batch * workers,
+            micro_batch=loop.micro_batch,
+            precision=Precision(compute=loop.compute_dtype, master_weights="fp32"),
+        )
+        options = PlannerOptions(
+            micro_batches=[loop.micro_batch],
+            recompute=[plan.recompute],
+            offload=["none"],
+            zero_stages=[3 if plan.sharding == "fsdp" else 0],
+            framework_overhead_gib=0,
+            fragmentation_fraction=0,
+            flash_attention=False,
+        )
+        degrees = ParallelConstraints(
+            tensor_parallel=1, pipeline_parallel=1, expert_parallel=1, context_parallel=1, data_parallel=workers
+        )
+        report = plan_parallelism(
+            structure,
+            cluster_figures(self.hardware, workers, workers),
+            training,
+            degrees,
+            options,
+            find_min_accelerators=False,
+        )
         return report.best.memory.total_bytes if report.best else None
 
 
 @task(name="trial", cache_policy=NO_CACHE)
-def trial(ctx: RunContext, analyzed: AnalyzeResult, planned: PlanReport, optimized: OptimizationReport,
-          max_failures: int = 2) -> TrialResult:
+def trial(
+    ctx: RunContext, analyzed: AnalyzeResult, planned: PlanReport, optimized: OptimizationReport, max_failures: int = 2
+) -> TrialResult:
     """Train the reference and the candidate on step 1's model with step 4's (else step 3's) plan."""
     log, spec = step_logger(), ctx.spec
     faults = TestingSettings().trial_faults
     if faults is not None:
         log.warning("trial: injecting test-only faults from DAY0_TESTING_TRIAL_FAULTS: %s", faults.describe())
-    return run_step("trial", ctx, TrialResult, lambda: run_trial(
-        spec, analyzed.model, checkpoint_uri=checkpoint_uri(ctx), plan=plan_from_results(optimized, planned),
-        hooks=faults, max_failures=max_failures, memory_estimate=PlannerMemoryEstimate(spec.platform.hardware),
-        progress=lambda msg: log.info("trial: %s", msg)))
+    return run_step(
+        "trial",
+        ctx,
+        TrialResult,
+        lambda: run_trial(
+            spec,
+            analyzed.model,
+            checkpoint_uri=checkpoint_uri(ctx),
+            plan=plan_from_results(optimized, planned),
+            hooks=faults,
+            max_failures=max_failures,
+            memory_estimate=PlannerMemoryEstimate(spec.platform.hardware),
+            progress=lambda msg: log.info("trial: %s", msg),
+        ),
+        variant=faults.describe() if faults else None,
+    )

@@ -18,10 +18,24 @@ def tiny_data() -> TokenData:
     return prepare_data(None, 512)
 
 
-def tiny_loop(steps: int = 24, **overrides) -> LoopConfig:  # noqa: ANN003
+def tiny_loop(steps: int = 24, **overrides) -> LoopConfig:
     data = tiny_data()
-    cfg = scale_config(resolve_model_source("tiny-deepseek-v3").config, TINY, vocab_size=data.vocab_size,
-                       seq_len=32, eos_token_id=data.eos_token_id)
-    fields = dict(model_config_dict=cfg, seed=0, steps=steps, global_batch=4, micro_batch=4, seq_len=32,
-                  learning_rate=3e-3, lr_warmup_steps=2, checkpoint_every=5)
+    cfg = scale_config(
+        resolve_model_source("tiny-deepseek-v3").config,
+        TINY,
+        vocab_size=data.vocab_size,
+        seq_len=32,
+        eos_token_id=data.eos_token_id,
+    )
+    fields = dict(
+        model_config_dict=cfg,
+        seed=0,
+        steps=steps,
+        global_batch=4,
+        micro_batch=4,
+        seq_len=32,
+        learning_rate=3e-3,
+        lr_warmup_steps=2,
+        checkpoint_every=5,
+    )
     return LoopConfig(**(fields | overrides))

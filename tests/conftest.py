@@ -48,23 +48,32 @@ class S3Server:
     bucket: str
     root: Path
 
-    def client(self):  # noqa: ANN201
+    def client(self):
         import boto3
 
-        return boto3.client("s3", endpoint_url=self.endpoint_url, region_name="us-east-1",
-                            aws_access_key_id=self.access_key, aws_secret_access_key=self.secret_key)
+        return boto3.client(
+            "s3",
+            endpoint_url=self.endpoint_url,
+            region_name="us-east-1",
+            aws_access_key_id=self.access_key,
+            aws_secret_access_key=self.secret_key,
+        )
 
 
 @pytest.fixture(scope="session")
 def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
     """versitygw serving a temp dir over the S3 API on 127.0.0.1, with one bucket; DAY0_STORE_* set."""
-    binary = subprocess.run([str(REPO / "tests/tools/build-versitygw.sh")], check=True, text=True,
-                            stdout=subprocess.PIPE).stdout.strip()
+    binary = subprocess.run(
+        [str(REPO / "tests/tools/build-versitygw.sh")], check=True, text=True, stdout=subprocess.PIPE
+    ).stdout.strip()
     root = tmp_path_factory.mktemp("s3")
     port = free_port()
     access, secret = "day0test", "day0test-secret"
-    proc = subprocess.Popen([binary, "--access", access, "--secret", secret, "--port", f"127.0.0.1:{port}",
-                             "posix", str(root)], stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(
+        [binary, "--access", access, "--secret", secret, "--port", f"127.0.0.1:{port}", "posix", str(root)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.STDOUT,
+    )
     server = S3Server(f"http://127.0.0.1:{port}", access, secret, "day0-artifacts", root)
     try:
         deadline = time.monotonic() + 30
@@ -72,12 +81,15 @@ def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
             try:
                 server.client().create_bucket(Bucket=server.bucket)
                 break
-            except Exception:
+            except Exception:  # noqa: BLE001 - not up yet: retried until the deadline
                 if time.monotonic() > deadline or proc.poll() is not None:
                     raise RuntimeError(f"versitygw did not start on port {port}") from None
                 time.sleep(0.3)
-        env = {"DAY0_STORE_ENDPOINT_URL": server.endpoint_url, "DAY0_STORE_ACCESS_KEY_ID": access,
-               "DAY0_STORE_SECRET_ACCESS_KEY": secret}
+        env = {
+            "DAY0_STORE_ENDPOINT_URL": server.endpoint_url,
+            "DAY0_STORE_ACCESS_KEY_ID": access,
+            "DAY0_STORE_SECRET_ACCESS_KEY": secret,
+        }
         saved = {k: os.environ.get(k) for k in env}
         os.environ.update(env)
         yield server

@@ -15,8 +15,9 @@ REPO = Path(__file__).resolve().parent.parent
 
 def day0(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "COLUMNS": "200"}
-    return subprocess.run([sys.executable, "-m", "cli", *args], cwd=cwd, env=env, text=True,
-                          capture_output=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "cli", *args], cwd=cwd, env=env, text=True, capture_output=True, timeout=300
+    )
 
 
 def test_analyze_json_deepseek_v3() -> None:
@@ -40,8 +41,17 @@ def test_analyze_table_and_bad_inputs() -> None:
 
 def test_validate_lists_every_error_and_exits_2(tmp_path: Path) -> None:
     spec = tmp_path / "bad.yaml"
-    spec.write_text(yaml.safe_dump({"metadata": {"name": "ok"}, "model": "tiny-deepseek-v3",
-                                    "platform": "cpu", "training": {"seq_len": -1}, "extra": 1}))
+    spec.write_text(
+        yaml.safe_dump(
+            {
+                "metadata": {"name": "ok"},
+                "model": "tiny-deepseek-v3",
+                "platform": "cpu",
+                "training": {"seq_len": -1},
+                "extra": 1,
+            }
+        )
+    )
     proc = day0("validate", str(spec))
     assert proc.returncode == 2
     assert "training.seq_len" in proc.stderr and "extra" in proc.stderr and "2 error(s)" in proc.stderr
@@ -50,9 +60,17 @@ def test_validate_lists_every_error_and_exits_2(tmp_path: Path) -> None:
 
 def test_run_with_bad_spec_writes_nothing(tmp_path: Path) -> None:
     spec = tmp_path / "bad.yaml"
-    spec.write_text(yaml.safe_dump({"metadata": {"name": "ok"}, "model": "tiny-deepseek-v3",
-                                    "platform": "cpu", "storage": f"file://{tmp_path}/store",
-                                    "steps": ["analyze", "bogus"]}))
+    spec.write_text(
+        yaml.safe_dump(
+            {
+                "metadata": {"name": "ok"},
+                "model": "tiny-deepseek-v3",
+                "platform": "cpu",
+                "storage": f"file://{tmp_path}/store",
+                "steps": ["analyze", "bogus"],
+            }
+        )
+    )
     proc = day0("run", str(spec))
     assert proc.returncode == 2 and "steps" in proc.stderr
     assert not (tmp_path / "store").exists()
@@ -72,8 +90,17 @@ def test_run_with_unanalysable_model_exits_2_without_a_result(tmp_path: Path) ->
     model.mkdir()
     (model / "config.json").write_text('{"model_type": "no-such-arch", "hidden_size": 8}')
     spec = tmp_path / "spec.yaml"
-    spec.write_text(yaml.safe_dump({"metadata": {"name": "bad-model"}, "model": str(model), "platform": "cpu",
-                                    "steps": ["analyze"], "storage": f"file://{tmp_path}/store"}))
+    spec.write_text(
+        yaml.safe_dump(
+            {
+                "metadata": {"name": "bad-model"},
+                "model": str(model),
+                "platform": "cpu",
+                "steps": ["analyze"],
+                "storage": f"file://{tmp_path}/store",
+            }
+        )
+    )
     proc = day0("run", str(spec))
     assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert "unknown architecture 'no-such-arch'" in proc.stderr and "model_type" in proc.stderr

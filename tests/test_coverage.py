@@ -20,8 +20,9 @@ def tiny() -> OpInventory:
 
 
 def test_declared_npu_library_reports_moe_gaps_with_their_layers(tiny: OpInventory) -> None:
-    platform = spec_from_dict({"metadata": {"name": "x"}, "model": "tiny-deepseek-v3",
-                               "platform": "ascend-910b"}).platform
+    platform = spec_from_dict(
+        {"metadata": {"name": "x"}, "model": "tiny-deepseek-v3", "platform": "ascend-910b"}
+    ).platform
     report = diff_declared(tiny, platform.operator_library, platform.name)
     missing = {o.op: o for o in report.by_status("missing")}
     assert "aten::_grouped_mm" in missing and "aten::histc" in missing
@@ -39,16 +40,22 @@ def test_declared_dtype_restriction(tiny: OpInventory) -> None:
 
 def test_probe_cpu_supports_the_tiny_model(tiny: OpInventory) -> None:
     report = probe_device(tiny, "cpu", "cpu")
-    assert report.counts["missing"] == 0 and report.counts["dtype_unsupported"] == 0, \
-        [(o.op, o.detail) for o in report.ops if o.status != "supported"]
+    assert report.counts["missing"] == 0 and report.counts["dtype_unsupported"] == 0, [
+        (o.op, o.detail) for o in report.ops if o.status != "supported"
+    ]
 
 
 def test_probe_finds_a_dtype_the_cpu_kernel_rejects() -> None:
     """The CPU Cholesky kernel exists but rejects float16: the probe runs it and reports the dtype."""
-    rec = OpRecord(op="aten::linalg_cholesky_ex", calls=1, phases=["forward"], dtypes=["fp16"], modules=["m"],
-                   examples=[[{"shape": [4, 4], "dtype": "fp16"}]])
-    inv = OpInventory(compute_dtype="fp16", seq_len=1, layers_captured=[], ops=[rec], constraints=[],
-                      capture_seconds=0)
+    rec = OpRecord(
+        op="aten::linalg_cholesky_ex",
+        calls=1,
+        phases=["forward"],
+        dtypes=["fp16"],
+        modules=["m"],
+        examples=[[{"shape": [4, 4], "dtype": "fp16"}]],
+    )
+    inv = OpInventory(compute_dtype="fp16", seq_len=1, layers_captured=[], ops=[rec], constraints=[], capture_seconds=0)
     [cov] = probe_device(inv, "cpu", "cpu").ops
     assert cov.status == "dtype_unsupported" and cov.dtypes_unsupported == ["fp16"], cov
 

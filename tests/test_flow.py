@@ -15,11 +15,17 @@ pytestmark = pytest.mark.integration
 
 
 def tiny_spec(storage: str, name: str = "tiny-flow") -> dict:
-    return {"metadata": {"name": name}, "model": "tiny-deepseek-v3", "platform": "cpu",
-            "training": {"precision": {"compute": "fp32"}}, "steps": ["analyze"], "storage": storage}
+    return {
+        "metadata": {"name": name},
+        "model": "tiny-deepseek-v3",
+        "platform": "cpu",
+        "training": {"precision": {"compute": "fp32"}},
+        "steps": ["analyze"],
+        "storage": storage,
+    }
 
 
-def test_run_writes_results_report_and_resumes(prefect_server, tmp_path: Path) -> None:  # noqa: ANN001
+def test_run_writes_results_report_and_resumes(prefect_server, tmp_path: Path) -> None:
     spec = tiny_spec(f"file://{tmp_path}")
     first = adapt(spec=spec)
     assert first["executed"] == ["analyze"]
@@ -28,7 +34,11 @@ def test_run_writes_results_report_and_resumes(prefect_server, tmp_path: Path) -
     assert result["structure"]["params_total"] > 0 and result["coverage"]["platform"] == "cpu"
     assert (run_dir / "analyze/params.png").read_bytes()[:4] == b"\x89PNG"
     report_md = (run_dir / "report.md").read_text()
-    assert "analyze/params.png" in report_md and "| analyze | PASS | executed |" in report_md and "## Day-0 scorecard" in report_md
+    assert (
+        "analyze/params.png" in report_md
+        and "| analyze | PASS | executed |" in report_md
+        and "## Day-0 scorecard" in report_md
+    )
     html = (run_dir / "report.html").read_text()
     assert "data:image/png;base64," in html and "<table>" in html
 
@@ -39,7 +49,7 @@ def test_run_writes_results_report_and_resumes(prefect_server, tmp_path: Path) -
     assert [[r["status"] for r in a] for a in manifest["attempts"]] == [["executed"], ["cached"]]
 
 
-def test_markdown_artifact_is_published(prefect_server, tmp_path: Path) -> None:  # noqa: ANN001
+def test_markdown_artifact_is_published(prefect_server, tmp_path: Path) -> None:
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
 
@@ -48,7 +58,8 @@ def test_markdown_artifact_is_published(prefect_server, tmp_path: Path) -> None:
     async def read() -> list:
         async with get_client() as client:
             return await client.read_artifacts(
-                artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=["artifact-check-analyze"])))
+                artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=["artifact-check-analyze"]))
+            )
 
     import asyncio
 
@@ -56,7 +67,7 @@ def test_markdown_artifact_is_published(prefect_server, tmp_path: Path) -> None:
     assert artifacts and "Step 1: analyze" in artifacts[0].data
 
 
-def test_s3_storage(prefect_server, s3_server) -> None:  # noqa: ANN001
+def test_s3_storage(prefect_server, s3_server) -> None:
     out = adapt(spec=tiny_spec(f"s3://{s3_server.bucket}/runs", name="tiny-s3"))
     keys = {o["Key"] for o in s3_server.client().list_objects_v2(Bucket=s3_server.bucket)["Contents"]}
     prefix = f"runs/{out['prefix']}"

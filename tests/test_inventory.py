@@ -28,8 +28,14 @@ def test_one_layer_of_each_kind_is_captured(tiny: OpInventory) -> None:
 
 def test_forward_and_backward_ops_with_shapes(tiny: OpInventory) -> None:
     ops = tiny.by_name()
-    assert {"aten::mm", "aten::embedding", "aten::embedding_dense_backward", "aten::silu_backward",
-            "aten::nll_loss_forward", "aten::nll_loss_backward"} <= set(ops)
+    assert {
+        "aten::mm",
+        "aten::embedding",
+        "aten::embedding_dense_backward",
+        "aten::silu_backward",
+        "aten::nll_loss_forward",
+        "aten::nll_loss_backward",
+    } <= set(ops)
     assert ops["aten::embedding_dense_backward"].phases == ["backward"]
     assert "forward" in ops["aten::mm"].phases and "backward" in ops["aten::mm"].phases
     emb = ops["aten::embedding"].examples[0]

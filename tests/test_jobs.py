@@ -26,8 +26,13 @@ def test_submission_id_is_readable_and_unique() -> None:
 
 
 def test_job_succeeds_with_logs(ray_head: str) -> None:
-    out = run_job(ray_head, "python -c \"print('hello from day0')\"", timeout_s=120,
-                  sub_id=submission_id("t", "ok"), metadata={"step": "test"})
+    out = run_job(
+        ray_head,
+        "python -c \"print('hello from day0')\"",
+        timeout_s=120,
+        sub_id=submission_id("t", "ok"),
+        metadata={"step": "test"},
+    )
     assert out.ok and out.status == "SUCCEEDED" and not out.timed_out
     assert "hello from day0" in out.logs_tail and out.address == ray_head
 
@@ -40,7 +45,7 @@ def test_job_failure_is_reported(ray_head: str) -> None:
 
 def test_timeout_stops_the_job(ray_head: str) -> None:
     start = time.monotonic()
-    out = run_job(ray_head, "python -c \"import time; time.sleep(600)\"", timeout_s=5, poll_s=0.5)
+    out = run_job(ray_head, 'python -c "import time; time.sleep(600)"', timeout_s=5, poll_s=0.5)
     assert out.timed_out and out.status == "STOPPED" and time.monotonic() - start < 60
 
 

@@ -22,16 +22,30 @@ DNS1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 
 
 def two_pools(**extra: object) -> ClusterSpec:
-    return ClusterSpec.model_validate({
-        "backend": "kuberay", "namespace": "day0", **extra,
-        "node_pools": [
-            {"name": "h100-fixed", "accelerator": {"resource": "nvidia.com/gpu", "per_node": 8, "memory_gib": 80},
-             "nodes": 4, "cpus_per_node": 96, "memory_gib_per_node": 1536,
-             "node_selector": {"day0.io/pool": "h100-fixed"}},
-            {"name": "cloud-elastic", "accelerator": {"resource": "nvidia.com/gpu", "per_node": 8, "memory_gib": 80},
-             "elastic": {"min": 0, "max": 3}, "node_selector": {"day0.io/pool": "cloud-elastic"},
-             "tolerations": [{"key": "day0.io/elastic", "operator": "Exists", "effect": "NoSchedule"}]},
-        ]})
+    return ClusterSpec.model_validate(
+        {
+            "backend": "kuberay",
+            "namespace": "day0",
+            **extra,
+            "node_pools": [
+                {
+                    "name": "h100-fixed",
+                    "accelerator": {"resource": "nvidia.com/gpu", "per_node": 8, "memory_gib": 80},
+                    "nodes": 4,
+                    "cpus_per_node": 96,
+                    "memory_gib_per_node": 1536,
+                    "node_selector": {"day0.io/pool": "h100-fixed"},
+                },
+                {
+                    "name": "cloud-elastic",
+                    "accelerator": {"resource": "nvidia.com/gpu", "per_node": 8, "memory_gib": 80},
+                    "elastic": {"min": 0, "max": 3},
+                    "node_selector": {"day0.io/pool": "cloud-elastic"},
+                    "tolerations": [{"key": "day0.io/elastic", "operator": "Exists", "effect": "NoSchedule"}],
+                },
+            ],
+        }
+    )
 
 
 def test_names_are_dns_labels_unique_per_run() -> None:
@@ -58,8 +72,10 @@ def test_standard_labels_carry_run_id() -> None:
 
 
 def test_plan_world_size() -> None:
-    assert plan_accelerators({"tensor_parallel": 8, "pipeline_parallel": 4, "expert_parallel": 8,
-                              "data_parallel": 2}) == 64
+    assert (
+        plan_accelerators({"tensor_parallel": 8, "pipeline_parallel": 4, "expert_parallel": 8, "data_parallel": 2})
+        == 64
+    )
     assert plan_accelerators(type("P", (), {"tensor_parallel": 2, "data_parallel": 3})()) == 6
 
 
@@ -68,13 +84,18 @@ def test_workers_fill_fixed_then_elastic() -> None:
     assert workers_per_pool(spec) == {"h100-fixed": 4, "cloud-elastic": 0}
     assert workers_per_pool(spec, 16) == {"h100-fixed": 2, "cloud-elastic": 0}
     assert workers_per_pool(spec, 48) == {"h100-fixed": 4, "cloud-elastic": 2}
-    with pytest.raises(ClusterError, match="needs 64 accelerators.*hold only 56"):
+    with pytest.raises(ClusterError, match=r"needs 64 accelerators.*hold only 56"):
         workers_per_pool(spec, 64)
 
 
 def test_manifest_shape() -> None:
-    rc = build_raycluster(two_pools(), "run-42", plan={"tensor_parallel": 8, "data_parallel": 5},
-                          image="rayproject/ray:2.60.0-py311", head_node_selector={"day0.io/role": "cpu"})
+    rc = build_raycluster(
+        two_pools(),
+        "run-42",
+        plan={"tensor_parallel": 8, "data_parallel": 5},
+        image="rayproject/ray:2.60.0-py311",
+        head_node_selector={"day0.io/role": "cpu"},
+    )
     assert rc["apiVersion"] == "ray.io/v1" and rc["kind"] == "RayCluster"
     meta = rc["metadata"]
     assert meta["namespace"] == "day0" and meta["labels"]["day0.io/run-id"] == "run-42"
@@ -86,7 +107,12 @@ def test_manifest_shape() -> None:
     assert head["template"]["spec"]["nodeSelector"] == {"day0.io/role": "cpu"}
     assert "nvidia.com/gpu" not in head["template"]["spec"]["containers"][0]["resources"]["limits"]
     fixed, elastic = spec["workerGroupSpecs"]
-    assert (fixed["groupName"], fixed["replicas"], fixed["minReplicas"], fixed["maxReplicas"]) == ("h100-fixed", 4, 4, 4)
+    assert (fixed["groupName"], fixed["replicas"], fixed["minReplicas"], fixed["maxReplicas"]) == (
+        "h100-fixed",
+        4,
+        4,
+        4,
+    )
     assert (elastic["replicas"], elastic["minReplicas"], elastic["maxReplicas"]) == (1, 0, 3)
     pod = elastic["template"]["spec"]
     assert pod["nodeSelector"] == {"day0.io/pool": "cloud-elastic"}
@@ -100,9 +126,18 @@ def test_manifest_shape() -> None:
 
 
 def test_fixed_only_has_no_autoscaler_and_custom_accelerators() -> None:
-    spec = ClusterSpec.model_validate({"backend": "kuberay", "node_pools": [
-        {"name": "npu", "accelerator": {"resource": "huawei.com/Ascend910", "per_node": 8, "memory_gib": 64},
-         "nodes": 2}]})
+    spec = ClusterSpec.model_validate(
+        {
+            "backend": "kuberay",
+            "node_pools": [
+                {
+                    "name": "npu",
+                    "accelerator": {"resource": "huawei.com/Ascend910", "per_node": 8, "memory_gib": 64},
+                    "nodes": 2,
+                }
+            ],
+        }
+    )
     rc = build_raycluster(spec, "r", image="rayproject/ray:2.60.0-py311")
     assert "enableInTreeAutoscaling" not in rc["spec"]
     group = rc["spec"]["workerGroupSpecs"][0]

@@ -26,19 +26,37 @@ def cond(kind: str, status: bool, message: str | None = None) -> SimpleNamespace
     return SimpleNamespace(type=kind, status="True" if status else "False", message=message, reason=None)
 
 
-def pod(name: str, node: str | None = None, *, phase: str = "Running", group: str = "fixed", rv: str = "1",
-        conditions: list[SimpleNamespace] | None = None) -> SimpleNamespace:
+def pod(
+    name: str,
+    node: str | None = None,
+    *,
+    phase: str = "Running",
+    group: str = "fixed",
+    rv: str = "1",
+    conditions: list[SimpleNamespace] | None = None,
+) -> SimpleNamespace:
     return SimpleNamespace(
-        metadata=SimpleNamespace(name=name, uid=f"uid-{name}", resource_version=rv,
-                                 labels={"ray.io/group": group, "ray.io/node-type": "worker"}),
+        metadata=SimpleNamespace(
+            name=name,
+            uid=f"uid-{name}",
+            resource_version=rv,
+            labels={"ray.io/group": group, "ray.io/node-type": "worker"},
+        ),
         spec=SimpleNamespace(node_name=node),
-        status=SimpleNamespace(phase=phase, reason=None, message=None,
-                               conditions=conditions if conditions is not None else [cond("Ready", True)]))
+        status=SimpleNamespace(
+            phase=phase,
+            reason=None,
+            message=None,
+            conditions=conditions if conditions is not None else [cond("Ready", True)],
+        ),
+    )
 
 
 def node(name: str, *, ready: bool = True, rv: str = "1") -> SimpleNamespace:
-    return SimpleNamespace(metadata=SimpleNamespace(name=name, uid=f"uid-{name}", resource_version=rv),
-                           status=SimpleNamespace(conditions=[cond("Ready", ready)]))
+    return SimpleNamespace(
+        metadata=SimpleNamespace(name=name, uid=f"uid-{name}", resource_version=rv),
+        status=SimpleNamespace(conditions=[cond("Ready", ready)]),
+    )
 
 
 class Listing:
@@ -68,8 +86,9 @@ class FakeWatch:
     def stop(self) -> None:
         self._stopped = True
 
-    def stream(self, func: Listing, *args: Any, resource_version: str, timeout_seconds: int,
-               **kwargs: Any) -> Iterator[dict[str, Any]]:
+    def stream(
+        self, func: Listing, *args: Any, resource_version: str, timeout_seconds: int, **kwargs: Any
+    ) -> Iterator[dict[str, Any]]:
         func.watched.append(resource_version)
         closes = time.monotonic() + timeout_seconds  # the server ends every window
         while not self._stopped and time.monotonic() < closes:
@@ -82,7 +101,11 @@ class FakeWatch:
             if isinstance(item, Exception):
                 raise item
             kind, obj = item
-            yield {"type": kind, "object": obj, "raw_object": {"metadata": {"resourceVersion": obj.metadata.resource_version}}}
+            yield {
+                "type": kind,
+                "object": obj,
+                "raw_object": {"metadata": {"resourceVersion": obj.metadata.resource_version}},
+            }
 
 
 @pytest.fixture(autouse=True)
@@ -105,13 +128,22 @@ def take(watch: ResourceWatch, n: int) -> list[tuple[str, Any]]:
 
 # --- status readers ----------------------------------------------------------------------------
 
+
 def test_raycluster_ready_reads_conditions_and_fails_fast() -> None:
     ready = {"status": {"conditions": [{"type": "HeadPodReady", "status": "True"}], "readyWorkerReplicas": 3}}
     assert raycluster_ready(ready, 3) and not raycluster_ready(ready, 4)
     assert not raycluster_ready(None, 0)
-    assert raycluster_ready({"status": {"state": "ready", "readyWorkerReplicas": 1}}, 1)  # an operator without conditions
-    failed = {"metadata": {"name": "rc"}, "status": {"conditions": [
-        {"type": "ReplicaFailure", "status": "True", "reason": "FailedCreateWorkerPod", "message": "quota"}]}}
+    assert raycluster_ready(
+        {"status": {"state": "ready", "readyWorkerReplicas": 1}}, 1
+    )  # an operator without conditions
+    failed = {
+        "metadata": {"name": "rc"},
+        "status": {
+            "conditions": [
+                {"type": "ReplicaFailure", "status": "True", "reason": "FailedCreateWorkerPod", "message": "quota"}
+            ]
+        },
+    }
     with pytest.raises(ClusterError, match="rc: FailedCreateWorkerPod: quota"):
         raycluster_ready(failed, 0)
 
@@ -131,16 +163,30 @@ def test_pending_pods_say_what_is_short() -> None:
 
 # --- ResourceWatch -----------------------------------------------------------------------------
 
+
 def test_watch_resumes_from_its_version_and_relists_on_gone() -> None:
     a, b = pod("a", rv="5"), pod("b", rv="6")
     listing = Listing(([a, b], "10"), ([pod("c", rv="20")], "20"))
-    listing.push(("MODIFIED", pod("a", rv="11")), ("BOOKMARK", pod("bookmark", rv="12")), END,
-                 ("DELETED", pod("b", rv="13")), END,
-                 ApiException(status=410, reason="Expired: too old resource version"))
+    listing.push(
+        ("MODIFIED", pod("a", rv="11")),
+        ("BOOKMARK", pod("bookmark", rv="12")),
+        END,
+        ("DELETED", pod("b", rv="13")),
+        END,
+        ApiException(status=410, reason="Expired: too old resource version"),
+    )
     watch = ResourceWatch(listing, "day0", label_selector="ray.io/cluster=x")
     got = names(take(watch, 8))
-    assert got == [("ADDED", "a"), ("ADDED", "b"), ("SYNCED", None), ("MODIFIED", "a"), ("DELETED", "b"),
-                   ("DELETED", "a"), ("ADDED", "c"), ("SYNCED", None)]  # a vanished while we were gone
+    assert got == [
+        ("ADDED", "a"),
+        ("ADDED", "b"),
+        ("SYNCED", None),
+        ("MODIFIED", "a"),
+        ("DELETED", "b"),
+        ("DELETED", "a"),
+        ("ADDED", "c"),
+        ("SYNCED", None),
+    ]  # a vanished while we were gone
     assert listing.watched == ["10", "12", "13"] and listing.calls == 2
     assert [o.metadata.name for o in watch.objects.values()] == ["c"] and watch.resource_version == "20"
 
@@ -167,6 +213,7 @@ def test_watch_ends_at_its_deadline() -> None:
 
 # --- ClusterMonitor ----------------------------------------------------------------------------
 
+
 class FakeCore:
     def __init__(self, pods: list[Any], nodes: list[Any], *, pod_pages: list[list[Any]] = ()) -> None:
         self.list_namespaced_pod = Listing((pods, "1"), *((p, "50") for p in pod_pages))
@@ -188,7 +235,12 @@ def warning(pod_name: str, reason: str) -> SimpleNamespace:
     return SimpleNamespace(
         metadata=SimpleNamespace(name=f"{pod_name}.1", uid=f"ev-{pod_name}-{reason}", resource_version="2"),
         involved_object=SimpleNamespace(kind="Pod", name=pod_name, uid=f"uid-{pod_name}"),
-        reason=reason, message="0/3 nodes are available", last_timestamp=None, event_time=None, first_timestamp=None)
+        reason=reason,
+        message="0/3 nodes are available",
+        last_timestamp=None,
+        event_time=None,
+        first_timestamp=None,
+    )
 
 
 def until(check: Callable[[], bool], timeout_s: float = 5.0) -> None:
@@ -213,25 +265,41 @@ def test_monitor_reports_and_recovers_from_watch_events() -> None:
         assert events == []  # the baseline is quiet; old Warning Events are not news
         core.list_node.push(("DELETED", node("n1", rv="2")))
         until(lambda: len(events) == 1)
-        assert (events[0].kind, events[0].pod, events[0].node, events[0].pool) == ("node-lost", w1.metadata.name, "n1", "fixed")
+        assert (events[0].kind, events[0].pod, events[0].node, events[0].pool) == (
+            "node-lost",
+            w1.metadata.name,
+            "n1",
+            "fixed",
+        )
         assert events[0].message == f"node n1 deleted; pod {w1.metadata.name} lost"
         assert core.deleted == [(w1.metadata.name, 0)]  # force-deleted: its kubelet will never confirm
         pods = core.list_namespaced_pod
-        pods.push(("DELETED", w1), ("ADDED", pod(f"{rc}-w4", rv="3")), ("MODIFIED", pod(f"{rc}-w4", "n3", rv="4")),
-                  ("MODIFIED", pod(f"{rc}-w3", "n3", rv="5")))  # pending at the baseline: not a replacement
+        pods.push(
+            ("DELETED", w1),
+            ("ADDED", pod(f"{rc}-w4", rv="3")),
+            ("MODIFIED", pod(f"{rc}-w4", "n3", rv="4")),
+            ("MODIFIED", pod(f"{rc}-w3", "n3", rv="5")),
+        )  # pending at the baseline: not a replacement
         until(lambda: len(events) == 2)
         assert (events[1].kind, events[1].node) == ("pod-replaced", "n3")
         core.list_node.push(("MODIFIED", node("n2", ready=False, rv="6")))
         until(lambda: len(events) == 3)
         assert events[2].message == f"node n2 NotReady; pod {w2.metadata.name} lost"
         pods.push(("MODIFIED", pod(f"{rc}-w4", "n3", phase="Failed", rv="7")), ("DELETED", pod(f"{rc}-w3", "n3")))
-        core.list_namespaced_event.push(("ADDED", warning(f"{rc}-w5", "FailedScheduling")),
-                                        ("ADDED", warning("someone-else", "FailedScheduling")))
+        core.list_namespaced_event.push(
+            ("ADDED", warning(f"{rc}-w5", "FailedScheduling")), ("ADDED", warning("someone-else", "FailedScheduling"))
+        )
         until(lambda: len(events) == 6)
-        assert sorted(kinds(events[3:])) == [("pod-lost", f"{rc}-w3"), ("pod-lost", f"{rc}-w4"),
-                                             ("warning", f"{rc}-w5")]  # two streams: in any order
-        assert {e.message for e in events[3:]} == {"pod failed: ", "pod deleted",
-                                                   "FailedScheduling: 0/3 nodes are available"}
+        assert sorted(kinds(events[3:])) == [
+            ("pod-lost", f"{rc}-w3"),
+            ("pod-lost", f"{rc}-w4"),
+            ("warning", f"{rc}-w5"),
+        ]  # two streams: in any order
+        assert {e.message for e in events[3:]} == {
+            "pod failed: ",
+            "pod deleted",
+            "FailedScheduling: 0/3 nodes are available",
+        }
         pods.push(("ADDED", pod(f"{rc}-w6", "n7", rv="8")))  # a node no stream has shown: asked once, 404
         until(lambda: len(events) == 7)
         assert events[6].kind == "node-lost" and events[6].message.startswith("node n7 deleted")

@@ -46,8 +46,12 @@ def _imports(module: str, path: Path, top_level_only: bool = False) -> set[str]:
 
 
 def test_layers_point_one_way() -> None:
-    wrong = [f"{m} imports {i}" for m, p in MODULES.items() for i in _imports(m, p)
-             if LAYERS[i.split(".")[0]] > LAYERS[m.split(".")[0]]]
+    wrong = [
+        f"{m} imports {i}"
+        for m, p in MODULES.items()
+        for i in _imports(m, p)
+        if LAYERS[i.split(".")[0]] > LAYERS[m.split(".")[0]]
+    ]
     assert not wrong, "imports against cli -> flows -> tasks -> day0:\n" + "\n".join(sorted(wrong))
 
 
@@ -63,12 +67,19 @@ def test_step_packages_meet_only_through_results() -> None:
             other = step_of(i)
             if own and other and other != own and i != f"day0.{other}.results":
                 wrong.append(f"{m} imports {i}")
-    assert not wrong, "a step package imports another's internals (use its results module):\n" + "\n".join(sorted(wrong))
+    assert not wrong, "a step package imports another's internals (use its results module):\n" + "\n".join(
+        sorted(wrong)
+    )
 
 
 def test_core_depends_on_no_step_package() -> None:
-    wrong = [f"{m} imports {i}" for m, p in MODULES.items() if m.startswith("day0.core")
-             for i in _imports(m, p) if i.split(".")[1:2] and i.split(".")[1] in STEP_PACKAGES]
+    wrong = [
+        f"{m} imports {i}"
+        for m, p in MODULES.items()
+        if m.startswith("day0.core")
+        for i in _imports(m, p)
+        if i.split(".")[1:2] and i.split(".")[1] in STEP_PACKAGES
+    ]
     assert not wrong, "\n".join(wrong)
 
 

@@ -9,19 +9,19 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent / "data" / "numerics"))
-from numerics_fixtures import MODEL, faulty_platform, tiny_inventory, whole_model  # noqa: E402
+from numerics_fixtures import faulty_platform, tiny_inventory, whole_model
 
-from day0.numerics.layers import build_model, compare_layers  # noqa: E402
-from day0.numerics.opcheck import check_inventory  # noqa: E402
-from day0.numerics.platform_kernels import Platform  # noqa: E402
-from day0.numerics.results import LayerReport  # noqa: E402
-from day0.spec import ValidationSpec  # noqa: E402
+from day0.numerics.layers import build_model, compare_layers
+from day0.numerics.opcheck import check_inventory
+from day0.numerics.platform_kernels import Platform
+from day0.numerics.results import LayerReport
+from day0.spec import ValidationSpec
 
 FAULTS = ("softmax_without_max", "rmsnorm_wrong_eps", "matmul_low_precision", "sigmoid_wrong_fp32")
 
 
 @pytest.fixture(scope="module")
-def model():  # noqa: ANN201
+def model():
     return build_model(whole_model(layers=2), seed=0)
 
 
@@ -41,24 +41,28 @@ def test_dtype_specific_fault_only_flagged_at_that_dtype() -> None:
     assert set(_failing("fp32", "sigmoid_wrong_fp32")) == {"aten::sigmoid"}
 
 
-def test_clean_model_passes_over_seeds(model) -> None:  # noqa: ANN001
+def test_clean_model_passes_over_seeds(model) -> None:
     for seed in range(3):
         report = compare_layers(model, Platform("cpu"), "fp32", seed=seed, batch=1, seq_len=16)
         assert report.passed, report.to_markdown()
     report = compare_layers(model, Platform("cpu"), "bf16", seed=0, batch=1, seq_len=16)
     assert report.passed, report.to_markdown()
-    assert report.rows and all(r.metrics.max_abs > 0 for r in report.rows if r.phase == "forward" and r.module != "embed_tokens")
+    assert report.rows and all(
+        r.metrics.max_abs > 0 for r in report.rows if r.phase == "forward" and r.module != "embed_tokens"
+    )
 
 
-@pytest.mark.parametrize(("fault", "layer"), [("rmsnorm_wrong_eps", "layers.0"), ("matmul_low_precision", "layers.0"),
-                                              ("sigmoid_wrong_fp32", "layers.1")])
-def test_first_divergent_layer_named(model, fault: str, layer: str) -> None:  # noqa: ANN001
+@pytest.mark.parametrize(
+    ("fault", "layer"),
+    [("rmsnorm_wrong_eps", "layers.0"), ("matmul_low_precision", "layers.0"), ("sigmoid_wrong_fp32", "layers.1")],
+)
+def test_first_divergent_layer_named(model, fault: str, layer: str) -> None:
     report = compare_layers(model, faulty_platform(fault), "fp32", batch=1, seq_len=16)
     assert (report.first_divergent, report.first_divergent_phase) == (layer, "forward"), report.to_markdown()
     assert f"first divergent: **{layer}**" in report.to_markdown()
 
 
-def test_softmax_fault_named_at_the_layer_with_large_logits(model) -> None:  # noqa: ANN001
+def test_softmax_fault_named_at_the_layer_with_large_logits(model) -> None:
     import copy
 
     sharp = copy.deepcopy(model)
@@ -72,8 +76,7 @@ def test_softmax_fault_named_at_the_layer_with_large_logits(model) -> None:  # n
     assert back.first_divergent == "layers.1" and back.rows == report.rows
 
 
-
-def test_clean_platform_against_fp64_reference(model) -> None:  # noqa: ANN001
+def test_clean_platform_against_fp64_reference(model) -> None:
     from day0.numerics.step import run_operators
 
     v = ValidationSpec(reference_dtype="fp64", seeds=2)

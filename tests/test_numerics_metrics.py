@@ -86,7 +86,9 @@ def test_cancellation_outliers_forgiven_when_rms_small() -> None:
     m = compare(got, ref, BF16)
     assert m.share_beyond_tol == pytest.approx(0.005)
     assert verdict(m, BF16)[0]
-    got2 = ref * (1 + 0.02 * torch.sign(torch.randn(10_000, generator=torch.Generator().manual_seed(4), dtype=torch.float64)))
+    got2 = ref * (
+        1 + 0.02 * torch.sign(torch.randn(10_000, generator=torch.Generator().manual_seed(4), dtype=torch.float64))
+    )
     assert not verdict(compare(got2, ref, BF16), BF16)[0]
 
 

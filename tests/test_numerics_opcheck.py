@@ -10,13 +10,13 @@ import pytest
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent / "data" / "numerics"))
-from numerics_fixtures import tiny_inventory  # noqa: E402
+from numerics_fixtures import tiny_inventory
 
-from day0.core.ops import build_call, example_numel  # noqa: E402
-from day0.numerics.inputs import shrink_example  # noqa: E402
-from day0.numerics.opcheck import check_inventory, check_op, classify  # noqa: E402
-from day0.numerics.platform_kernels import Platform  # noqa: E402
-from day0.spec import ValidationSpec  # noqa: E402
+from day0.core.ops import build_call, example_numel
+from day0.numerics.inputs import shrink_example
+from day0.numerics.opcheck import check_inventory, check_op, classify
+from day0.numerics.platform_kernels import Platform
+from day0.spec import ValidationSpec
 
 
 def test_classify() -> None:
@@ -29,13 +29,20 @@ def test_classify() -> None:
 
 
 def test_index_inputs_are_valid() -> None:
-    args, _ = build_call("aten::embedding", [{"shape": [50, 4], "dtype": "fp32"}, {"shape": [2, 64], "dtype": "int64"}], 3)
+    args, _ = build_call(
+        "aten::embedding", [{"shape": [50, 4], "dtype": "fp32"}, {"shape": [2, 64], "dtype": "int64"}], 3
+    )
     assert int(args[1].min()) >= 0 and int(args[1].max()) < 50
-    args, _ = build_call("aten::_grouped_mm", [{"shape": [32, 8], "dtype": "bf16"}, {"shape": [4, 8, 8], "dtype": "bf16"},
-                                               {"shape": [4], "dtype": "int32"}], 0)
+    args, _ = build_call(
+        "aten::_grouped_mm",
+        [{"shape": [32, 8], "dtype": "bf16"}, {"shape": [4, 8, 8], "dtype": "bf16"}, {"shape": [4], "dtype": "int32"}],
+        0,
+    )
     offs = args[2].tolist()
     assert offs == sorted(offs) and offs[-1] == 32 and args[2].dtype == torch.int32
-    args, _ = build_call("aten::gather", [{"shape": [16, 8], "dtype": "fp32"}, 1, {"shape": [16, 2], "dtype": "int64"}], 0)
+    args, _ = build_call(
+        "aten::gather", [{"shape": [16, 8], "dtype": "fp32"}, 1, {"shape": [16, 2], "dtype": "int64"}], 0
+    )
     assert int(args[2].max()) < 8 and all(len(set(r)) == 2 for r in args[2].tolist())
 
 
@@ -44,7 +51,9 @@ def test_edge_values() -> None:
     assert float(args[0].max()) > 88.8  # exp overflows fp32/bf16 without the max subtraction
     args, _ = build_call("aten::rsqrt", [{"shape": [64], "dtype": "fp32"}], 0)
     assert float(args[0].min()) < 1e-5 and float(args[0].min()) > 0  # tiny norms, where eps matters
-    args, kwargs = build_call("aten::_to_copy", [{"shape": [2], "dtype": "int64"}, {"kwargs": {"dtype": "torch.float32"}}])
+    args, kwargs = build_call(
+        "aten::_to_copy", [{"shape": [2], "dtype": "int64"}, {"kwargs": {"dtype": "torch.float32"}}]
+    )
     assert kwargs == {"dtype": torch.float32}
 
 
@@ -82,7 +91,12 @@ def test_huge_outputs_from_small_inputs_are_shrunk() -> None:
     from day0.core.ops import OpRecord
 
     # DeepSeek-V3's expert-weight gradient buffer: tiny input, 3.7G-element output
-    rec = OpRecord(op="aten::new_zeros", calls=1, phases=["backward"], dtypes=["fp32"],
-                   examples=[[{"shape": [32, 256], "dtype": "fp32"}, [256, 2048, 7168], {"kwargs": {"dtype": "torch.float32"}}]])
+    rec = OpRecord(
+        op="aten::new_zeros",
+        calls=1,
+        phases=["backward"],
+        dtypes=["fp32"],
+        examples=[[{"shape": [32, 256], "dtype": "fp32"}, [256, 2048, 7168], {"kwargs": {"dtype": "torch.float32"}}]],
+    )
     check = check_op(rec, Platform("cpu"), "bf16", ValidationSpec(), max_elements=1 << 20)
     assert check.status == "pass" and "shrunk" in check.reason and check.examples == 1

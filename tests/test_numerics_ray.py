@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent / "data" / "numerics"))
-from numerics_fixtures import cpu_spec, tiny_inventory  # noqa: E402
+from numerics_fixtures import cpu_spec, tiny_inventory
 
-from day0.numerics.ray_job import OperatorsRequest, accelerator_options, main, run_operators_on_ray  # noqa: E402
-from day0.spec import Accelerator, ClusterSpec, NodePool  # noqa: E402
+from day0.numerics.ray_job import OperatorsRequest, accelerator_options, main, run_operators_on_ray
+from day0.spec import Accelerator, ClusterSpec, NodePool
 
 OPS = {"aten::mm", "aten::_safe_softmax", "aten::histc"}
 
@@ -28,7 +28,9 @@ def _request() -> OperatorsRequest:
 def test_accelerator_options() -> None:
     assert accelerator_options(cpu_spec()) == {"num_cpus": 1}
     assert accelerator_options(cpu_spec(device_type="cuda"))["num_gpus"] == 1
-    pool = NodePool(name="npu", nodes=2, accelerator=Accelerator(resource="huawei.com/Ascend910", per_node=8, memory_gib=64))
+    pool = NodePool(
+        name="npu", nodes=2, accelerator=Accelerator(resource="huawei.com/Ascend910", per_node=8, memory_gib=64)
+    )
     opts = accelerator_options(cpu_spec(device_type="npu"), ClusterSpec(backend="kuberay", node_pools=[pool]))
     assert opts["resources"] == {"Ascend910": 1} and "num_gpus" not in opts
 

@@ -24,20 +24,39 @@ V64 = ValidationSpec(reference_dtype="fp64")
 
 
 def _metrics(cosine: float = 1.0, max_rel: float = 0.004) -> ErrorMetrics:
-    return ErrorMetrics(numel=8, max_abs=0.01, max_rel=max_rel, mean_rel=0.001, cosine=cosine, rmse=0.001,
-                        rel_rmse=0.002, share_beyond_tol=0.0, nan_inf_mismatch=0)
+    return ErrorMetrics(
+        numel=8,
+        max_abs=0.01,
+        max_rel=max_rel,
+        mean_rel=0.001,
+        cosine=cosine,
+        rmse=0.001,
+        rel_rmse=0.002,
+        share_beyond_tol=0.0,
+        nan_inf_mismatch=0,
+    )
 
 
 def _result(*checks: OpCheck, adaptations: list[Adaptation] | None = None) -> OperatorsResult:
-    report = OpCheckReport(platform="cpu", compute_dtypes=["bf16"], reference_dtype="fp64", seeds=1,
-                           checks=list(checks), adaptations=adaptations or [], seconds=1.0, ops_per_second=1.0)
+    report = OpCheckReport(
+        platform="cpu",
+        compute_dtypes=["bf16"],
+        reference_dtype="fp64",
+        seeds=1,
+        checks=list(checks),
+        adaptations=adaptations or [],
+        seconds=1.0,
+        ops_per_second=1.0,
+    )
     return OperatorsResult(ops=report, notes=["whole-model check skipped: too large"])
 
 
 def test_unchecked_ops_are_counted_apart_and_warn() -> None:
-    r = _result(OpCheck(op="aten::mm", dtype="bf16", status="pass", metrics=_metrics(0.9999)),
-                OpCheck(op="aten::foo", dtype="bf16", status="skipped", reason="reference failed"),
-                OpCheck(op="aten::silu", dtype="bf16", status="pass", metrics=_metrics(), grad_status="skipped"))
+    r = _result(
+        OpCheck(op="aten::mm", dtype="bf16", status="pass", metrics=_metrics(0.9999)),
+        OpCheck(op="aten::foo", dtype="bf16", status="skipped", reason="reference failed"),
+        OpCheck(op="aten::silu", dtype="bf16", status="pass", metrics=_metrics(), grad_status="skipped"),
+    )
     assert r.verdict == "warn" and r.passed
     assert r.headline["ops checked"] == "2" and r.headline["passed"] == "2"
     assert r.headline["not checked"] == "1 ops, 1 gradients"
@@ -48,8 +67,11 @@ def test_unchecked_ops_are_counted_apart_and_warn() -> None:
 
 def test_failing_op_fails_with_its_numbers_and_leads_the_table() -> None:
     bad = OpCheck(op="aten::zz", dtype="bf16", status="fail", metrics=_metrics(0.97, 0.5), reason="cosine 0.97 < 0.99")
-    r = _result(OpCheck(op="aten::aa", dtype="bf16", status="pass", metrics=_metrics()), bad,
-                adaptations=[Adaptation(op="aten::zz", dtype="bf16", problem="fail", strategy=None)])
+    r = _result(
+        OpCheck(op="aten::aa", dtype="bf16", status="pass", metrics=_metrics()),
+        bad,
+        adaptations=[Adaptation(op="aten::zz", dtype="bf16", problem="fail", strategy=None)],
+    )
     assert r.verdict == "fail" and not r.passed
     assert r.reasons[0].startswith("aten::zz at bf16: fail: max abs 0.01, max rel 0.5, cosine 0.970000")
     assert r.headline["failed"] == "1" and r.headline["adapted"] == "0"
@@ -66,8 +88,9 @@ def test_faulty_vendor_matmul_fails_step_2() -> None:
 def test_elementwise_outliers_are_not_forgiven_as_cancellation() -> None:
     """A silu that flushes large negative inputs to 0 is off on ~1% of elements by tiny amounts:
     the RMS error stays small, which a reduction's cancellation allowance would forgive."""
-    record = OpRecord(op="aten::silu", phases=["forward"], dtypes=["bf16"],
-                      examples=[[{"shape": [64, 256], "dtype": "bf16"}]])
+    record = OpRecord(
+        op="aten::silu", phases=["forward"], dtypes=["bf16"], examples=[[{"shape": [64, 256], "dtype": "bf16"}]]
+    )
     platform = Platform("flushing-cpu")
     platform.kernels.register("aten::silu", lambda x: torch.where(x < -6, torch.zeros_like(x), x * torch.sigmoid(x)))
     check = check_op(record, platform, "bf16", V64, "bf16", grads=False)

@@ -19,18 +19,30 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 def test_killed_run_resumes_from_checkpoint(tmp_path: Path) -> None:
-    spec = {"metadata": {"name": "resume-check"}, "model": "tiny-deepseek-v3", "platform": "cpu",
-            "training": {"seq_len": 64, "global_batch": 4, "micro_batch": 2, "precision": {"compute": "fp32"}},
-            "trial": {"steps": 60, "workers": 1, "seq_len": 32, "micro_batch": 2, "checkpoint_every": 5,
-                      "scale": {"layers": 2, "hidden": 64, "experts": 4}},
-            "steps": ["analyze", "parallel", "optimize", "trial"], "storage": f"file://{tmp_path}/store"}
+    spec = {
+        "metadata": {"name": "resume-check"},
+        "model": "tiny-deepseek-v3",
+        "platform": "cpu",
+        "training": {"seq_len": 64, "global_batch": 4, "micro_batch": 2, "precision": {"compute": "fp32"}},
+        "trial": {
+            "steps": 60,
+            "workers": 1,
+            "seq_len": 32,
+            "micro_batch": 2,
+            "checkpoint_every": 5,
+            "scale": {"layers": 2, "hidden": 64, "experts": 4},
+        },
+        "steps": ["analyze", "parallel", "optimize", "trial"],
+        "storage": f"file://{tmp_path}/store",
+    }
     path = tmp_path / "spec.yaml"
     path.write_text(yaml.safe_dump(spec))
     command = [sys.executable, "-m", "cli", "run", str(path), "--json"]
     env = {**os.environ, "PREFECT_HOME": str(tmp_path / "prefect")}
 
-    first = subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                             text=True, start_new_session=True)
+    first = subprocess.Popen(
+        command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
+    )
     deadline = time.monotonic() + 600
     while not list((tmp_path / "store").rglob("trial/checkpoints/candidate/*step_000010*")):
         assert first.poll() is None, f"run ended before the candidate checkpointed:\n{first.stdout.read()}"
@@ -43,7 +55,7 @@ def test_killed_run_resumes_from_checkpoint(tmp_path: Path) -> None:
 
     second = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
     assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-3000:]
-    summary = json.loads(second.stdout[second.stdout.index("{"):])
+    summary = json.loads(second.stdout[second.stdout.index("{") :])
     assert summary["executed"] == ["trial"], "steps 1-4 completed in the killed run and are reused"
     result = json.loads(next((tmp_path / "store").rglob("trial/result.json")).read_text())
     candidate = next(r for r in result["runs"] if r["role"] == "candidate")

@@ -97,8 +97,9 @@ def test_parallel_and_optimize_tasks_store_results_and_resume(tmp_path: Path, pr
     raw = load_yaml(CONFIGS_DIR / "pipelines" / "tiny-local.yaml")
     raw["storage"] = f"file://{tmp_path}"
     ctx = RunContext.create(spec_from_dict(raw))
-    analyzed = Analyzed(structure=ModelStructure.model_validate_json(
-        (DATA / "tiny-deepseek-v3.structure.json").read_text()))
+    analyzed = Analyzed(
+        structure=ModelStructure.model_validate_json((DATA / "tiny-deepseek-v3.structure.json").read_text())
+    )
     plans = parallel.fn(ctx, analyzed)
     assert plans.feasible and plans.best.parallel.accelerators == 1
     optimized = optimize.fn(ctx, analyzed, plans)

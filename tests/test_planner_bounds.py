@@ -23,9 +23,12 @@ from day0.spec import ParallelConstraints, PlatformSpec, Precision, TrainingSpec
 DATA = Path(__file__).parent / "data" / "planner"
 H100 = PlatformSpec.model_validate(load_yaml(CONFIGS_DIR / "platforms" / "h100.yaml")).hardware
 
-COMMS = [CommSettings(), CommSettings(tp_overlap=True, ep_overlap=True, dp_overlap=False),
-         CommSettings(tp_overlap=True, dispatch_dtype="fp8", grad_reduce_dtype="bf16"),
-         CommSettings(ep_overlap=True, dp_overlap=True)]
+COMMS = [
+    CommSettings(),
+    CommSettings(tp_overlap=True, ep_overlap=True, dp_overlap=False),
+    CommSettings(tp_overlap=True, dispatch_dtype="fp8", grad_reduce_dtype="bf16"),
+    CommSettings(ep_overlap=True, dp_overlap=True),
+]
 SWEEP = [  # model, accelerators, seq, global batch, compute dtype, options
     ("deepseek-v3", 512, 4096, 1024, "bf16", {}),
     ("deepseek-v3", 256, 4096, 512, "fp8", {"recompute": ["selective", "full"], "offload": ["optimizer"]}),
@@ -59,16 +62,20 @@ def test_bound_never_exceeds_the_evaluated_step(case: tuple, comm: CommSettings)
 
 
 @pytest.mark.parametrize(("term", "factor"), [("optimizer_seconds_per_param", 50.0), ("dp_sync_seconds", 50.0)])
-def test_a_changed_term_moves_the_bound_and_the_evaluation(monkeypatch: pytest.MonkeyPatch, term: str,
-                                                           factor: float) -> None:
-    costs, cluster, training, options, degrees = _sample("deepseek-v3", 512, 4096, 1024, "bf16", {},
-                                                         CommSettings(dp_overlap=False), k=6)
+def test_a_changed_term_moves_the_bound_and_the_evaluation(
+    monkeypatch: pytest.MonkeyPatch, term: str, factor: float
+) -> None:
+    costs, cluster, training, options, degrees = _sample(
+        "deepseek-v3", 512, 4096, 1024, "bf16", {}, CommSettings(dp_overlap=False), k=6
+    )
     knobs = knob_settings(options)
 
     def measure() -> list[tuple[float, float]]:
         bound = StaticBound(costs, cluster, training, options)
-        return [(bound(d), min(PlanContext(costs, cluster, training, d, options).time(k).step_s for k in knobs))
-                for d in degrees]
+        return [
+            (bound(d), min(PlanContext(costs, cluster, training, d, options).time(k).step_s for k in knobs))
+            for d in degrees
+        ]
 
     before = measure()
     original = getattr(st, term)
@@ -76,23 +83,29 @@ def test_a_changed_term_moves_the_bound_and_the_evaluation(monkeypatch: pytest.M
     after = measure()
     for (b0, e0), (b1, e1) in zip(before, after):
         assert b1 > b0 and e1 > e0  # one definition: both saw the change
-        assert b1 <= e1             # and the bound is still a bound
+        assert b1 <= e1  # and the bound is still a bound
 
 
 def test_stage_term_is_shared(monkeypatch: pytest.MonkeyPatch) -> None:
     """A second more per stage slot adds (m + (p-1)/v) seconds to the pipeline, evaluated and bounded alike
     (DP not overlapped, so no exposed communication absorbs it)."""
-    costs, cluster, training, options, degrees = _sample("qwen3-30b-a3b", 64, 4096, 256, "bf16", {},
-                                                         CommSettings(dp_overlap=False), k=4)
+    costs, cluster, training, options, degrees = _sample(
+        "qwen3-30b-a3b", 64, 4096, 256, "bf16", {}, CommSettings(dp_overlap=False), k=4
+    )
     original = st.stage_seconds
 
-    def slower(*a, **kw):  # noqa: ANN002, ANN003, ANN202
+    def slower(*a, **kw):
         t = original(*a, **kw)
         return st.StageTime(t.compute_s, t.recompute_s, t.tp_comm_s, t.ep_comm_s, t.cp_comm_s, t.slot_s + 1.0)
 
     k = knob_settings(options)[0]
-    base = [(StaticBound(costs, cluster, training, options)(d), PlanContext(costs, cluster, training, d, options)
-             .time(k).step_s) for d in degrees]
+    base = [
+        (
+            StaticBound(costs, cluster, training, options)(d),
+            PlanContext(costs, cluster, training, d, options).time(k).step_s,
+        )
+        for d in degrees
+    ]
     monkeypatch.setattr(st, "stage_seconds", slower)
     for d, (b0, e0) in zip(degrees, base):
         b1 = StaticBound(costs, cluster, training, options)(d)

@@ -16,8 +16,13 @@ import yaml
 from day0.analysis.structure import ModelStructure
 from day0.planner.evaluate import PlanContext
 from day0.planner.inputs import PlannerOptions, cluster_figures
-from day0.planner.memory import (activation_bytes_per_token, inflight_microbatches, logits_bytes, model_state_bytes,
-                                 param_bytes)
+from day0.planner.memory import (
+    activation_bytes_per_token,
+    inflight_microbatches,
+    logits_bytes,
+    model_state_bytes,
+    param_bytes,
+)
 from day0.planner.model import model_costs
 from day0.planner.values import Degrees, MemoryKnobs
 from day0.spec import HardwareSpec, TrainingSpec
@@ -31,6 +36,7 @@ def _structure(name: str) -> ModelStructure:
 
 
 # --- formulas ------------------------------------------------------------------------------------
+
 
 def test_param_bytes_mixed_precision() -> None:
     assert param_bytes("bf16", "fp32", "fp32", "fp32").total == 18  # Megatron: bf16 w, fp32 grad, fp32 master+Adam
@@ -87,10 +93,16 @@ def test_logits_term() -> None:
 
 def test_plan_context_model_states_sum_to_the_whole_model() -> None:
     s = _structure("deepseek-v3")
-    cluster = cluster_figures(HardwareSpec(memory_gib=8000, bf16_tflops=1, intra_node_bandwidth_gbps=1,
-                                           inter_node_bandwidth_gbps=1), 1, 1)
-    ctx = PlanContext(model_costs(s), cluster, TrainingSpec(seq_len=16, global_batch=1), Degrees(1, 1, 1, 1, 1, 1, 1, 1, 1),
-                      PlannerOptions())
+    cluster = cluster_figures(
+        HardwareSpec(memory_gib=8000, bf16_tflops=1, intra_node_bandwidth_gbps=1, inter_node_bandwidth_gbps=1), 1, 1
+    )
+    ctx = PlanContext(
+        model_costs(s),
+        cluster,
+        TrainingSpec(seq_len=16, global_batch=1),
+        Degrees(1, 1, 1, 1, 1, 1, 1, 1, 1),
+        PlannerOptions(),
+    )
     m = ctx.memory(MemoryKnobs(recompute="full", zero_stage=0, offload="none"))
     states = m.weights_bytes + m.gradients_bytes + m.optimizer_states_bytes + m.embedding_head_bytes
     assert states == pytest.approx(s.params_total * 18, rel=1e-9)
@@ -98,21 +110,29 @@ def test_plan_context_model_states_sum_to_the_whole_model() -> None:
 
 # --- measured on a real CPU training step ---------------------------------------------------------
 
-def _tiny_llama():  # noqa: ANN202
+
+def _tiny_llama():
     from transformers import LlamaConfig
 
-    return LlamaConfig(hidden_size=256, intermediate_size=688, num_hidden_layers=2, num_attention_heads=8,
-                       num_key_value_heads=2, vocab_size=1024, max_position_embeddings=256)
+    return LlamaConfig(
+        hidden_size=256,
+        intermediate_size=688,
+        num_hidden_layers=2,
+        num_attention_heads=8,
+        num_key_value_heads=2,
+        vocab_size=1024,
+        max_position_embeddings=256,
+    )
 
 
-def _analyze(cfg, name: str) -> ModelStructure:  # noqa: ANN001
+def _analyze(cfg, name: str) -> ModelStructure:
     from day0.analysis.structure import analyze_structure
     from day0.core.modeling import build_meta_model
 
     return analyze_structure(build_meta_model(cfg, name), name)
 
 
-def _saved_bytes_per_layer(model, ids) -> dict[int, int]:  # noqa: ANN001
+def _saved_bytes_per_layer(model, ids) -> dict[int, int]:
     """Bytes of distinct non-parameter storages autograd saves inside each decoder layer's forward."""
     import torch
 
@@ -123,7 +143,7 @@ def _saved_bytes_per_layer(model, ids) -> dict[int, int]:  # noqa: ANN001
         layer.register_forward_pre_hook(lambda m, a, i=i: current.__setitem__("layer", i))
         layer.register_forward_hook(lambda m, a, o: current.__setitem__("layer", None))
 
-    def pack(t):  # noqa: ANN001, ANN202
+    def pack(t):
         if current["layer"] is not None and (ptr := t.untyped_storage().data_ptr()) not in params:
             seen.setdefault(current["layer"], {})[ptr] = t.untyped_storage().nbytes()
         return t
@@ -133,15 +153,21 @@ def _saved_bytes_per_layer(model, ids) -> dict[int, int]:  # noqa: ANN001
     return {i: sum(v.values()) for i, v in seen.items()}
 
 
-def _hf_eager_extra(cfg, seq: int) -> float:  # noqa: ANN001
+def _hf_eager_extra(cfg, seq: int) -> float:
     """Bytes/token HF's eager Llama layer stores beyond the fused-kernel estimate, tensor by tensor."""
-    h, a, kv, d, f = cfg.hidden_size, cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim, cfg.intermediate_size
-    norms = 2 * (4 * h + 4)             # per RMSNorm: fp32 input copy instead of bf16, an extra bf16 product, rstd
-    softmax = 4 * a * seq               # fp32 probabilities saved besides the bf16 copy the estimate counts
-    kv_expand = 2 * 2 * (a - kv) * d    # repeat_kv materialises K and V at every query head
-    swiglu = 2 * f                      # unfused SiLU keeps act(gate) and act(gate)*up
-    rope = 2 * 2 * d / 2                # cos and sin tables (seq x d, bf16) shared by the batch of 2
-    lse = -4 * a                        # no FlashAttention log-sum-exp in eager mode
+    h, a, kv, d, f = (
+        cfg.hidden_size,
+        cfg.num_attention_heads,
+        cfg.num_key_value_heads,
+        cfg.head_dim,
+        cfg.intermediate_size,
+    )
+    norms = 2 * (4 * h + 4)  # per RMSNorm: fp32 input copy instead of bf16, an extra bf16 product, rstd
+    softmax = 4 * a * seq  # fp32 probabilities saved besides the bf16 copy the estimate counts
+    kv_expand = 2 * 2 * (a - kv) * d  # repeat_kv materialises K and V at every query head
+    swiglu = 2 * f  # unfused SiLU keeps act(gate) and act(gate)*up
+    rope = 2 * 2 * d / 2  # cos and sin tables (seq x d, bf16) shared by the batch of 2
+    lse = -4 * a  # no FlashAttention log-sum-exp in eager mode
     return norms + softmax + kv_expand + swiglu + rope + lse
 
 

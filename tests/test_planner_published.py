@@ -20,7 +20,7 @@ def structure(name: str) -> ModelStructure:
     return ModelStructure.model_validate_json((DATA / f"{name}.structure.json").read_text())
 
 
-def hardware(platform: str):  # noqa: ANN201
+def hardware(platform: str):
     return PlatformSpec.model_validate(load_yaml(CONFIGS_DIR / "platforms" / f"{platform}.yaml")).hardware
 
 
@@ -34,11 +34,20 @@ def deepseek_report():
 
 def test_deepseek_v3_published_setup_fits_80gb(deepseek_report) -> None:
     ref, cluster, training, _ = deepseek_report
-    report = plan_parallelism(structure("deepseek-v3"), cluster, training, ParallelConstraints(**ref["parallel"]),
-                              PlannerOptions(zero_stages=[ref["zero_stage"]]))
+    report = plan_parallelism(
+        structure("deepseek-v3"),
+        cluster,
+        training,
+        ParallelConstraints(**ref["parallel"]),
+        PlannerOptions(zero_stages=[ref["zero_stage"]]),
+    )
     assert report.feasible, report.message
     best = report.best
-    assert (best.parallel.tensor_parallel, best.parallel.pipeline_parallel, best.parallel.expert_parallel) == (1, 16, 64)
+    assert (best.parallel.tensor_parallel, best.parallel.pipeline_parallel, best.parallel.expert_parallel) == (
+        1,
+        16,
+        64,
+    )
     assert best.parallel.data_parallel == 128 and best.memory_knobs.zero_stage == 1
     assert best.memory.total_bytes <= 80 * 1024**3
 
@@ -61,8 +70,14 @@ def test_llama_405b_tp8_pp16_feasible_and_tp_within_node(setup: dict) -> None:
     ref = REF["llama_3_405b"]
     cluster = cluster_figures(hardware(ref["platform"]), setup["accelerators"], 8)
     training = TrainingSpec(seq_len=ref["seq_len"], global_batch=ref["global_batch"])
-    fixed = plan_parallelism(structure("llama-3.1-405b"), cluster, training, ParallelConstraints(
-        tensor_parallel=setup["tensor_parallel"], pipeline_parallel=setup["pipeline_parallel"], context_parallel=1))
+    fixed = plan_parallelism(
+        structure("llama-3.1-405b"),
+        cluster,
+        training,
+        ParallelConstraints(
+            tensor_parallel=setup["tensor_parallel"], pipeline_parallel=setup["pipeline_parallel"], context_parallel=1
+        ),
+    )
     assert fixed.feasible, fixed.message
     assert fixed.best.parallel.data_parallel == setup["data_parallel"]
     free = plan_parallelism(structure("llama-3.1-405b"), cluster, training)
@@ -73,8 +88,13 @@ def test_llama_405b_tp8_pp16_feasible_and_tp_within_node(setup: dict) -> None:
 
 def test_tp_beyond_a_node_is_rejected_with_a_reason() -> None:
     cluster = cluster_figures(hardware("h100"), 8192, 8)
-    report = plan_parallelism(structure("llama-3.1-405b"), cluster, TrainingSpec(seq_len=8192, global_batch=2048),
-                              ParallelConstraints(tensor_parallel=16), find_min_accelerators=False)
+    report = plan_parallelism(
+        structure("llama-3.1-405b"),
+        cluster,
+        TrainingSpec(seq_len=8192, global_batch=2048),
+        ParallelConstraints(tensor_parallel=16),
+        find_min_accelerators=False,
+    )
     assert not report.feasible
     assert any("exceeds one node" in i.reason for i in report.infeasible)
 
@@ -92,5 +112,6 @@ def test_deepseek_v3_on_8_gpus_is_infeasible_with_minimum_count() -> None:
     n, training = report.min_accelerators, TrainingSpec(seq_len=4096, global_batch=1536)
     assert f"smallest whole-node count with a feasible plan is {n}" in report.message
     assert plan_parallelism(structure("deepseek-v3"), cluster_figures(hardware("h800"), n, 8), training).feasible
-    assert not plan_parallelism(structure("deepseek-v3"), cluster_figures(hardware("h800"), n - 8, 8), training,
-                                find_min_accelerators=False).feasible
+    assert not plan_parallelism(
+        structure("deepseek-v3"), cluster_figures(hardware("h800"), n - 8, 8), training, find_min_accelerators=False
+    ).feasible

@@ -35,14 +35,21 @@ CASES = [("llama-3-8b", 16, 64, 8192), ("tiny-deepseek-v3", 8, 16, 128), ("qwen3
 def test_pruned_search_equals_brute_force(model: str, n: int, gb: int, seq: int, keep: int) -> None:
     s, cluster = structure(model), cluster_figures(H100, n, 8)
     training, options = TrainingSpec(seq_len=seq, global_batch=gb), PlannerOptions(keep_plans=keep)
-    smart, brute = plan_parallelism(s, cluster, training, options=options), brute_force(s, cluster, training, options=options)
+    smart, brute = (
+        plan_parallelism(s, cluster, training, options=options),
+        brute_force(s, cluster, training, options=options),
+    )
     assert smart.plans and [p.model_dump() for p in smart.plans] == [p.model_dump() for p in brute.plans]
     assert smart.configurations_evaluated < brute.configurations_evaluated
 
 
 def test_degree_constraints_hold() -> None:
     s = structure("qwen3-30b-a3b")
-    costs, cluster, training = model_costs(s), cluster_figures(H100, 64, 8), TrainingSpec(seq_len=4096, global_batch=256)
+    costs, cluster, training = (
+        model_costs(s),
+        cluster_figures(H100, 64, 8),
+        TrainingSpec(seq_len=4096, global_batch=256),
+    )
     degrees = list(enumerate_degrees(costs, cluster, training, ParallelConstraints(), PlannerOptions()))
     assert degrees
     for d in degrees:
@@ -56,11 +63,17 @@ def test_degree_constraints_hold() -> None:
 
 def test_fixed_degrees_are_respected() -> None:
     s, cluster = structure("qwen3-30b-a3b"), cluster_figures(H100, 64, 8)
-    report = plan_parallelism(s, cluster, TrainingSpec(seq_len=4096, global_batch=256),
-                              ParallelConstraints(tensor_parallel=2, expert_parallel=16, max_pipeline_parallel=2))
+    report = plan_parallelism(
+        s,
+        cluster,
+        TrainingSpec(seq_len=4096, global_batch=256),
+        ParallelConstraints(tensor_parallel=2, expert_parallel=16, max_pipeline_parallel=2),
+    )
     assert report.plans
-    assert all(p.parallel.tensor_parallel == 2 and p.parallel.expert_parallel == 16 and p.parallel.pipeline_parallel <= 2
-               for p in report.plans)
+    assert all(
+        p.parallel.tensor_parallel == 2 and p.parallel.expert_parallel == 16 and p.parallel.pipeline_parallel <= 2
+        for p in report.plans
+    )
 
 
 def test_lower_bounds_never_exceed_the_model() -> None:
@@ -89,8 +102,9 @@ def test_stage_partition_balances_flops_and_covers_layers() -> None:
 
 
 def test_plan_yaml_has_the_pipeline_vocabulary() -> None:
-    report = plan_parallelism(structure("llama-3-8b"), cluster_figures(H100, 16, 8),
-                              TrainingSpec(seq_len=8192, global_batch=64))
+    report = plan_parallelism(
+        structure("llama-3-8b"), cluster_figures(H100, 16, 8), TrainingSpec(seq_len=8192, global_batch=64)
+    )
     doc = yaml.safe_load(report.to_yaml())
     assert set(doc["parallel"]) >= {"tensor_parallel", "pipeline_parallel", "expert_parallel", "data_parallel"}
     assert set(doc["memory"]) == {"recompute", "zero_stage", "offload"}
@@ -102,13 +116,23 @@ def test_plan_yaml_has_the_pipeline_vocabulary() -> None:
 
 
 def test_memory_breakdown_terms_sum_to_total() -> None:
-    report = plan_parallelism(structure("deepseek-v3"), cluster_figures(H100, 512, 8),
-                              TrainingSpec(seq_len=4096, global_batch=1024))
+    report = plan_parallelism(
+        structure("deepseek-v3"), cluster_figures(H100, 512, 8), TrainingSpec(seq_len=4096, global_batch=1024)
+    )
     for p in report.plans[:5]:
         m = p.memory
-        terms = (m.weights_bytes + m.gradients_bytes + m.optimizer_states_bytes + m.embedding_head_bytes
-                 + m.activations_bytes + m.recompute_working_bytes + m.logits_bytes + m.comm_buffers_bytes
-                 + m.framework_bytes + m.fragmentation_reserve_bytes)
+        terms = (
+            m.weights_bytes
+            + m.gradients_bytes
+            + m.optimizer_states_bytes
+            + m.embedding_head_bytes
+            + m.activations_bytes
+            + m.recompute_working_bytes
+            + m.logits_bytes
+            + m.comm_buffers_bytes
+            + m.framework_bytes
+            + m.fragmentation_reserve_bytes
+        )
         assert terms == pytest.approx(m.total_bytes)
         assert m.activations_bytes == pytest.approx(m.activations_per_microbatch_bytes * m.inflight_microbatches)
 

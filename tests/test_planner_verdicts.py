@@ -19,7 +19,7 @@ def _structure(name: str) -> ModelStructure:
     return ModelStructure.model_validate_json((DATA / f"{name}.structure.json").read_text())
 
 
-def _hardware(platform: str):  # noqa: ANN202
+def _hardware(platform: str):
     return PlatformSpec.model_validate(load_yaml(CONFIGS_DIR / "platforms" / f"{platform}.yaml")).hardware
 
 
@@ -45,8 +45,11 @@ def test_a_feasible_plan_passes_with_its_headline(feasible: tuple) -> None:
 
 
 def test_no_plan_fails_naming_why_and_the_minimum_count() -> None:
-    report = plan_parallelism(_structure("deepseek-v3"), cluster_figures(_hardware("h800"), 8, 8),
-                              TrainingSpec(seq_len=4096, global_batch=1536))
+    report = plan_parallelism(
+        _structure("deepseek-v3"),
+        cluster_figures(_hardware("h800"), 8, 8),
+        TrainingSpec(seq_len=4096, global_batch=1536),
+    )
     assert report.verdict == "fail" and not report.passed and len(report.reasons) == 1
     assert "needs at least 150 accelerators of 80 GiB" in report.reasons[0]
     assert f"smallest whole-node count with a feasible plan is {report.min_accelerators}" in report.reasons[0]
@@ -83,6 +86,7 @@ def test_step4_fails_when_the_optimized_plan_does_not_fit(feasible: tuple) -> No
 
 def test_step4_is_skipped_with_the_reason_when_step3_had_no_plan() -> None:
     opt = OptimizationReport.skipped("deepseek-v3", "infeasible: no plan fits 8 accelerators of 80 GiB")
-    assert opt.verdict == "skipped" and opt.reasons == ["no feasible plan: infeasible: no plan fits 8 accelerators "
-                                                        "of 80 GiB"]
+    assert opt.verdict == "skipped" and opt.reasons == [
+        "no feasible plan: infeasible: no plan fits 8 accelerators of 80 GiB"
+    ]
     assert opt.to_markdown().startswith("# Step 4: optimisations for `deepseek-v3`: SKIPPED")

@@ -56,13 +56,16 @@ def test_local_dir_and_named_config(tmp_path: Path) -> None:
     assert resolve_model_source("mixtral-8x7b").config["num_local_experts"] == 8
 
 
-@pytest.mark.parametrize("content, field, message", [
-    ("{not json", "config.json", "malformed JSON"),
-    ('{"hidden_size": 8}', "model_type", "no model_type"),
-    ('{"model_type": "llama", "hidden_size": -4}', "hidden_size", "positive integer"),
-    ('{"model_type": "no-such-arch"}', "model_type", "unknown architecture"),
-    ('{"model_type": "custom-arch", "auto_map": {"AutoConfig": "x.Config"}}', "model_type", "trust_remote_code"),
-])
+@pytest.mark.parametrize(
+    "content, field, message",
+    [
+        ("{not json", "config.json", "malformed JSON"),
+        ('{"hidden_size": 8}', "model_type", "no model_type"),
+        ('{"model_type": "llama", "hidden_size": -4}', "hidden_size", "positive integer"),
+        ('{"model_type": "no-such-arch"}', "model_type", "unknown architecture"),
+        ('{"model_type": "custom-arch", "auto_map": {"AutoConfig": "x.Config"}}', "model_type", "trust_remote_code"),
+    ],
+)
 def test_malformed_configs_name_the_field(tmp_path: Path, content: str, field: str, message: str) -> None:
     (tmp_path / "config.json").write_text(content)
     with pytest.raises(ModelError, match=message) as info:

@@ -44,8 +44,15 @@ def test_all_errors_are_listed_with_field_paths(tmp_path: Path) -> None:
     with pytest.raises(SpecError) as info:
         load_spec(path)
     fields = {issue.field for issue in info.value.issues}
-    assert {"metadata.name", "model.colour", "platform", "training.seq_len", "training.precision.compute",
-            "cluster.node_pools.0", "storage"} <= fields, fields
+    assert {
+        "metadata.name",
+        "model.colour",
+        "platform",
+        "training.seq_len",
+        "training.precision.compute",
+        "cluster.node_pools.0",
+        "storage",
+    } <= fields, fields
     text = str(info.value)
     assert str(path) in text and "unknown platform 'no-such-platform'" in text and "cpu" in text
     assert "exactly one of 'nodes'" in text
@@ -66,7 +73,7 @@ def test_yaml_and_file_errors_name_the_file(tmp_path: Path) -> None:
 
 def test_elastic_range_must_be_ordered() -> None:
     pool = {"name": "e", "accelerator": {"per_node": 8, "memory_gib": 80}, "elastic": {"min": 5, "max": 2}}
-    with pytest.raises(SpecError, match="elastic.min"):
+    with pytest.raises(SpecError, match=r"elastic.min"):
         spec_from_dict({**MINIMAL, "cluster": {"node_pools": [pool]}})
 
 
@@ -89,6 +96,10 @@ def test_every_spec_field_documents_itself() -> None:
 
     schema = PipelineSpec.model_json_schema()
     models = [("PipelineSpec", schema), *schema["$defs"].items()]
-    missing = [f"{name}.{field}" for name, model in models
-               for field, prop in model.get("properties", {}).items() if "description" not in prop]
+    missing = [
+        f"{name}.{field}"
+        for name, model in models
+        for field, prop in model.get("properties", {}).items()
+        if "description" not in prop
+    ]
     assert not missing, missing

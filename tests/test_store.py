@@ -10,7 +10,7 @@ from day0.errors import StoreError
 from day0.store import FileStore, S3Store, open_store
 
 
-def exercise(store) -> None:  # noqa: ANN001 - any ArtifactStore
+def exercise(store) -> None:
     assert not store.exists("a/b.json")
     url = store.put_json("a/b.json", {"x": 1})
     assert url.endswith("a/b.json")
@@ -58,7 +58,7 @@ def test_bad_uris(uri: str, message: str) -> None:
 
 
 @pytest.mark.integration
-def test_s3_store_against_a_real_server(s3_server) -> None:  # noqa: ANN001
+def test_s3_store_against_a_real_server(s3_server) -> None:
     store = open_store(f"s3://{s3_server.bucket}/runs")
     assert isinstance(store, S3Store)
     exercise(store)
@@ -68,6 +68,6 @@ def test_s3_store_against_a_real_server(s3_server) -> None:  # noqa: ANN001
 
 
 @pytest.mark.integration
-def test_s3_unreachable_bucket_is_a_store_error(s3_server) -> None:  # noqa: ANN001
+def test_s3_unreachable_bucket_is_a_store_error(s3_server) -> None:
     with pytest.raises(StoreError, match="cannot write"):
         open_store("s3://no-such-bucket/x").put_text("k", "v")

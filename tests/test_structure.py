@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from day0.core.model_source import resolve_model_source
 from day0.analysis.structure import ModelStructure, analyze_structure
+from day0.core.model_source import resolve_model_source
 from day0.core.modeling import build_meta_model, load_hf_config
 
 PUBLISHED = yaml.safe_load((Path(__file__).parent / "data/published_params.yaml").read_text())
@@ -46,11 +46,14 @@ def test_deepseek_v3_structure() -> None:
     assert any("multi-token-prediction" in n for n in s.notes)
 
 
-@pytest.mark.parametrize("name, kind, kv_bytes_bf16", [
-    ("llama-3-8b", "GQA", 2 * 32 * 8 * 128 * 2),
-    ("mixtral-8x7b", "GQA", 2 * 32 * 8 * 128 * 2),
-    ("qwen3-30b-a3b", "GQA", 2 * 48 * 4 * 128 * 2),
-])
+@pytest.mark.parametrize(
+    "name, kind, kv_bytes_bf16",
+    [
+        ("llama-3-8b", "GQA", 2 * 32 * 8 * 128 * 2),
+        ("mixtral-8x7b", "GQA", 2 * 32 * 8 * 128 * 2),
+        ("qwen3-30b-a3b", "GQA", 2 * 48 * 4 * 128 * 2),
+    ],
+)
 def test_attention_kind_and_kv_cache(name: str, kind: str, kv_bytes_bf16: int) -> None:
     s = structure(name)
     assert s.attention_kind == kind
@@ -66,8 +69,11 @@ def test_dense_model_has_no_moe_and_layer_params_add_up() -> None:
     assert per_layer * 32 + outside == s.params_total
 
 
-@pytest.mark.parametrize("path", sorted((Path(__file__).parent / "data/planner").glob("*.structure.json")),
-                         ids=lambda p: p.name.removesuffix(".structure.json"))
+@pytest.mark.parametrize(
+    "path",
+    sorted((Path(__file__).parent / "data/planner").glob("*.structure.json")),
+    ids=lambda p: p.name.removesuffix(".structure.json"),
+)
 def test_planner_fixtures_are_what_step_1_computes(path: Path) -> None:
     """The planner tests read cached step-1 structures; they must not drift from step 1."""
     fixture = ModelStructure.model_validate_json(path.read_text())

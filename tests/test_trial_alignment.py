@@ -37,9 +37,9 @@ def test_warmup_excluded_from_mean() -> None:
 
 def test_first_step_abs_or_rel() -> None:
     th = TrialTolerance(first_step_abs=0.005, first_step_rel=0.005)
-    within_rel = [REF[0] * 1.004] + REF[1:]          # abs 0.032 but rel 0.4% < 0.5%: passes
+    within_rel = [REF[0] * 1.004, *REF[1:]]  # abs 0.032 but rel 0.4% < 0.5%: passes
     assert compare_curves(REF, within_rel, tolerance=th).passed
-    bad = [REF[0] * 1.01] + REF[1:]
+    bad = [REF[0] * 1.01, *REF[1:]]
     r = compare_curves(REF, bad, tolerance=th)
     assert not r.passed and "first-step loss differs" in r.failures[0]
 

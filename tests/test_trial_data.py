@@ -30,7 +30,7 @@ def test_tokenizer_trained_once_then_reused(tmp_path: Path, monkeypatch: pytest.
 
 
 def test_bad_dataset_and_vocab_are_usage_errors(tmp_path: Path) -> None:
-    with pytest.raises(UsageError, match="trial.dataset"):
+    with pytest.raises(UsageError, match=r"trial.dataset"):
         prepare_data(str(tmp_path / "missing.txt"))
     with pytest.raises(UsageError, match="vocab_size"):
         prepare_data(None, vocab_size=100)

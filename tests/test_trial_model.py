@@ -17,21 +17,37 @@ def test_deepseek_v3_scaled_consistently() -> None:
     cfg = scale_config(resolve_model_source("tiny-deepseek-v3").config, SMALL, vocab_size=512, seq_len=32)
     assert (cfg["num_hidden_layers"], cfg["hidden_size"], cfg["n_routed_experts"], cfg["vocab_size"]) == (2, 64, 4, 512)
     assert (cfg["intermediate_size"], cfg["moe_intermediate_size"], cfg["q_lora_rank"], cfg["kv_lora_rank"]) == (
-        128, 32, 32, 16)  # widths shrink with hidden (x1/4), rounded up to multiples of 8
+        128,
+        32,
+        32,
+        16,
+    )  # widths shrink with hidden (x1/4), rounded up to multiples of 8
     assert cfg["first_k_dense_replace"] == 1 and cfg["num_experts_per_tok"] == 2
     assert cfg["num_experts_per_tok"] <= cfg["n_routed_experts"] * cfg["topk_group"] // cfg["n_group"]
 
 
 def test_gqa_heads_and_groups_stay_valid() -> None:
-    llama = {"model_type": "llama", "hidden_size": 4096, "num_attention_heads": 32, "num_key_value_heads": 8,
-             "intermediate_size": 14336, "num_hidden_layers": 32, "vocab_size": 128256,
-             "quantization_config": {"quant_method": "fp8"}}
+    llama = {
+        "model_type": "llama",
+        "hidden_size": 4096,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 8,
+        "intermediate_size": 14336,
+        "num_hidden_layers": 32,
+        "vocab_size": 128256,
+        "quantization_config": {"quant_method": "fp8"},
+    }
     cfg = scale_config(llama, TrialScale(layers=2, hidden=48), vocab_size=512, seq_len=64)
     assert 48 % cfg["num_attention_heads"] == 0 and 48 // cfg["num_attention_heads"] >= 8
     assert cfg["num_attention_heads"] % cfg["num_key_value_heads"] == 0
     assert "quantization_config" not in cfg and cfg["intermediate_size"] == 168
-    dsv3 = {"model_type": "deepseek_v3", "n_routed_experts": 256, "n_group": 8, "topk_group": 4,
-            "num_experts_per_tok": 8}
+    dsv3 = {
+        "model_type": "deepseek_v3",
+        "n_routed_experts": 256,
+        "n_group": 8,
+        "topk_group": 4,
+        "num_experts_per_tok": 8,
+    }
     cfg = scale_config(dsv3, TrialScale(experts=4), vocab_size=512, seq_len=64)
     assert (cfg["n_group"], cfg["topk_group"], cfg["num_experts_per_tok"]) == (1, 1, 4)
 
@@ -50,6 +66,10 @@ def test_build_is_seeded_and_trains_in_fp32() -> None:
 
 
 def test_oversized_trial_is_refused() -> None:
-    big = resolve_model_source("tiny-deepseek-v3").config | {"hidden_size": 8192, "num_hidden_layers": 64, "n_routed_experts": 256}
-    with pytest.raises(ModelError, match="trial.scale"):
+    big = resolve_model_source("tiny-deepseek-v3").config | {
+        "hidden_size": 8192,
+        "num_hidden_layers": 64,
+        "n_routed_experts": 256,
+    }
+    with pytest.raises(ModelError, match=r"trial.scale"):
         build_model(scale_config(big, TrialScale(), vocab_size=512, seq_len=32), seed=0)

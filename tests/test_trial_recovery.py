@@ -34,13 +34,20 @@ def cluster() -> Iterator[object]:
     c.shutdown()
 
 
-def test_node_kill_recovers_with_identical_final_loss(cluster, tmp_path: Path) -> None:  # noqa: ANN001
+def test_node_kill_recovers_with_identical_final_loss(cluster, tmp_path: Path) -> None:
     from day0.testing.chaos import run_with_node_kill
 
     steps = 12
     loop = tiny_loop(steps, checkpoint_every=4)
-    run = run_with_node_kill(cluster, loop, tiny_data().tokens, name="killed", storage_uri=f"file://{tmp_path}",
-                             kill_after_checkpoint_step=4, hooks=TrialFaults(step_delay_s=0.4))
+    run = run_with_node_kill(
+        cluster,
+        loop,
+        tiny_data().tokens,
+        name="killed",
+        storage_uri=f"file://{tmp_path}",
+        kill_after_checkpoint_step=4,
+        hooks=TrialFaults(step_delay_s=0.4),
+    )
     assert run.error is None
     starts = run.starts
     assert len(starts) == 2 and starts[1].from_step >= 4 and starts[1].node_id != starts[0].node_id

@@ -13,15 +13,33 @@ REF = [6.0 * math.exp(-0.03 * t) + 2.0 for t in range(40)]
 
 
 def _curve(label: str, loss: list[float], dtype: str, workers: int) -> TrialCurve:
-    return TrialCurve(label=label, platform="cpu", device="cpu", compute_dtype=dtype, workers=workers,
-                      steps=list(range(1, len(loss) + 1)), loss=loss, grad_norm=[1.0] * len(loss))
+    return TrialCurve(
+        label=label,
+        platform="cpu",
+        device="cpu",
+        compute_dtype=dtype,
+        workers=workers,
+        steps=list(range(1, len(loss) + 1)),
+        loss=loss,
+        grad_norm=[1.0] * len(loss),
+    )
 
 
 def _result(candidate: list[float], runs: list[RunSummary] | None = None) -> TrialResult:
     ref, cand = _curve("reference cpu-fp32 x1", REF, "fp32", 1), _curve("candidate cpu-bf16 x2", candidate, "bf16", 2)
-    return TrialResult(model="tiny", scaled={"layers": 2, "hidden": 64, "experts": 4, "vocab": 512, "parameters": 1},
-                       dataset="synthetic", seq_len=32, global_batch=4, steps=len(REF), reference=ref, candidate=cand,
-                       alignment=compare_curves(REF, candidate), runs=runs or [], seconds=1.0)
+    return TrialResult(
+        model="tiny",
+        scaled={"layers": 2, "hidden": 64, "experts": 4, "vocab": 512, "parameters": 1},
+        dataset="synthetic",
+        seq_len=32,
+        global_batch=4,
+        steps=len(REF),
+        reference=ref,
+        candidate=cand,
+        alignment=compare_curves(REF, candidate),
+        runs=runs or [],
+        seconds=1.0,
+    )
 
 
 def test_distinct_aligned_curves_pass_with_numbers_and_where_each_ran() -> None:
@@ -48,11 +66,21 @@ def test_misaligned_curve_fails_naming_the_check() -> None:
 def test_identical_curves_warn_and_a_failed_run_fails() -> None:
     same = _result(list(REF))
     assert same.verdict == "warn" and same.passed and "identical at all 40 steps" in same.reasons[0]
-    run = RunSummary(role="candidate", name="candidate", storage_uri="file:///x", steps_executed=3,
-                     resumed_from_step=0, attempts=3, wall_s=1.0, error="TrainingFailedError: boom")
+    run = RunSummary(
+        role="candidate",
+        name="candidate",
+        storage_uri="file:///x",
+        steps_executed=3,
+        resumed_from_step=0,
+        attempts=3,
+        wall_s=1.0,
+        error="TrainingFailedError: boom",
+    )
     failed = _result([v * 1.001 for v in REF], runs=[run])
-    assert failed.verdict == "fail" and "candidate training failed after 3 attempt(s): TrainingFailedError: boom" \
-        in failed.reasons
+    assert (
+        failed.verdict == "fail"
+        and "candidate training failed after 3 attempt(s): TrainingFailedError: boom" in failed.reasons
+    )
 
 
 def test_diverged_curve_fails_and_round_trips_through_result_json() -> None:

@@ -22,8 +22,15 @@ from tests._trial_helpers import tiny_data, tiny_loop
 
 pytestmark = pytest.mark.integration
 
-TRIAL = {"scale": {"layers": 2, "hidden": 64, "experts": 4}, "steps": 12, "seq_len": 32, "micro_batch": 2,
-         "learning_rate": 3e-3, "checkpoint_every": 5, "tolerance": {"warmup_steps": 4}}
+TRIAL = {
+    "scale": {"layers": 2, "hidden": 64, "experts": 4},
+    "steps": 12,
+    "seq_len": 32,
+    "micro_batch": 2,
+    "learning_rate": 3e-3,
+    "checkpoint_every": 5,
+    "tolerance": {"warmup_steps": 4},
+}
 
 
 @pytest.fixture(scope="module")
@@ -39,21 +46,25 @@ def local_ray() -> Iterator[None]:
     ray.shutdown()
 
 
-def _spec(storage: str, **trial: Any):  # noqa: ANN202
+def _spec(storage: str, **trial: Any):
     raw = load_yaml(CONFIGS_DIR / "pipelines" / "tiny-local.yaml")
     raw["trial"] = TRIAL | trial
     raw["storage"] = storage
     return spec_from_dict(raw)
 
 
-def test_aligned_trial_two_workers(local_ray, tmp_path: Path) -> None:  # noqa: ANN001
+def test_aligned_trial_two_workers(local_ray, tmp_path: Path) -> None:
     from day0.trial.step import run_trial
     from tasks.trial import PlannerMemoryEstimate
 
     spec = _spec(f"file://{tmp_path}", workers=2)
     assert spec.training.precision.compute == "bf16"  # the default spec's plan trains at bf16
-    result = run_trial(spec, resolve_model(spec.model), checkpoint_uri=f"file://{tmp_path}/ckpt",
-                       memory_estimate=PlannerMemoryEstimate(spec.platform.hardware))
+    result = run_trial(
+        spec,
+        resolve_model(spec.model),
+        checkpoint_uri=f"file://{tmp_path}/ckpt",
+        memory_estimate=PlannerMemoryEstimate(spec.platform.hardware),
+    )
     assert result.alignment.passed, result.alignment.failures
     assert result.verdict == "pass" and result.passed and result.global_batch == 4
     ref, cand = result.reference, result.candidate
@@ -75,18 +86,28 @@ def test_aligned_trial_two_workers(local_ray, tmp_path: Path) -> None:  # noqa: 
     TrialResult.model_validate_json(result.model_dump_json())  # round-trips as the step's result.json
 
 
-def test_task_rerun_resumes_from_s3_checkpoint(local_ray, s3_server, tmp_path: Path,  # noqa: ANN001
-                                               monkeypatch: pytest.MonkeyPatch) -> None:
+def test_task_rerun_resumes_from_s3_checkpoint(
+    local_ray, s3_server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from day0.analysis.step import analyze_model
     from day0.planner.step import optimize_for_spec, plan_for_spec
     from day0.trial.step import TrialTrainingError
     from tasks.trial import trial
 
     # The reference: a stored curve (public API: trial.reference = a URI), made here by the bare loop.
-    ref = [StepRecord.model_validate(h) for h in run_steps(tiny_loop(12, micro_batch=2, lr_warmup_steps=1),
-                                                           tiny_data().tokens)]
-    curve = TrialCurve(label="stored reference", platform="cpu", compute_dtype="fp32", workers=1,
-                       steps=[h.step for h in ref], loss=[h.loss for h in ref], grad_norm=[h.grad_norm for h in ref])
+    ref = [
+        StepRecord.model_validate(h)
+        for h in run_steps(tiny_loop(12, micro_batch=2, lr_warmup_steps=1), tiny_data().tokens)
+    ]
+    curve = TrialCurve(
+        label="stored reference",
+        platform="cpu",
+        compute_dtype="fp32",
+        workers=1,
+        steps=[h.step for h in ref],
+        loss=[h.loss for h in ref],
+        grad_norm=[h.grad_norm for h in ref],
+    )
     (tmp_path / "ref.json").write_text(curve.model_dump_json())
     spec = _spec(f"s3://{s3_server.bucket}/runs", workers=1, reference=str(tmp_path / "ref.json"))
     analyzed = analyze_model(spec.model, spec.platform, spec.training.precision.compute)  # steps 1, 3, 4: real
@@ -96,7 +117,7 @@ def test_task_rerun_resumes_from_s3_checkpoint(local_ray, s3_server, tmp_path: P
     ctx.begin_attempt()
 
     monkeypatch.setenv("DAY0_TESTING_TRIAL_FAULTS", '{"crash_at_step": 7}')  # reaches the Ray Train worker
-    with pytest.raises(TrialTrainingError, match="injected crash at step 7.*rerun the same spec to resume"):
+    with pytest.raises(TrialTrainingError, match=r"injected crash at step 7.*rerun the same spec to resume"):
         trial.fn(ctx, analyzed, planned, optimized, max_failures=0)
     keys = [o["Key"] for o in s3_server.client().list_objects_v2(Bucket=s3_server.bucket)["Contents"]]
     assert any("/trial/checkpoints/candidate/step_000005/model.pt" in k for k in keys), keys

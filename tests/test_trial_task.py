@@ -26,9 +26,9 @@ def test_plan_from_step_results() -> None:
 
     optimized = SimpleNamespace(plan=with_knobs("selective", 3))
     planned = SimpleNamespace(best=with_knobs("full", 1))
-    plan = plan_from_results(optimized, planned)  # type: ignore[arg-type]
+    plan = plan_from_results(optimized, planned)  # type: ignore[arg-type]  # stand-ins with the fields it reads
     assert (plan.recompute, plan.sharding, plan.source) == ("selective", "fsdp", "step 4 plan")
-    plan = plan_from_results(SimpleNamespace(plan=None), planned)  # type: ignore[arg-type]
+    plan = plan_from_results(SimpleNamespace(plan=None), planned)  # type: ignore[arg-type]  # as above
     assert (plan.recompute, plan.sharding, plan.source) == ("full", "ddp", "step 3 best plan")
 
 

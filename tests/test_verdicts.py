@@ -20,8 +20,14 @@ import yaml
 pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parent.parent
 NUMERICS_DATA = REPO / "tests" / "data" / "numerics"
-TRIAL_SMALL = {"steps": 12, "workers": 1, "seq_len": 32, "micro_batch": 2, "checkpoint_every": 6,
-               "scale": {"layers": 2, "hidden": 64, "experts": 4}}
+TRIAL_SMALL = {
+    "steps": 12,
+    "workers": 1,
+    "seq_len": 32,
+    "micro_batch": 2,
+    "checkpoint_every": 6,
+    "scale": {"layers": 2, "hidden": 64, "experts": 4},
+}
 
 
 @pytest.fixture(scope="module")
@@ -32,9 +38,13 @@ def api_url(prefect_server: None) -> str:
 
 
 def _spec(tmp_path: Path, name: str, **fields: object) -> Path:
-    spec = {"metadata": {"name": name}, "model": "tiny-deepseek-v3", "platform": "cpu",
-            "training": {"seq_len": 64, "global_batch": 4, "micro_batch": 2, "precision": {"compute": "fp32"}},
-            "storage": f"file://{tmp_path}/store"} | fields
+    spec = {
+        "metadata": {"name": name},
+        "model": "tiny-deepseek-v3",
+        "platform": "cpu",
+        "training": {"seq_len": 64, "global_batch": 4, "micro_batch": 2, "precision": {"compute": "fp32"}},
+        "storage": f"file://{tmp_path}/store",
+    } | fields
     path = tmp_path / f"{name}.yaml"
     path.write_text(yaml.safe_dump(spec))
     return path
@@ -44,19 +54,20 @@ def _day0(tmp_path: Path, api_url: str | None, *args: str, **env: str) -> subpro
     full = {**os.environ, "PREFECT_HOME": str(tmp_path / "prefect"), "COLUMNS": "200", **env}
     if api_url:
         full["PREFECT_API_URL"] = api_url
-    return subprocess.run([sys.executable, "-m", "cli", *args], cwd=REPO, env=full, capture_output=True,
-                          text=True, timeout=900)
+    return subprocess.run(
+        [sys.executable, "-m", "cli", *args], cwd=REPO, env=full, capture_output=True, text=True, timeout=900
+    )
 
 
 def _summary(proc: subprocess.CompletedProcess[str]) -> dict:
-    return json.loads(proc.stdout[proc.stdout.index("{"):])
+    return json.loads(proc.stdout[proc.stdout.index("{") :])
 
 
-def _flow_run(api_url: str, flow_run_id: str):  # noqa: ANN202
+def _flow_run(api_url: str, flow_run_id: str):
     from prefect.client.orchestration import get_client
     from prefect.settings import PREFECT_API_URL, temporary_settings
 
-    async def read():  # noqa: ANN202
+    async def read():
         async with get_client() as client:
             return await client.read_flow_run(UUID(flow_run_id))
 
@@ -80,8 +91,14 @@ def test_faulty_vendor_kernel_fails_step_2_and_the_run(tmp_path: Path, api_url: 
     platform |= {"name": "faulty-cpu", "vendor_plugin": "faulty_vendor"}
     spec = _spec(tmp_path, "faulty-kernel", platform=platform, steps=["analyze", "operators", "parallel"])
     site = _faulty_plugin_site(tmp_path)
-    proc = _day0(tmp_path, api_url, "run", str(spec), "--json",
-                 PYTHONPATH=os.pathsep.join([str(site), str(NUMERICS_DATA), os.environ.get("PYTHONPATH", "")]))
+    proc = _day0(
+        tmp_path,
+        api_url,
+        "run",
+        str(spec),
+        "--json",
+        PYTHONPATH=os.pathsep.join([str(site), str(NUMERICS_DATA), os.environ.get("PYTHONPATH", "")]),
+    )
     assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
     summary = _summary(proc)
     assert summary["verdicts"]["operators"] == "fail"
@@ -93,7 +110,7 @@ def test_faulty_vendor_kernel_fails_step_2_and_the_run(tmp_path: Path, api_url: 
     assert run.state.is_failed() and "operators" in run.state.message
 
     report = Path(summary["report"]["markdown"].removeprefix("file://")).read_text()
-    scorecard = report[report.index("## Day-0 scorecard"):report.index("## Steps")]
+    scorecard = report[report.index("## Day-0 scorecard") : report.index("## Steps")]
     numerical = next(line for line in scorecard.splitlines() if line.startswith("| numerical"))
     assert "**FAIL**" in numerical and "aten::mm" in numerical
     assert any(ch.isdigit() for ch in numerical.split("aten::mm", 1)[1]), "the reason carries its numbers"
@@ -104,8 +121,9 @@ def test_faulty_vendor_kernel_fails_step_2_and_the_run(tmp_path: Path, api_url: 
 
 def test_injected_training_fault_fails_step_5(tmp_path: Path, api_url: str) -> None:
     spec = _spec(tmp_path, "trial-fault", trial=TRIAL_SMALL, steps=["analyze", "parallel", "optimize", "trial"])
-    proc = _day0(tmp_path, api_url, "run", str(spec), "--json",
-                 DAY0_TESTING_TRIAL_FAULTS=json.dumps({"lr_multiplier": 30.0}))
+    proc = _day0(
+        tmp_path, api_url, "run", str(spec), "--json", DAY0_TESTING_TRIAL_FAULTS=json.dumps({"lr_multiplier": 30.0})
+    )
     assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
     summary = _summary(proc)
     assert summary["verdicts"]["trial"] == "fail" and list(summary["failed"]) == ["trial"]
@@ -151,10 +169,20 @@ def test_a_changed_step_source_recomputes_that_step(tmp_path: Path, api_url: str
     spec = _spec(tmp_path, "code-change", steps=["analyze", "parallel", "optimize"])
 
     def run() -> dict:
-        env = {**os.environ, "PREFECT_HOME": str(tmp_path / "prefect"), "PREFECT_API_URL": api_url,
-               "PYTHONPATH": str(tree)}
-        proc = subprocess.run([sys.executable, "-m", "cli", "run", str(spec), "--json"], cwd=tree, env=env,
-                              capture_output=True, text=True, timeout=600)
+        env = {
+            **os.environ,
+            "PREFECT_HOME": str(tmp_path / "prefect"),
+            "PREFECT_API_URL": api_url,
+            "PYTHONPATH": str(tree),
+        }
+        proc = subprocess.run(
+            [sys.executable, "-m", "cli", "run", str(spec), "--json"],
+            cwd=tree,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
         return _summary(proc)
 
@@ -176,9 +204,14 @@ def test_kuberay_backend_is_refused_not_run_locally(tmp_path: Path) -> None:
 def test_prefect_server_that_does_not_start_is_one_clear_message(tmp_path: Path) -> None:
     spec = _spec(tmp_path, "no-prefect", steps=["analyze"])
     env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}
-    proc = subprocess.run([sys.executable, "-m", "cli", "run", str(spec)], cwd=REPO, capture_output=True, text=True,
-                          env={**env, "PREFECT_HOME": str(tmp_path / "prefect"),
-                               "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "1"}, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-m", "cli", "run", str(spec)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        env={**env, "PREFECT_HOME": str(tmp_path / "prefect"), "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "1"},
+        timeout=300,
+    )
     assert proc.returncode == 1, proc.stderr[-3000:]
     assert "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS" in proc.stderr and "PREFECT_API_URL" in proc.stderr
     assert "Traceback" not in proc.stderr

@@ -64,18 +64,33 @@ def diff_declared(inventory: OpInventory, library: list[OperatorSupport], platfo
         key = declared_key(rec.op, declared)
         if key is None:
             status: Status = "composite" if is_composite_implicit(rec.op) else "missing"
-            out.append(OpCoverage(op=rec.op, status=status, dtypes_needed=rec.dtypes, modules=rec.modules,
-                                  detail="decomposes into other aten ops" if status == "composite" else ""))
+            out.append(
+                OpCoverage(
+                    op=rec.op,
+                    status=status,
+                    dtypes_needed=rec.dtypes,
+                    modules=rec.modules,
+                    detail="decomposes into other aten ops" if status == "composite" else "",
+                )
+            )
             continue
         entry = declared[key]
         bad = [d for d in rec.dtypes if entry.dtypes is not None and d not in entry.dtypes]
-        out.append(OpCoverage(op=rec.op, status="dtype_unsupported" if bad else "supported",
-                              dtypes_needed=rec.dtypes, dtypes_unsupported=bad, modules=rec.modules,
-                              detail=f"library lists {entry.dtypes}" if bad else ""))
+        out.append(
+            OpCoverage(
+                op=rec.op,
+                status="dtype_unsupported" if bad else "supported",
+                dtypes_needed=rec.dtypes,
+                dtypes_unsupported=bad,
+                modules=rec.modules,
+                detail=f"library lists {entry.dtypes}" if bad else "",
+            )
+        )
     return CoverageReport(platform=platform, method="declared", ops=out)
 
 
 # --- probing -----------------------------------------------------------------------------------
+
 
 def _has_kernel(op: str, key: str) -> bool:
     """A kernel for the device's key, or a backend-agnostic one every device gets. A NonFunctional
@@ -93,8 +108,7 @@ def _run_once(rec: OpRecord, dtype: str, device: str, max_elements: int) -> str 
     if example is None or example_numel(example) > max_elements:
         return None
     try:
-        args, kwargs = build_call(rec.op, example, edge=False, dtype_for=lambda _recorded: DTYPES[dtype],
-                                  device=device)
+        args, kwargs = build_call(rec.op, example, edge=False, dtype_for=lambda _recorded: DTYPES[dtype], device=device)
         resolve_op(rec.op)(*args, **kwargs)
     except (RuntimeError, NotImplementedError, TypeError, ValueError, IndexError) as exc:
         message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
@@ -103,22 +117,39 @@ def _run_once(rec: OpRecord, dtype: str, device: str, max_elements: int) -> str 
     return None
 
 
-def probe_device(inventory: OpInventory, device_type: str, platform: str,
-                 max_elements: int = 1 << 20) -> CoverageReport:
+def probe_device(
+    inventory: OpInventory, device_type: str, platform: str, max_elements: int = 1 << 20
+) -> CoverageReport:
     """Dispatcher lookup plus one seeded call per needed dtype on the device, within a size budget."""
     key = _DISPATCH_KEYS.get(device_type, "PrivateUse1")
-    runnable = device_type == "cpu" or (hasattr(torch, device_type) and
-                                       getattr(getattr(torch, device_type), "is_available", lambda: False)())
+    runnable = device_type == "cpu" or (
+        hasattr(torch, device_type) and getattr(getattr(torch, device_type), "is_available", lambda: False)()
+    )
     out = []
     for rec in inventory.ops:
         if not _has_kernel(rec.op, key):
             status: Status = "composite" if is_composite_implicit(rec.op) else "missing"
-            out.append(OpCoverage(op=rec.op, status=status, dtypes_needed=rec.dtypes, modules=rec.modules,
-                                  detail=f"no {key} kernel" + ("; decomposes" if status == "composite" else "")))
+            out.append(
+                OpCoverage(
+                    op=rec.op,
+                    status=status,
+                    dtypes_needed=rec.dtypes,
+                    modules=rec.modules,
+                    detail=f"no {key} kernel" + ("; decomposes" if status == "composite" else ""),
+                )
+            )
             continue
-        errors = {d: e for d in rec.dtypes if d in DTYPES and runnable
-                  and (e := _run_once(rec, d, device_type, max_elements))}
-        out.append(OpCoverage(op=rec.op, status="dtype_unsupported" if errors else "supported",
-                              dtypes_needed=rec.dtypes, dtypes_unsupported=sorted(errors), modules=rec.modules,
-                              detail="; ".join(f"{d}: {e[:160]}" for d, e in errors.items())))
+        errors = {
+            d: e for d in rec.dtypes if d in DTYPES and runnable and (e := _run_once(rec, d, device_type, max_elements))
+        }
+        out.append(
+            OpCoverage(
+                op=rec.op,
+                status="dtype_unsupported" if errors else "supported",
+                dtypes_needed=rec.dtypes,
+                dtypes_unsupported=sorted(errors),
+                modules=rec.modules,
+                detail="; ".join(f"{d}: {e[:160]}" for d, e in errors.items()),
+            )
+        )
     return CoverageReport(platform=platform, method="probe", ops=out)

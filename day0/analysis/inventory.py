@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -21,6 +21,9 @@ from torch.utils._pytree import tree_map
 from day0.analysis.structure import _decoder_layers, layer_kinds
 from day0.core.dtypes import DTYPES, dtype_name
 from day0.core.ops import DtypeConstraint, OpInventory, OpRecord, describe_call, op_name
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
 __all__ = ["capture_operators", "reduced_depth"]
 
@@ -57,15 +60,22 @@ class _Recorder(TorchDispatchMode):
         try:
             return func(*args, **kwargs)
         except RuntimeError as exc:
-            floats = {t.dtype for t in torch.utils._pytree.tree_leaves(args) if isinstance(t, torch.Tensor)
-                      and t.dtype.is_floating_point and t.dtype != torch.bfloat16}
+            floats = {
+                t.dtype
+                for t in torch.utils._pytree.tree_leaves(args)
+                if isinstance(t, torch.Tensor) and t.dtype.is_floating_point and t.dtype != torch.bfloat16
+            }
             if not floats:
                 raise
             dtype = floats.pop()
-            self.constraints.setdefault((name, dtype_name(dtype)), DtypeConstraint(
-                op=name, dtype=dtype_name(dtype), message=str(exc).splitlines()[0][:300]))
-            up = tree_map(lambda a: a.to(torch.bfloat16) if isinstance(a, torch.Tensor)
-                          and a.dtype.is_floating_point else a, (args, kwargs))
+            self.constraints.setdefault(
+                (name, dtype_name(dtype)),
+                DtypeConstraint(op=name, dtype=dtype_name(dtype), message=str(exc).splitlines()[0][:300]),
+            )
+            up = tree_map(
+                lambda a: a.to(torch.bfloat16) if isinstance(a, torch.Tensor) and a.dtype.is_floating_point else a,
+                (args, kwargs),
+            )
             out = func(*up[0], **up[1])
             return tree_map(lambda o: o.to(dtype) if isinstance(o, torch.Tensor) and o.is_floating_point() else o, out)
 
@@ -80,7 +90,7 @@ def _new_dtype(examples: list[list[Any]], example: list[Any]) -> bool:
     return bool(_floating(example) - seen)
 
 
-def reduced_depth(model: torch.nn.Module, attention_kind: str) -> list[tuple[int, str]]:
+def reduced_depth(model: PreTrainedModel, attention_kind: str) -> list[tuple[int, str]]:
     """Keep one decoder layer of each distinct kind (in order), in place.
     Returns (original layer index, kind) of the kept layers."""
     layers = _decoder_layers(model)
@@ -112,17 +122,20 @@ def _meta_counts_as_tracing() -> Iterator[None]:
 
 
 @contextmanager
-def _scopes(model: torch.nn.Module, recorder: _Recorder, kept: list[tuple[int, str]]) -> Iterator[None]:
+def _scopes(model: PreTrainedModel, recorder: _Recorder, kept: list[tuple[int, str]]) -> Iterator[None]:
     """Name the module each op runs in: top-level units and decoder layers, forward and backward."""
-    inner = getattr(model, "model", model)
+    inner: Any = getattr(model, "model", model)  # the decoder stack: its attributes vary by architecture
     units: list[tuple[str, torch.nn.Module]] = [
-        (f"layers.{index} ({kind})", layer) for (index, kind), layer in zip(kept, inner.layers)]
+        (f"layers.{index} ({kind})", layer) for (index, kind), layer in zip(kept, inner.layers)
+    ]
     units += [(n, m) for n, m in inner.named_children() if n != "layers"]
     units += [(n, m) for n, m in model.named_children() if n != "model"]
     handles = []
     for label, module in units:
+
         def enter(*_: Any, _label: str = label) -> None:
             recorder.scope = _label
+
         handles.append(module.register_forward_pre_hook(enter))
         handles.append(module.register_full_backward_pre_hook(enter))
     try:
@@ -132,12 +145,13 @@ def _scopes(model: torch.nn.Module, recorder: _Recorder, kept: list[tuple[int, s
             h.remove()
 
 
-def capture_operators(model: torch.nn.Module, attention_kind: str, compute_dtype: str = "bf16",
-                      seq_len: int = 16, batch: int = 1) -> OpInventory:
+def capture_operators(
+    model: PreTrainedModel, attention_kind: str, compute_dtype: str = "bf16", seq_len: int = 16, batch: int = 1
+) -> OpInventory:
     """Forward + backward of a reduced-depth meta copy; `model` must be a meta model (it is trimmed)."""
     start = time.perf_counter()
     kept = reduced_depth(model, attention_kind)
-    model.to(DTYPES[compute_dtype])
+    model.to(DTYPES[compute_dtype])  # type: ignore[arg-type]  # transformers wraps .to in functools.wraps: mypy misses the bound self
     model.config.use_cache = False
     recorder = _Recorder()
     ids = torch.zeros(batch, seq_len, dtype=torch.long, device="meta")
@@ -146,6 +160,11 @@ def capture_operators(model: torch.nn.Module, attention_kind: str, compute_dtype
         recorder.phase, recorder.scope = "backward", "loss"
         out.loss.backward()
     ops = sorted(recorder.records.values(), key=lambda r: r.op)
-    return OpInventory(compute_dtype=compute_dtype, seq_len=seq_len, layers_captured=[k for _, k in kept], ops=ops,
-                       constraints=list(recorder.constraints.values()),
-                       capture_seconds=time.perf_counter() - start)
+    return OpInventory(
+        compute_dtype=compute_dtype,
+        seq_len=seq_len,
+        layers_captured=[k for _, k in kept],
+        ops=ops,
+        constraints=list(recorder.constraints.values()),
+        capture_seconds=time.perf_counter() - start,
+    )

@@ -25,15 +25,24 @@ class AnalyzeResult(StepResult):
         from day0.plots import grouped_bars
 
         comps = self.structure.components
-        return {"params.png": grouped_bars(
-            f"{self.structure.model}: parameters by component", list(comps),
-            {"total": [c.total / 1e9 for c in comps.values()], "active per token": [c.active / 1e9 for c in comps.values()]},
-            "billions", log=True)}
+        return {
+            "params.png": grouped_bars(
+                f"{self.structure.model}: parameters by component",
+                list(comps),
+                {
+                    "total": [c.total / 1e9 for c in comps.values()],
+                    "active per token": [c.active / 1e9 for c in comps.values()],
+                },
+                "billions",
+                log=True,
+            )
+        }
 
     def to_markdown(self) -> str:
         s, cov = self.structure, self.coverage
         lines = [
-            f"# Step 1: analyze `{s.model}`", "",
+            f"# Step 1: analyze `{s.model}`",
+            "",
             f"- architecture: `{s.architecture}` ({s.model_type}), {s.num_layers} layers, hidden {s.hidden_size}, "
             f"vocab {s.vocab_size}, max context {s.max_context}",
             f"- parameters: **{_b(s.params_total)} total**, **{_b(s.params_active)} active per token**",
@@ -41,9 +50,11 @@ class AnalyzeResult(StepResult):
             f"head dim {s.head_dim}",
         ]
         if s.moe:
-            lines.append(f"- MoE: {s.moe.num_experts} routed experts, top-{s.moe.top_k}, "
-                         f"{s.moe.num_shared_experts} shared; {s.moe.num_moe_layers} MoE / "
-                         f"{s.moe.num_dense_layers} dense layers")
+            lines.append(
+                f"- MoE: {s.moe.num_experts} routed experts, top-{s.moe.top_k}, "
+                f"{s.moe.num_shared_experts} shared; {s.moe.num_moe_layers} MoE / "
+                f"{s.moe.num_dense_layers} dense layers"
+            )
         lines.append(f"- KV cache per token: {s.kv_cache_bytes_per_token['bf16'] / 1024:.1f} KiB at bf16")
         lines += [f"- note: {n}" for n in s.notes]
         lines += ["", "![parameters by component](params.png)", "", "| component | total | active |", "|---|---:|---:|"]
@@ -51,14 +62,22 @@ class AnalyzeResult(StepResult):
         lines += ["", "| layer kind | count | params/layer | active/layer |", "|---|---:|---:|---:|"]
         lines += [f"| {k.name} | {k.count} | {_b(k.params_total)} | {_b(k.params_active)} |" for k in s.layer_kinds]
         counts = cov.counts
-        lines += ["", f"## Operators on `{cov.platform}` ({cov.method})", "",
-                  f"{len(self.inventory.ops)} aten operators in one forward+backward at "
-                  f"{self.inventory.compute_dtype}: " + ", ".join(f"{v} {k}" for k, v in counts.items()), ""]
+        lines += [
+            "",
+            f"## Operators on `{cov.platform}` ({cov.method})",
+            "",
+            f"{len(self.inventory.ops)} aten operators in one forward+backward at "
+            f"{self.inventory.compute_dtype}: " + ", ".join(f"{v} {k}" for k, v in counts.items()),
+            "",
+        ]
         gaps = [o for o in cov.ops if o.status in ("missing", "dtype_unsupported")]
         if gaps:
             lines += ["| operator | status | dtypes | used in |", "|---|---|---|---|"]
-            lines += [f"| `{o.op}` | {o.status} | {', '.join(o.dtypes_unsupported or o.dtypes_needed)} | "
-                      f"{', '.join(o.modules)} |" for o in gaps]
+            lines += [
+                f"| `{o.op}` | {o.status} | {', '.join(o.dtypes_unsupported or o.dtypes_needed)} | "
+                f"{', '.join(o.modules)} |"
+                for o in gaps
+            ]
         for c in self.inventory.constraints:
             lines.append(f"- constraint: `{c.op}` rejects {c.dtype} ({c.message}); captured at {c.ran_at}")
         return "\n".join(lines) + "\n"
@@ -66,12 +85,19 @@ class AnalyzeResult(StepResult):
     def judge(self) -> Judgement:
         s, counts = self.structure, self.coverage.counts
         gaps = counts.get("missing", 0) + counts.get("dtype_unsupported", 0)
-        headline = {"parameters": f"{_b(s.params_total)} total, {_b(s.params_active)} active",
-                    "operators": f"{len(self.inventory.ops)} captured, {gaps} not in the platform library"}
+        headline = {
+            "parameters": f"{_b(s.params_total)} total, {_b(s.params_active)} active",
+            "operators": f"{len(self.inventory.ops)} captured, {gaps} not in the platform library",
+        }
         if gaps:
-            return Judgement(verdict="warn", headline=headline, reasons=[
-                f"{gaps} of {len(self.inventory.ops)} operators are not in {self.coverage.platform}'s library "
-                f"({self.coverage.method}): step 2 adapts them"])
+            return Judgement(
+                verdict="warn",
+                headline=headline,
+                reasons=[
+                    f"{gaps} of {len(self.inventory.ops)} operators are not in {self.coverage.platform}'s library "
+                    f"({self.coverage.method}): step 2 adapts them"
+                ],
+            )
         return Judgement(verdict="pass", headline=headline)
 
 

@@ -23,8 +23,9 @@ __all__ = ["analyze_model"]
 Progress = Callable[[str], None]
 
 
-def analyze_model(model: ModelSpec, platform: PlatformSpec, compute_dtype: str = "bf16",
-                  progress: Progress | None = None) -> AnalyzeResult:
+def analyze_model(
+    model: ModelSpec, platform: PlatformSpec, compute_dtype: str = "bf16", progress: Progress | None = None
+) -> AnalyzeResult:
     say = progress or (lambda _msg: None)
     start = time.perf_counter()
     say(f"resolving {model.source}")
@@ -41,5 +42,6 @@ def analyze_model(model: ModelSpec, platform: PlatformSpec, compute_dtype: str =
         coverage = probe_device(inventory, platform.device_type, platform.name)
     else:
         coverage = diff_declared(inventory, platform.operator_library, platform.name)
-    return AnalyzeResult(model=resolved, structure=structure, inventory=inventory, coverage=coverage,
-                         seconds=time.perf_counter() - start)
+    return AnalyzeResult(
+        model=resolved, structure=structure, inventory=inventory, coverage=coverage, seconds=time.perf_counter() - start
+    )

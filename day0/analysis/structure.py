@@ -9,13 +9,16 @@ planner, the trial scaler) read.
 from __future__ import annotations
 
 import re
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import torch
 from pydantic import BaseModel, Field
 
 from day0.core.dtypes import DTYPE_BYTES
 from day0.errors import ModelError
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
 __all__ = [
     "COMPONENTS",
@@ -28,8 +31,18 @@ __all__ = [
     "layer_kinds",
 ]
 
-COMPONENTS = ("embeddings", "attention", "dense_mlp", "routed_experts", "shared_experts", "router", "norms",
-              "head", "other")
+COMPONENTS = (
+    "embeddings",
+    "attention",
+    "dense_mlp",
+    "routed_experts",
+    "shared_experts",
+    "router",
+    "norms",
+    "head",
+    "other",
+)
+
 
 class ComponentParams(BaseModel):
     total: int
@@ -115,8 +128,12 @@ def _component(name: str) -> str:
 
 
 def _moe_numbers(cfg: Any) -> tuple[int, int, int]:
-    num_experts = getattr(cfg, "n_routed_experts", None) or getattr(cfg, "num_experts", None) or \
-        getattr(cfg, "num_local_experts", None) or 0
+    num_experts = (
+        getattr(cfg, "n_routed_experts", None)
+        or getattr(cfg, "num_experts", None)
+        or getattr(cfg, "num_local_experts", None)
+        or 0
+    )
     top_k = getattr(cfg, "num_experts_per_tok", None) or getattr(cfg, "moe_topk", None) or 0
     shared = getattr(cfg, "n_shared_experts", None) or (1 if getattr(cfg, "shared_expert_intermediate_size", 0) else 0)
     return int(num_experts), int(top_k), int(shared)
@@ -138,7 +155,7 @@ def _attention_kind(cfg: Any) -> Literal["MHA", "GQA", "MQA", "MLA"]:
     return "MHA" if kv == heads else "MQA" if kv == 1 else "GQA"
 
 
-def layer_kinds(model: torch.nn.Module, attention_kind: str) -> list[tuple[str, bool]]:
+def layer_kinds(model: PreTrainedModel, attention_kind: str) -> list[tuple[str, bool]]:
     """(kind name, is_moe) per decoder layer; kind = attention kind [+ layer type] + moe/dense."""
     layer_types = getattr(model.config, "layer_types", None)
     kinds = []
@@ -161,7 +178,7 @@ def _kv_cache_bytes(cfg: Any, kind: str, head_dim: int) -> dict[str, int]:
     return {dtype: layers * per_layer * nbytes for dtype, nbytes in DTYPE_BYTES.items()}
 
 
-def analyze_structure(model: torch.nn.Module, source: str) -> ModelStructure:
+def analyze_structure(model: PreTrainedModel, source: str) -> ModelStructure:
     cfg = model.config
     num_experts, top_k, shared = _moe_numbers(cfg)
     active_share = top_k / num_experts if num_experts else 1.0
@@ -184,37 +201,65 @@ def analyze_structure(model: torch.nn.Module, source: str) -> ModelStructure:
         if kind not in kinds:
             layer = layers[i]
             mlp = getattr(layer, "mlp", None) or getattr(layer, "block_sparse_moe", None)
-            kinds[kind] = LayerKind(name=kind, attention_class=type(getattr(layer, "self_attn", layer)).__name__,
-                                    mlp_class=type(mlp).__name__, is_moe=is_moe, count=0, indices=[],
-                                    params_total=per_layer.get(i, [0, 0])[0],
-                                    params_active=per_layer.get(i, [0, 0])[1])
+            kinds[kind] = LayerKind(
+                name=kind,
+                attention_class=type(getattr(layer, "self_attn", layer)).__name__,
+                mlp_class=type(mlp).__name__,
+                is_moe=is_moe,
+                count=0,
+                indices=[],
+                params_total=per_layer.get(i, [0, 0])[0],
+                params_active=per_layer.get(i, [0, 0])[1],
+            )
         kinds[kind].count += 1
         kinds[kind].indices.append(i)
     head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
     moe_layers = sum(k.count for k in kinds.values() if k.is_moe)
     notes = []
     if getattr(cfg, "num_nextn_predict_layers", 0):
-        notes.append(f"{cfg.num_nextn_predict_layers} multi-token-prediction layer(s) in the release are not "
-                     "instantiated by transformers and are not counted")
+        notes.append(
+            f"{cfg.num_nextn_predict_layers} multi-token-prediction layer(s) in the release are not "
+            "instantiated by transformers and are not counted"
+        )
     if attention_kind == "MLA":
         notes.append("KV cache counted as MLA's compressed latent (kv_lora_rank + qk_rope_head_dim per layer)")
     return ModelStructure(
-        model=source, architecture=type(model).__name__, model_type=cfg.model_type,
-        hidden_size=cfg.hidden_size, intermediate_size=getattr(cfg, "intermediate_size", None),
-        num_layers=cfg.num_hidden_layers, layer_kinds=list(kinds.values()), attention_kind=attention_kind,
+        model=source,
+        architecture=type(model).__name__,
+        model_type=cfg.model_type,
+        hidden_size=cfg.hidden_size,
+        intermediate_size=getattr(cfg, "intermediate_size", None),
+        num_layers=cfg.num_hidden_layers,
+        layer_kinds=list(kinds.values()),
+        attention_kind=attention_kind,
         num_attention_heads=cfg.num_attention_heads,
-        num_kv_heads=getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads, head_dim=head_dim,
-        mla=MLAConfig(q_lora_rank=getattr(cfg, "q_lora_rank", None), kv_lora_rank=cfg.kv_lora_rank,
-                      qk_nope_head_dim=cfg.qk_nope_head_dim, qk_rope_head_dim=cfg.qk_rope_head_dim,
-                      v_head_dim=cfg.v_head_dim) if attention_kind == "MLA" else None,
-        moe=MoEConfig(num_experts=num_experts, top_k=top_k, num_shared_experts=shared,
-                      expert_intermediate_size=getattr(cfg, "moe_intermediate_size", None) or cfg.intermediate_size,
-                      num_moe_layers=moe_layers, num_dense_layers=cfg.num_hidden_layers - moe_layers)
-        if moe_layers else None,
-        vocab_size=cfg.vocab_size, max_context=getattr(cfg, "max_position_embeddings", None),
+        num_kv_heads=getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads,
+        head_dim=head_dim,
+        mla=MLAConfig(
+            q_lora_rank=getattr(cfg, "q_lora_rank", None),
+            kv_lora_rank=cfg.kv_lora_rank,
+            qk_nope_head_dim=cfg.qk_nope_head_dim,
+            qk_rope_head_dim=cfg.qk_rope_head_dim,
+            v_head_dim=cfg.v_head_dim,
+        )
+        if attention_kind == "MLA"
+        else None,
+        moe=MoEConfig(
+            num_experts=num_experts,
+            top_k=top_k,
+            num_shared_experts=shared,
+            expert_intermediate_size=getattr(cfg, "moe_intermediate_size", None) or cfg.intermediate_size,
+            num_moe_layers=moe_layers,
+            num_dense_layers=cfg.num_hidden_layers - moe_layers,
+        )
+        if moe_layers
+        else None,
+        vocab_size=cfg.vocab_size,
+        max_context=getattr(cfg, "max_position_embeddings", None),
         tie_word_embeddings=bool(getattr(cfg, "tie_word_embeddings", False)),
         params_total=sum(c.total for c in components.values()),
         params_active=sum(c.active for c in components.values()),
         components={k: v for k, v in components.items() if v.total},
-        kv_cache_bytes_per_token=_kv_cache_bytes(cfg, attention_kind, head_dim), notes=notes,
+        kv_cache_bytes_per_token=_kv_cache_bytes(cfg, attention_kind, head_dim),
+        notes=notes,
     )

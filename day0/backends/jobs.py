@@ -65,12 +65,24 @@ def connect(address: str, timeout_s: float = 60.0) -> Any:
             time.sleep(1.0)
 
 
-def submit(client: Any, entrypoint: str, *, sub_id: str | None = None,
-           runtime_env: Mapping[str, Any] | None = None, metadata: Mapping[str, str] | None = None) -> str:
+def submit(
+    client: Any,
+    entrypoint: str,
+    *,
+    sub_id: str | None = None,
+    runtime_env: Mapping[str, Any] | None = None,
+    metadata: Mapping[str, str] | None = None,
+) -> str:
     """Submit `entrypoint` (a shell command run by the head's job supervisor); return its id."""
     try:
-        return str(client.submit_job(entrypoint=entrypoint, submission_id=sub_id,
-                                     runtime_env=dict(runtime_env or {}), metadata=dict(metadata or {})))
+        return str(
+            client.submit_job(
+                entrypoint=entrypoint,
+                submission_id=sub_id,
+                runtime_env=dict(runtime_env or {}),
+                metadata=dict(metadata or {}),
+            )
+        )
     except Exception as exc:  # the SDK raises bare RuntimeError/HTTP errors
         raise JobError(f"submitting {entrypoint!r} failed: {exc}") from exc
 
@@ -78,12 +90,19 @@ def submit(client: Any, entrypoint: str, *, sub_id: str | None = None,
 def _tail(client: Any, sub_id: str, lines: int) -> str:
     try:
         return "\n".join(str(client.get_job_logs(sub_id)).splitlines()[-lines:])
-    except Exception:  # logs are best effort: the job result is what matters
+    except Exception:  # noqa: BLE001 - logs are best effort: the job result is what matters
         return ""
 
 
-def wait(client: Any, sub_id: str, timeout_s: float, *, poll_s: float = 1.0, log_lines: int = 50,
-         started: float | None = None) -> JobOutcome:
+def wait(
+    client: Any,
+    sub_id: str,
+    timeout_s: float,
+    *,
+    poll_s: float = 1.0,
+    log_lines: int = 50,
+    started: float | None = None,
+) -> JobOutcome:
     """Wait for a terminal status; on timeout stop the job and report `timed_out=True`."""
     start = time.monotonic() if started is None else started
     timed_out = False
@@ -98,10 +117,15 @@ def wait(client: Any, sub_id: str, timeout_s: float, *, poll_s: float = 1.0, log
             status = _wait_stopped(client, sub_id)
             break
         time.sleep(poll_s)
-    return JobOutcome(submission_id=sub_id, address=str(client.get_address()), status=cast(Terminal, status),
-                      message=str(info.message or "") if not timed_out else f"stopped after {timeout_s:.0f} s timeout",
-                      timed_out=timed_out, duration_s=round(time.monotonic() - start, 3),
-                      logs_tail=_tail(client, sub_id, log_lines))
+    return JobOutcome(
+        submission_id=sub_id,
+        address=str(client.get_address()),
+        status=cast(Terminal, status),
+        message=str(info.message or "") if not timed_out else f"stopped after {timeout_s:.0f} s timeout",
+        timed_out=timed_out,
+        duration_s=round(time.monotonic() - start, 3),
+        logs_tail=_tail(client, sub_id, log_lines),
+    )
 
 
 def _wait_stopped(client: Any, sub_id: str, grace_s: float = 30.0) -> str:
@@ -114,9 +138,16 @@ def _wait_stopped(client: Any, sub_id: str, grace_s: float = 30.0) -> str:
     return "STOPPED"
 
 
-def run_job(address: str, entrypoint: str, *, timeout_s: float, sub_id: str | None = None,
-            runtime_env: Mapping[str, Any] | None = None, metadata: Mapping[str, str] | None = None,
-            poll_s: float = 1.0) -> JobOutcome:
+def run_job(
+    address: str,
+    entrypoint: str,
+    *,
+    timeout_s: float,
+    sub_id: str | None = None,
+    runtime_env: Mapping[str, Any] | None = None,
+    metadata: Mapping[str, str] | None = None,
+    poll_s: float = 1.0,
+) -> JobOutcome:
     """Submit and wait. Cancellation (KeyboardInterrupt, task cancel) stops the job before re-raising,
     so no driver is left running on the head."""
     client = connect(address)
@@ -124,7 +155,7 @@ def run_job(address: str, entrypoint: str, *, timeout_s: float, sub_id: str | No
     job = submit(client, entrypoint, sub_id=sub_id, runtime_env=runtime_env, metadata=metadata)
     try:
         return wait(client, job, timeout_s, poll_s=poll_s, started=start)
-    except BaseException:
+    except BaseException:  # noqa: BLE001 - stop the job on any exit (Ctrl-C included), then re-raise
         try:
             client.stop_job(job)
         finally:

@@ -21,8 +21,14 @@ def connect(address: str | None = None, *, num_cpus: int | None = None, namespac
         if address is None:
             # "local" always starts a private instance; a bare ray.init() would join any cluster
             # that `ray start` left on this machine.
-            ray.init(address="local", num_cpus=num_cpus, namespace=namespace, include_dashboard=False, log_to_driver=False,
-                     configure_logging=False)
+            ray.init(
+                address="local",
+                num_cpus=num_cpus,
+                namespace=namespace,
+                include_dashboard=False,
+                log_to_driver=False,
+                configure_logging=False,
+            )
         else:
             ray.init(address=address, namespace=namespace, log_to_driver=False)
     return ray.get_runtime_context().gcs_address

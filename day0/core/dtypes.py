@@ -11,13 +11,23 @@ import torch
 
 __all__ = ["ALL_DTYPES", "DTYPES", "DTYPE_BYTES", "dtype_name"]
 
-DTYPES: dict[str, torch.dtype] = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16,
-                                   "fp64": torch.float64, "fp8": torch.float8_e4m3fn}
+DTYPES: dict[str, torch.dtype] = {
+    "fp32": torch.float32,
+    "bf16": torch.bfloat16,
+    "fp16": torch.float16,
+    "fp64": torch.float64,
+    "fp8": torch.float8_e4m3fn,
+}
 """Floating dtypes by name."""
 
 ALL_DTYPES: dict[str, torch.dtype] = DTYPES | {
-    "int64": torch.int64, "int32": torch.int32, "int16": torch.int16, "int8": torch.int8,
-    "uint8": torch.uint8, "bool": torch.bool}
+    "int64": torch.int64,
+    "int32": torch.int32,
+    "int16": torch.int16,
+    "int8": torch.int8,
+    "uint8": torch.uint8,
+    "bool": torch.bool,
+}
 """Every dtype an op-call example may record, by name."""
 
 DTYPE_BYTES: dict[str, int] = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1}

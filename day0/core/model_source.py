@@ -18,10 +18,10 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from day0.errors import ModelError
+from day0.errors import ModelError, shorten
 from day0.paths import CONFIGS_DIR
 from day0.settings import HubSettings
-from day0.spec import ModelSpec
+from day0.spec import ModelSpec, hub_reference
 
 __all__ = ["HUB_ALLOW_PATTERNS", "ResolvedModel", "remote_code_allowed", "resolve_model", "resolve_model_source"]
 
@@ -55,17 +55,25 @@ def _from_hub(source: str, settings: HubSettings) -> tuple[Path, str, str]:
     from huggingface_hub import snapshot_download
     from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError
 
-    ref = source.removeprefix("hf://")
-    repo_id, _, revision = ref.partition("@")
-    revision = revision or "main"
-    if repo_id.count("/") != 1 or not all(repo_id.split("/")):
-        raise ModelError(source, "model.source", "expected hf://org/name[@revision]")
     try:
-        path = snapshot_download(repo_id, revision=revision, allow_patterns=HUB_ALLOW_PATTERNS,
-                                 cache_dir=settings.cache_dir, local_files_only=_hub_offline(settings))
+        repo_id, revision = hub_reference(source)
+    except ValueError as exc:
+        raise ModelError(shorten(source), "model.source", str(exc)) from None
+    try:
+        path = snapshot_download(
+            repo_id,
+            revision=revision,
+            allow_patterns=HUB_ALLOW_PATTERNS,
+            cache_dir=settings.cache_dir,
+            local_files_only=_hub_offline(settings),
+        )
     except LocalEntryNotFoundError:
-        raise ModelError(source, "model.source", f"revision {revision!r} of {repo_id} is not in the local hub "
-                         "cache and the hub is offline (HF_HUB_OFFLINE); pre-fetch its config or go online")
+        raise ModelError(
+            source,
+            "model.source",
+            f"revision {revision!r} of {repo_id} is not in the local hub "
+            "cache and the hub is offline (HF_HUB_OFFLINE); pre-fetch its config or go online",
+        ) from None
     except (HfHubHTTPError, OSError) as exc:
         raise ModelError(source, "model.source", f"could not fetch from the hub: {exc}") from None
     return Path(path), repo_id, revision
@@ -98,8 +106,14 @@ def resolve_model_source(source: str, settings: HubSettings | None = None) -> Re
         raise ModelError(source, "config.json", f"malformed JSON: {exc}") from None
     if not isinstance(config, dict):
         raise ModelError(source, "config.json", "expected a JSON object")
-    return ResolvedModel(source=source, directory=directory, config=config, repo_id=repo_id, revision=revision,
-                         commit=_commit_of(directory) if repo_id else None)
+    return ResolvedModel(
+        source=source,
+        directory=directory,
+        config=config,
+        repo_id=repo_id,
+        revision=revision,
+        commit=_commit_of(directory) if repo_id else None,
+    )
 
 
 def remote_code_allowed(model: ModelSpec, resolved: ResolvedModel) -> bool:
@@ -108,8 +122,11 @@ def remote_code_allowed(model: ModelSpec, resolved: ResolvedModel) -> bool:
     if not model.trust_remote_code:
         return False
     if resolved.org is None or resolved.org not in model.trusted_orgs:
-        raise ModelError(model.source, "model.trusted_orgs",
-                         f"trust_remote_code is on but org {resolved.org!r} is not in trusted_orgs")
+        raise ModelError(
+            model.source,
+            "model.trusted_orgs",
+            f"trust_remote_code is on but org {resolved.org!r} is not in trusted_orgs",
+        )
     return True
 
 

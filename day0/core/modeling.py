@@ -9,13 +9,17 @@ malformed configs.
 from __future__ import annotations
 
 import warnings
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from day0.core.dtypes import DTYPES
 from day0.core.model_source import ResolvedModel
+from day0.core.plausible import check_config
 from day0.errors import ModelError
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
 __all__ = ["build_meta_model", "load_hf_config"]
 
@@ -36,25 +40,30 @@ def load_hf_config(model: ResolvedModel, trust_remote_code: bool | None = None) 
         value = cfg.get(key, 1)
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             raise ModelError(model.source, key, f"expected a positive integer, got {value!r}")
+    check_config(model.source, cfg)
     try:
         return AutoConfig.from_pretrained(model.directory, trust_remote_code=trust_remote_code)
     except ValueError as exc:
         if "auto_map" in cfg and not trust_remote_code:
-            raise ModelError(model.source, "model_type", f"{cfg['model_type']!r} needs the repo's own code; "
-                             "set model.trust_remote_code and list the org in model.trusted_orgs") from None
+            raise ModelError(
+                model.source,
+                "model_type",
+                f"{cfg['model_type']!r} needs the repo's own code; "
+                "set model.trust_remote_code and list the org in model.trusted_orgs",
+            ) from None
         raise ModelError(model.source, "model_type", f"unknown architecture {cfg['model_type']!r}: {exc}") from None
 
 
-def build_meta_model(hf_config: Any, source: str, dtype: str = "bf16",
-                     trust_remote_code: bool = False) -> torch.nn.Module:
+def build_meta_model(
+    hf_config: Any, source: str, dtype: str = "bf16", trust_remote_code: bool = False
+) -> PreTrainedModel:
     """The full architecture on the meta device at `dtype`: shapes only, built in about a second."""
     from transformers import AutoModelForCausalLM
 
     try:
         with torch.device("meta"), warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            return AutoModelForCausalLM.from_config(hf_config, dtype=DTYPES[dtype],
-                                                    trust_remote_code=trust_remote_code)
+            return AutoModelForCausalLM.from_config(hf_config, dtype=DTYPES[dtype], trust_remote_code=trust_remote_code)
     except ValueError as exc:
         raise ModelError(source, "architectures", f"no causal-LM class for {hf_config.model_type!r}: {exc}") from None
     except (TypeError, AttributeError, RuntimeError, ZeroDivisionError) as exc:

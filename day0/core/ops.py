@@ -26,9 +26,23 @@ from pydantic import BaseModel, Field
 
 from day0.core.dtypes import ALL_DTYPES, dtype_name
 
-__all__ = ["Call", "DtypeConstraint", "OpInventory", "OpRecord", "build_call", "cast_call", "declared_key",
-           "describe", "describe_call", "example_numel", "is_composite_implicit", "is_tensor_desc", "meta_call",
-           "op_name", "resolve_op"]
+__all__ = [
+    "Call",
+    "DtypeConstraint",
+    "OpInventory",
+    "OpRecord",
+    "build_call",
+    "cast_call",
+    "declared_key",
+    "describe",
+    "describe_call",
+    "example_numel",
+    "is_composite_implicit",
+    "is_tensor_desc",
+    "meta_call",
+    "op_name",
+    "resolve_op",
+]
 
 Call = tuple[list[Any], dict[str, Any]]
 """Positional and keyword arguments of one call."""
@@ -64,6 +78,7 @@ class OpInventory(BaseModel):
 
 # --- names -------------------------------------------------------------------------------------
 
+
 def op_name(func: torch._ops.OpOverload) -> str:
     name = func._schema.name  # 'aten::add'
     return f"{name}.{func._overloadname}" if func._overloadname != "default" else name
@@ -95,6 +110,7 @@ def is_composite_implicit(op: str) -> bool:
 
 # --- writing calls down ------------------------------------------------------------------------
 
+
 def describe(value: Any) -> Any:
     """One call argument in the notation."""
     if isinstance(value, torch.Tensor):
@@ -117,6 +133,7 @@ def describe_call(args: tuple | list, kwargs: dict[str, Any]) -> list[Any]:
 
 
 # --- reading calls back ------------------------------------------------------------------------
+
 
 def is_tensor_desc(v: Any) -> bool:
     return isinstance(v, dict) and set(v) == {"shape", "dtype"}
@@ -152,6 +169,7 @@ def example_numel(example: list[Any]) -> int:
 
 def meta_call(example: list[Any]) -> Call:
     """The call on meta tensors: shapes and dtypes only, no memory."""
+
     def meta(v: Any) -> Any:
         if is_tensor_desc(v):
             return torch.empty(v["shape"], dtype=ALL_DTYPES[v["dtype"]], device="meta")
@@ -165,8 +183,14 @@ def meta_call(example: list[Any]) -> Call:
 
 _SOFTMAX = {"aten::_softmax", "aten::_safe_softmax", "aten::_log_softmax", "aten::softmax.int"}
 _POSITIVE = {"aten::rsqrt", "aten::sqrt", "aten::log", "aten::reciprocal"}
-_FILL_SCALAR = {"aten::masked_fill.Scalar": 2, "aten::masked_fill_.Scalar": 2, "aten::scalar_tensor": 0,
-                "aten::fill_.Scalar": 1, "aten::full": 1, "aten::new_full": 2}
+_FILL_SCALAR = {
+    "aten::masked_fill.Scalar": 2,
+    "aten::masked_fill_.Scalar": 2,
+    "aten::scalar_tensor": 0,
+    "aten::fill_.Scalar": 1,
+    "aten::full": 1,
+    "aten::new_full": 2,
+}
 
 
 def _float(shape: list[int], g: torch.Generator, op: str, pos: int, edge: bool) -> torch.Tensor:
@@ -182,10 +206,10 @@ def _float(shape: list[int], g: torch.Generator, op: str, pos: int, edge: bool) 
             rows = x.view(-1, x.shape[-1]) if x.shape[-1] else x
             rows[::2] += 100.0
             if op == "aten::_safe_softmax" and rows.shape[-1] > 1:
-                rows[1::4, rows.shape[-1] // 2:] = -math.inf
+                rows[1::4, rows.shape[-1] // 2 :] = -math.inf
     elif op in ("aten::_softmax_backward_data", "aten::_log_softmax_backward_data") and pos == 1:
         x = torch.softmax(x, -1) if "_log" not in op else torch.log_softmax(x, -1)
-    elif op == "aten::nll_loss_forward" and pos == 0 or op == "aten::nll_loss_backward" and pos == 1:
+    elif (op == "aten::nll_loss_forward" and pos == 0) or (op == "aten::nll_loss_backward" and pos == 1):
         x = torch.log_softmax(x, -1)
     elif op in ("aten::div.Tensor", "aten::div_.Tensor") and pos == 1:
         x = torch.sign(x) * (x.abs() + 0.5)
@@ -196,6 +220,7 @@ def _float(shape: list[int], g: torch.Generator, op: str, pos: int, edge: bool) 
 
 def _index_fixups(op: str, args: list[Any], g: torch.Generator) -> None:
     """Give index-like int tensors valid values (in range, unique where duplicates are racy)."""
+
     def ri(high: int, like: torch.Tensor) -> torch.Tensor:
         return torch.randint(0, max(high, 1), like.shape, generator=g, dtype=like.dtype)
 
@@ -218,8 +243,12 @@ def _index_fixups(op: str, args: list[Any], g: torch.Generator) -> None:
     elif op.startswith("aten::index_put"):
         # unique rows: the model's index_put scatters a permutation (MoE token order); duplicates
         # would also make non-accumulating writes racy
-        args[1] = [(ri(args[0].shape[i], t) if t.dim() != 1 else unique_along(t, args[0].shape[i], 0))
-                   if isinstance(t, torch.Tensor) else t for i, t in enumerate(args[1])]
+        args[1] = [
+            (ri(args[0].shape[i], t) if t.dim() != 1 else unique_along(t, args[0].shape[i], 0))
+            if isinstance(t, torch.Tensor)
+            else t
+            for i, t in enumerate(args[1])
+        ]
     elif op in ("aten::nll_loss_forward", "aten::nll_loss_backward"):
         logits = args[0] if op.endswith("forward") else args[1]
         t = 1 if op.endswith("forward") else 2
@@ -233,8 +262,14 @@ def _index_fixups(op: str, args: list[Any], g: torch.Generator) -> None:
         args[0] = torch.randint(lo, hi + 1, args[0].shape, generator=g, dtype=args[0].dtype)
 
 
-def build_call(op: str, example: list[Any], seed: int = 0, edge: bool = True,
-               dtype_for: Callable[[str], torch.dtype] | None = None, device: str = "cpu") -> Call:
+def build_call(
+    op: str,
+    example: list[Any],
+    seed: int = 0,
+    edge: bool = True,
+    dtype_for: Callable[[str], torch.dtype] | None = None,
+    device: str = "cpu",
+) -> Call:
     """Seeded inputs for `op` from an inventory example. Floating values are drawn in float64 and
     rounded to `dtype_for(recorded dtype name)` (default: the recorded dtype); floating dtype
     arguments are mapped the same way, so a recorded `dtype=torch.float32` follows the compute dtype."""
@@ -260,14 +295,19 @@ def build_call(op: str, example: list[Any], seed: int = 0, edge: bool = True,
     if op in _FILL_SCALAR and len(args) > _FILL_SCALAR[op] and args[_FILL_SCALAR[op]] is None:
         args[_FILL_SCALAR[op]] = -math.inf  # JSON stores +-inf as null; -inf is the masking value
     _index_fixups(op, args, g)
-    fix = lambda v: to(dtype_name(v)) if isinstance(v, torch.dtype) and v.is_floating_point else v
+
+    def fix(v: Any) -> Any:
+        return to(dtype_name(v)) if isinstance(v, torch.dtype) and v.is_floating_point else v
+
     return cast_call(([fix(a) for a in args], {k: fix(v) for k, v in kwargs.items()}), lambda d: d, device)
 
 
-def cast_call(call: Call, float_dtype: Callable[[torch.dtype], torch.dtype], device: str = "cpu",
-              requires_grad: bool = False) -> Call:
+def cast_call(
+    call: Call, float_dtype: Callable[[torch.dtype], torch.dtype], device: str = "cpu", requires_grad: bool = False
+) -> Call:
     """A fresh copy of `call` with every floating tensor (and floating dtype argument) cast by
     `float_dtype`; floating tensors become autograd leaves if `requires_grad`."""
+
     def conv(v: Any) -> Any:
         if isinstance(v, torch.Tensor):
             if v.is_floating_point():
@@ -278,5 +318,6 @@ def cast_call(call: Call, float_dtype: Callable[[torch.dtype], torch.dtype], dev
         if isinstance(v, (list, tuple)):
             return type(v)(conv(x) for x in v)
         return v
+
     args, kwargs = call
     return [conv(a) for a in args], {k: conv(v) for k, v in kwargs.items()}

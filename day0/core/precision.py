@@ -13,7 +13,7 @@ __all__ = ["COMPUTE_DTYPES", "DEFAULT_TOLERANCES", "FP8_KEPT_DTYPE", "DType", "h
 
 DType = Literal["fp32", "bf16", "fp16", "fp8"]
 """Compute dtypes a spec may name (`fp64` is only ever a reference)."""
-COMPUTE_DTYPES: tuple[str, ...] = get_args(DType)
+COMPUTE_DTYPES: tuple[DType, ...] = get_args(DType)
 
 FP8_KEPT_DTYPE = "bf16"
 """fp8 training casts GEMM inputs to fp8 transiently and keeps weights, activations and every other
@@ -38,5 +38,7 @@ def host_compute_dtype(dtype: str) -> tuple[str, str | None]:
     training keeps outside its GEMMs, and the host has no fp8 arithmetic to check or train with."""
     if dtype != "fp8":
         return dtype, None
-    return FP8_KEPT_DTYPE, (f"fp8 compute runs at {FP8_KEPT_DTYPE} here: fp8 training keeps {FP8_KEPT_DTYPE} "
-                            "outside its GEMMs, and fp8 GEMMs are not emulated on this host")
+    return FP8_KEPT_DTYPE, (
+        f"fp8 compute runs at {FP8_KEPT_DTYPE} here: fp8 training keeps {FP8_KEPT_DTYPE} "
+        "outside its GEMMs, and fp8 GEMMs are not emulated on this host"
+    )

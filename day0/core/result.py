@@ -47,12 +47,12 @@ class StepResult(BaseModel):
     def verdict(self) -> Verdict:
         return self.judge().verdict
 
-    @computed_field  # type: ignore[prop-decorator]
+    @computed_field  # type: ignore[prop-decorator]  # pydantic's documented computed-field form
     @property
     def reasons(self) -> list[str]:
         return self.judge().reasons
 
-    @computed_field  # type: ignore[prop-decorator]
+    @computed_field  # type: ignore[prop-decorator]  # pydantic's documented computed-field form
     @property
     def headline(self) -> dict[str, str]:
         return self.judge().headline

@@ -34,15 +34,16 @@ from day0.spec import ValidationSpec
 __all__ = ["HOST_LINK_GBPS", "STRATEGIES", "adapt_op", "adapt_report", "make_kernel"]
 
 STRATEGIES: tuple[str, ...] = ("plugin", "decomposition", "upcast", "cpu_fallback")
-HOST_LINK_GBPS = 25.0   # PCIe 4.0 x16, the usual host<->accelerator link
+HOST_LINK_GBPS = 25.0  # PCIe 4.0 x16, the usual host<->accelerator link
 DEVICE_MEM_GBPS = 1000.0  # order of an accelerator's HBM bandwidth; the ratio is what matters
 _active = threading.local()
 
 
 def _no_recursion(op: str, fn: Callable[..., Any]) -> Callable[..., Any]:
     """A decomposition that calls its own op again is no decomposition on this platform."""
+
     def kernel(*args: Any, **kwargs: Any) -> Any:
-        stack = getattr(_active, "ops", set())
+        stack: set[str] = getattr(_active, "ops", set())
         if op in stack:
             raise MissingKernelError(f"decomposition of {op} calls {op} again")
         _active.ops = stack | {op}
@@ -50,6 +51,7 @@ def _no_recursion(op: str, fn: Callable[..., Any]) -> Callable[..., Any]:
             return fn(*args, **kwargs)
         finally:
             _active.ops = stack
+
     return kernel
 
 
@@ -57,6 +59,7 @@ def _fallback(func: Any, device: str) -> Callable[..., Any]:
     def kernel(*args: Any, **kwargs: Any) -> Any:
         host = tree_map(lambda a: a.to("cpu") if isinstance(a, torch.Tensor) else a, (args, kwargs))
         from torch.utils._python_dispatch import _disable_current_modes
+
         with _disable_current_modes():  # the stock host kernel, not the platform's
             try:
                 out = func(*host[0], **host[1])
@@ -64,6 +67,7 @@ def _fallback(func: Any, device: str) -> Callable[..., Any]:
                 out = upcast_kernel(func)(*host[0], **host[1])
             out = write_back(func, args, host[0], out)
         return tree_map(lambda o: o.to(device) if isinstance(o, torch.Tensor) else o, out)
+
     return kernel
 
 
@@ -72,8 +76,9 @@ def _int_dtypes(record: Any) -> list[str]:
     return sorted({d["dtype"] for ex in record.examples for d in ex if isinstance(d, dict) and "shape" in d})
 
 
-def make_kernel(strategy: str, op: str, platform: Platform, dtype: str,
-                plugins: KernelTable | None = None) -> tuple[KernelEntry | None, str]:
+def make_kernel(
+    strategy: str, op: str, platform: Platform, dtype: str, plugins: KernelTable | None = None
+) -> tuple[KernelEntry | None, str]:
     """(kernel, note). kernel None means the strategy does not apply; note says why."""
     func = resolve_op(op)
     if strategy == "plugin":
@@ -98,9 +103,13 @@ def make_kernel(strategy: str, op: str, platform: Platform, dtype: str,
 def _launches(record: Any, platform: Platform, dtype: str, inventory_dtype: str) -> int:
     """Kernels one adapted call launches on the platform (the decomposition's cost)."""
     target = DTYPES[dtype]
-    call = build_call(record.op, record.examples[0], 0,
-                      dtype_for=lambda name: target if name == inventory_dtype else DTYPES.get(name, torch.float32),
-                      device=platform.device)
+    call = build_call(
+        record.op,
+        record.examples[0],
+        0,
+        dtype_for=lambda name: target if name == inventory_dtype else DTYPES.get(name, torch.float32),
+        device=platform.device,
+    )
     try:
         with platform.mode() as mode:
             resolve_op(record.op)(*call[0], **call[1])
@@ -121,10 +130,17 @@ def _cost(strategy: str, record: Any, platform: Platform, dtype: str, inventory_
     return 1.0, "native kernel"
 
 
-def adapt_op(record: Any, platform: Platform, dtype: str, validation: ValidationSpec, problem: str,
-             plugins: KernelTable | None = None, inventory_dtype: str = "fp32",
-             strategies: tuple[str, ...] = STRATEGIES,
-             cause: Literal["missing", "error", "wrong_numbers"] = "missing") -> Adaptation:
+def adapt_op(
+    record: Any,
+    platform: Platform,
+    dtype: str,
+    validation: ValidationSpec,
+    problem: str,
+    plugins: KernelTable | None = None,
+    inventory_dtype: str = "fp32",
+    strategies: tuple[str, ...] = STRATEGIES,
+    cause: Literal["missing", "error", "wrong_numbers"] = "missing",
+) -> Adaptation:
     """Try each strategy on a copy of the platform; keep the first whose re-check passes."""
     result = Adaptation(op=record.op, dtype=dtype, problem=problem, cause=cause)
     seeds = range(validation.seeds)
@@ -133,53 +149,93 @@ def adapt_op(record: Any, platform: Platform, dtype: str, validation: Validation
         if entry is None:
             result.tried.append(f"{strategy}: {note}")
             continue
-        trial = Platform(platform.name, platform.device, platform.library, platform.kernels.copy(), platform.emulated_on,
-                         platform.notes)
+        trial = Platform(
+            platform.name,
+            platform.device,
+            platform.library,
+            platform.kernels.copy(),
+            platform.emulated_on,
+            platform.notes,
+        )
         only = (_int_dtypes(record) or None) if dtype == "int" else [dtype]
-        trial.kernels.register(record.op, entry.fn, source=entry.source if strategy == "plugin" else f"adapt:{strategy}",
-                               dtypes=only, reenter=entry.reenter)
+        trial.kernels.register(
+            record.op,
+            entry.fn,
+            source=entry.source if strategy == "plugin" else f"adapt:{strategy}",
+            dtypes=only,
+            reenter=entry.reenter,
+        )
         recheck = check_op(record, trial, dtype if dtype != "int" else "fp32", validation, inventory_dtype, seeds)
         if not recheck.ok:
             result.tried.append(f"{strategy}: {recheck.status} ({recheck.reason[:80]})")
             continue
         platform.kernels = trial.kernels
         result.strategy, result.recheck = strategy, recheck
-        result.overhead, result.cost_note = _cost(strategy, record, platform, dtype if dtype != "int" else "fp32",
-                                                  inventory_dtype)
+        result.overhead, result.cost_note = _cost(
+            strategy, record, platform, dtype if dtype != "int" else "fp32", inventory_dtype
+        )
         result.tried.append(f"{strategy}: pass ({note})")
         return result
     return result
 
 
-def adapt_report(report: OpCheckReport, inventory: OpInventory, platform: Platform, validation: ValidationSpec,
-                 plugins: KernelTable | None = None, strategies: tuple[str, ...] = STRATEGIES) -> OpCheckReport:
+def adapt_report(
+    report: OpCheckReport,
+    inventory: OpInventory,
+    platform: Platform,
+    validation: ValidationSpec,
+    plugins: KernelTable | None = None,
+    strategies: tuple[str, ...] = STRATEGIES,
+) -> OpCheckReport:
     """Adapt every failing/missing op of `report`; failing checks are replaced by their re-checks."""
     records = inventory.by_name()
     checks: dict[int, OpCheck] = {}
     adaptations = list(report.adaptations)
     # backward-only ops first: a forward op's gradient check needs its backward kernels adapted
-    order = sorted(range(len(report.checks)), key=lambda i: "forward" in records.get(
-        report.checks[i].op, OpRecord(op="")).phases)
+    order = sorted(
+        range(len(report.checks)), key=lambda i: "forward" in records.get(report.checks[i].op, OpRecord(op="")).phases
+    )
     for i in order:
         check = report.checks[i]
         if check.ok or check.op not in records:
             checks[i] = check
             continue
         if adaptations:  # its gradient may only have needed a backward op adapted meanwhile
-            again = check_op(records[check.op], platform, check.dtype if check.dtype != "int" else "fp32",
-                             validation, inventory.compute_dtype, range(validation.seeds))
+            again = check_op(
+                records[check.op],
+                platform,
+                check.dtype if check.dtype != "int" else "fp32",
+                validation,
+                inventory.compute_dtype,
+                range(validation.seeds),
+            )
             if again.ok:
-                checks[i] = again.model_copy(update={"reason": again.reason + "; passes once its backward ops are adapted"})
+                checks[i] = again.model_copy(
+                    update={"reason": again.reason + "; passes once its backward ops are adapted"}
+                )
                 continue
         status = check.status if check.status != "pass" else check.grad_status
-        problem = f"{check.status}: {check.reason}" if check.status != "pass" else f"gradient {check.grad_status}: {check.reason}"
-        cause = "wrong_numbers" if status == "fail" else "error" if status == "error" else "missing"
-        a = adapt_op(records[check.op], platform, check.dtype, validation, problem, plugins, inventory.compute_dtype,
-                     strategies, cause)
+        problem = (
+            f"{check.status}: {check.reason}"
+            if check.status != "pass"
+            else f"gradient {check.grad_status}: {check.reason}"
+        )
+        cause: Literal["missing", "error", "wrong_numbers"] = (
+            "wrong_numbers" if status == "fail" else "error" if status == "error" else "missing"
+        )
+        a = adapt_op(
+            records[check.op],
+            platform,
+            check.dtype,
+            validation,
+            problem,
+            plugins,
+            inventory.compute_dtype,
+            strategies,
+            cause,
+        )
         adaptations.append(a)
         checks[i] = a.recheck if a.recheck is not None else check
-    return report.model_copy(update={"checks": [checks[i] for i in range(len(report.checks))],
-                                     "adaptations": adaptations})
-
-
-
+    return report.model_copy(
+        update={"checks": [checks[i] for i in range(len(report.checks))], "adaptations": adaptations}
+    )

@@ -31,12 +31,14 @@ def call_numel(op: str, example: list[Any]) -> int:
 def shrink_example(example: list[Any], cap: int, size: Callable[[list[Any]], int] = example_numel) -> list[Any]:
     """Halve the largest dimension size everywhere it appears (shapes and equal int args) until
     `size(example)` is at most `cap`: keeps shape relations (mm's K, split sizes) intact."""
+
     def remap(v: Any, old: int, new: int) -> Any:
         if is_tensor_desc(v):
             return {"shape": [new if s == old else s for s in v["shape"]], "dtype": v["dtype"]}
         if isinstance(v, list):
             return [remap(x, old, new) for x in v]
         return new if type(v) is int and v == old else v
+
     while size(example) > cap:
         dims = [s for v in _tensor_descs(example) for s in v["shape"]] + _size_lists(example)
         big = max(dims, default=1)

@@ -12,7 +12,7 @@ import copy
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import torch
 from pydantic import BaseModel, Field
@@ -28,6 +28,9 @@ from day0.numerics.opcheck import ReferenceMode, thresholds_for
 from day0.numerics.platform_kernels import MissingKernelError, Platform
 from day0.numerics.results import LayerReport, LayerRow
 from day0.spec import ValidationSpec
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
 __all__ = ["WholeModel", "build_model", "compare_layers", "layer_units", "reduced_params"]
 
@@ -61,8 +64,8 @@ def _config(whole: WholeModel) -> Any:
     return cfg
 
 
-def _trim(model: nn.Module, keep: list[int]) -> nn.Module:
-    inner = getattr(model, "model", model)
+def _trim(model: PreTrainedModel, keep: list[int]) -> PreTrainedModel:
+    inner: Any = getattr(model, "model", model)  # the decoder stack: its attributes vary by architecture
     if len(keep) != len(inner.layers):
         inner.layers = nn.ModuleList([inner.layers[i] for i in keep])
         for new, layer in enumerate(inner.layers):  # attention modules index their KV cache slot
@@ -79,18 +82,21 @@ def reduced_params(whole: WholeModel) -> int:
     from transformers import AutoModelForCausalLM
 
     with torch.device("meta"):
-        model = _trim(AutoModelForCausalLM.from_config(_config(whole), trust_remote_code=whole.model.trust_remote_code),
-                      whole.keep_layers)
+        model = _trim(
+            AutoModelForCausalLM.from_config(_config(whole), trust_remote_code=whole.model.trust_remote_code),
+            whole.keep_layers,
+        )
     return sum(p.numel() for p in model.parameters())
 
 
-def build_model(whole: WholeModel, seed: int = 0) -> nn.Module:
+def build_model(whole: WholeModel, seed: int = 0) -> PreTrainedModel:
     """The model at reduced depth and full width, with seeded random weights in fp32 on the CPU."""
     from transformers import AutoModelForCausalLM
 
     torch.manual_seed(seed)
-    model = AutoModelForCausalLM.from_config(_config(whole), dtype=torch.float32,
-                                             trust_remote_code=whole.model.trust_remote_code)
+    model = AutoModelForCausalLM.from_config(
+        _config(whole), dtype=torch.float32, trust_remote_code=whole.model.trust_remote_code
+    )
     return _trim(model, whole.keep_layers).eval()
 
 
@@ -121,6 +127,7 @@ def _capture(model: nn.Module) -> Iterator[tuple[dict[str, torch.Tensor], dict[s
     grads: dict[str, torch.Tensor] = {}
     handles = []
     for name, module in layer_units(model):
+
         def hook(_m: nn.Module, _i: Any, out: Any, _name: str = name) -> None:
             t = _first_tensor(out)
             if t is None:
@@ -128,6 +135,7 @@ def _capture(model: nn.Module) -> Iterator[tuple[dict[str, torch.Tensor], dict[s
             outs[_name] = t.detach().clone()
             if t.requires_grad:
                 t.register_hook(lambda g, _n=_name: grads.__setitem__(_n, g.detach().clone()))
+
         handles.append(module.register_forward_hook(hook))
     try:
         yield outs, grads
@@ -141,42 +149,70 @@ def _run(model: nn.Module, ids: torch.Tensor, mode: TorchDispatchMode) -> tuple[
     with _capture(model) as (outs, grads), mode:
         loss = model(input_ids=ids, labels=ids, use_cache=False).loss
         loss.backward()
-    params = {n: torch.cat([p.grad.detach().flatten().double() for p in m.parameters() if p.grad is not None] or
-                           [torch.zeros(0, dtype=torch.float64)]) for n, m in layer_units(model)}
+    params = {
+        n: torch.cat(
+            [p.grad.detach().flatten().double() for p in m.parameters() if p.grad is not None]
+            or [torch.zeros(0, dtype=torch.float64)]
+        )
+        for n, m in layer_units(model)
+    }
     return loss.item(), outs, grads, params
 
 
-def _row(module: str, phase: str, p: torch.Tensor | None, r: torch.Tensor | None, t: Thresholds,
-         dtype: torch.dtype) -> LayerRow | None:
+def _row(
+    module: str,
+    phase: Literal["forward", "backward", "param_grad"],
+    p: torch.Tensor | None,
+    r: torch.Tensor | None,
+    t: Thresholds,
+    dtype: torch.dtype,
+) -> LayerRow | None:
     if p is None or r is None:
         return None
     m: ErrorMetrics = compare(p, r, t, dtype)
     ok, why = verdict(m, t)
-    return LayerRow(module=module, phase=phase, metrics=m, passed=ok, reason=why)  # type: ignore[arg-type]
+    return LayerRow(module=module, phase=phase, metrics=m, passed=ok, reason=why)
 
 
-def compare_layers(model: nn.Module, platform: Platform, compute_dtype: str = "fp32",
-                   validation: ValidationSpec | None = None, *, seed: int = 0, batch: int = 2, seq_len: int = 32,
-                   name: str = "model") -> LayerReport:
+def compare_layers(
+    model: PreTrainedModel,
+    platform: Platform,
+    compute_dtype: str = "fp32",
+    validation: ValidationSpec | None = None,
+    *,
+    seed: int = 0,
+    batch: int = 2,
+    seq_len: int = 32,
+    name: str = "model",
+) -> LayerReport:
     """Forward+backward of `model` at the reference dtype plainly and at `compute_dtype` under the
     platform, same weights and tokens; every unit's output, output gradient and parameter gradient
     compared. `model` is not modified."""
     validation = validation or ValidationSpec()
     start = time.perf_counter()
     ref_dtype, dtype = DTYPES[validation.reference_dtype], DTYPES[compute_dtype]
-    reference = copy.deepcopy(model).to(ref_dtype)
-    candidate = copy.deepcopy(model).to(dtype).to(platform.device)
+    reference = copy.deepcopy(model).to(ref_dtype)  # type: ignore[arg-type]  # transformers wraps .to in functools.wraps: mypy misses the bound self
+    candidate = copy.deepcopy(model).to(dtype).to(platform.device)  # type: ignore[arg-type]  # transformers wraps .to in functools.wraps: mypy misses the bound self
     vocab = model.config.vocab_size
     ids = torch.randint(0, vocab, (batch, seq_len), generator=torch.Generator().manual_seed(seed))
     ref_mode = ReferenceMode()
     ref_loss, ref_out, ref_grad, ref_param = _run(reference, ids, ref_mode)
     t = thresholds_for(compute_dtype, validation)
     units = [n for n, _ in layer_units(model)]
-    report = LayerReport(model=name, layers=sum(n.startswith("layers.") for n in units), compute_dtype=compute_dtype,
-                         reference_dtype=validation.reference_dtype, seed=seed, loss_reference=ref_loss,
-                         loss_platform=float("nan"), rows=[], seconds=0.0,
-                         notes=[f"reference ran {op} at fp32 (no {validation.reference_dtype} kernel)"
-                                for op in sorted(ref_mode.downcast)])
+    report = LayerReport(
+        model=name,
+        layers=sum(n.startswith("layers.") for n in units),
+        compute_dtype=compute_dtype,
+        reference_dtype=validation.reference_dtype,
+        seed=seed,
+        loss_reference=ref_loss,
+        loss_platform=float("nan"),
+        rows=[],
+        seconds=0.0,
+        notes=[
+            f"reference ran {op} at fp32 (no {validation.reference_dtype} kernel)" for op in sorted(ref_mode.downcast)
+        ],
+    )
     try:
         loss, out, grad, param = _run(candidate, ids.to(platform.device), platform.mode())
     except Exception as exc:  # noqa: BLE001 - a kernel that raises is a finding, not a crash

@@ -18,19 +18,30 @@ from day0.core.precision import DEFAULT_TOLERANCES
 __all__ = ["ErrorMetrics", "Thresholds", "compare", "default_thresholds", "ulp_error", "verdict"]
 
 
-
 class Thresholds(BaseModel):
     """What 'close enough' means for one dtype."""
 
     rtol: float = Field(gt=0)
     atol: float = Field(gt=0)
     min_cosine: float = Field(0.99, gt=0, le=1)
-    max_share_beyond: float = Field(1e-3, ge=0, le=1, description=(
-        "Share of elements allowed outside atol + rtol*|ref|: a few cancellation outliers in a "
-        "reduction are rounding, a systematic fault moves many."))
-    rms_share: float = Field(0.25, ge=0, le=1, description=(
-        "Elementwise outliers are forgiven while the RMS error stays under rtol * rms_share; "
-        "0 forgives none (ops that round each element once)."))
+    max_share_beyond: float = Field(
+        1e-3,
+        ge=0,
+        le=1,
+        description=(
+            "Share of elements allowed outside atol + rtol*|ref|: a few cancellation outliers in a "
+            "reduction are rounding, a systematic fault moves many."
+        ),
+    )
+    rms_share: float = Field(
+        0.25,
+        ge=0,
+        le=1,
+        description=(
+            "Elementwise outliers are forgiven while the RMS error stays under rtol * rms_share; "
+            "0 forgives none (ops that round each element once)."
+        ),
+    )
 
 
 def default_thresholds(dtype: str, min_cosine: float = 0.99) -> Thresholds:
@@ -54,11 +65,17 @@ class ErrorMetrics(BaseModel):
 
     def merge(self, other: ErrorMetrics) -> ErrorMetrics:
         """Worst of two (e.g. several outputs of one op, or several seeds)."""
-        worst = {k: max(getattr(self, k), getattr(other, k))
-                 for k in ("max_abs", "max_rel", "mean_rel", "rmse", "rel_rmse", "share_beyond_tol", "nan_inf_mismatch")}
+        worst = {
+            k: max(getattr(self, k), getattr(other, k))
+            for k in ("max_abs", "max_rel", "mean_rel", "rmse", "rel_rmse", "share_beyond_tol", "nan_inf_mismatch")
+        }
         ulps = [u for u in (self.max_ulp, other.max_ulp) if u is not None]
-        return ErrorMetrics(numel=self.numel + other.numel, cosine=min(self.cosine, other.cosine),
-                            max_ulp=max(ulps) if ulps else None, **worst)
+        return ErrorMetrics(
+            numel=self.numel + other.numel,
+            cosine=min(self.cosine, other.cosine),
+            max_ulp=max(ulps) if ulps else None,
+            **worst,
+        )
 
 
 def ulp_error(actual: torch.Tensor, expected: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -71,8 +88,9 @@ def ulp_error(actual: torch.Tensor, expected: torch.Tensor, dtype: torch.dtype) 
     return (actual - expected).abs() / ulp
 
 
-def compare(actual: torch.Tensor, expected: torch.Tensor, thresholds: Thresholds,
-            compute_dtype: torch.dtype | None = None) -> ErrorMetrics:
+def compare(
+    actual: torch.Tensor, expected: torch.Tensor, thresholds: Thresholds, compute_dtype: torch.dtype | None = None
+) -> ErrorMetrics:
     """Metrics of `actual` (platform) against `expected` (reference), shapes must match."""
     if actual.shape != expected.shape:
         raise ValueError(f"shape mismatch: platform {tuple(actual.shape)} vs reference {tuple(expected.shape)}")
@@ -87,8 +105,17 @@ def compare(actual: torch.Tensor, expected: torch.Tensor, thresholds: Thresholds
         a, e = a[ok], e[ok]
     n = a.numel()
     if n == 0:
-        return ErrorMetrics(numel=0, max_abs=0.0, max_rel=0.0, mean_rel=0.0, cosine=1.0, rmse=0.0,
-                            rel_rmse=0.0, share_beyond_tol=0.0, nan_inf_mismatch=mismatch)
+        return ErrorMetrics(
+            numel=0,
+            max_abs=0.0,
+            max_rel=0.0,
+            mean_rel=0.0,
+            cosine=1.0,
+            rmse=0.0,
+            rel_rmse=0.0,
+            share_beyond_tol=0.0,
+            nan_inf_mismatch=mismatch,
+        )
     diff = (a - e).abs()
     e_abs = e.abs()
     rel = diff / e_abs.clamp_min(thresholds.atol)
@@ -106,9 +133,17 @@ def compare(actual: torch.Tensor, expected: torch.Tensor, thresholds: Thresholds
     if compute_dtype is not None and compute_dtype.is_floating_point and compute_dtype != torch.float64:
         max_ulp = float(ulp_error(a, e.to(compute_dtype).to(torch.float64), compute_dtype).max())
     return ErrorMetrics(
-        numel=n, max_abs=float(diff.max()), max_rel=float(rel.max()), mean_rel=float(rel.mean()),
-        cosine=cosine, rmse=rmse, rel_rmse=rmse / ref_rms if ref_rms > 0 else (0.0 if rmse == 0 else math.inf),
-        share_beyond_tol=float(beyond.double().mean()), max_ulp=max_ulp, nan_inf_mismatch=mismatch)
+        numel=n,
+        max_abs=float(diff.max()),
+        max_rel=float(rel.max()),
+        mean_rel=float(rel.mean()),
+        cosine=cosine,
+        rmse=rmse,
+        rel_rmse=rmse / ref_rms if ref_rms > 0 else (0.0 if rmse == 0 else math.inf),
+        share_beyond_tol=float(beyond.double().mean()),
+        max_ulp=max_ulp,
+        nan_inf_mismatch=mismatch,
+    )
 
 
 def verdict(m: ErrorMetrics, t: Thresholds) -> tuple[bool, str]:
@@ -130,6 +165,8 @@ def verdict(m: ErrorMetrics, t: Thresholds) -> tuple[bool, str]:
     if m.rel_rmse > t.rtol:
         return False, f"RMS error {m.rel_rmse:.3g} of the reference RMS > rtol {t.rtol:g}"
     if m.share_beyond_tol > t.max_share_beyond and m.rel_rmse > t.rtol * t.rms_share:
-        return False, (f"{m.share_beyond_tol:.2%} of elements beyond rtol={t.rtol:g}/atol={t.atol:g} "
-                       f"(max rel {m.max_rel:.3g}, RMS error {m.rel_rmse:.3g})")
+        return False, (
+            f"{m.share_beyond_tol:.2%} of elements beyond rtol={t.rtol:g}/atol={t.atol:g} "
+            f"(max rel {m.max_rel:.3g}, RMS error {m.rel_rmse:.3g})"
+        )
     return True, "within tolerance"

@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable
 from functools import reduce
-from typing import Any
+from typing import Any, Literal
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -29,6 +29,7 @@ from day0.core.ops import (
     op_name,
     resolve_op,
 )
+from day0.core.precision import COMPUTE_DTYPES
 from day0.numerics.inputs import call_numel, shrink_example
 from day0.numerics.metrics import (
     ErrorMetrics,
@@ -41,30 +42,142 @@ from day0.numerics.platform_kernels import MissingKernelError, Platform
 from day0.numerics.results import Kind, OpCheck, OpCheckReport
 from day0.spec import ValidationSpec
 
-__all__ = ["ReferenceMode", "accumulates", "check_inventory", "check_op", "classify", "op_thresholds", "thresholds_for",
-           "upcast_kernel", "write_back"]
+__all__ = [
+    "ReferenceMode",
+    "accumulates",
+    "check_inventory",
+    "check_op",
+    "classify",
+    "op_thresholds",
+    "thresholds_for",
+    "upcast_kernel",
+    "write_back",
+]
 
-_LAYOUT = {"view", "_unsafe_view", "reshape", "t", "transpose", "permute", "expand", "unsqueeze", "squeeze",
-           "slice", "select", "alias", "detach", "split", "split_with_sizes", "as_strided", "unbind", "narrow",
-           "contiguous", "clone", "_to_copy", "copy_", "unfold", "diagonal", "view_as_real", "view_as_complex"}
-_NONDETERMINISTIC = {"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "rand", "randn",
-                     "rand_like", "randn_like", "randint", "randperm", "bernoulli", "bernoulli_", "normal",
-                     "uniform_", "normal_", "dropout", "native_dropout", "multinomial", "exponential_"}
-_CREATION = {"arange", "zeros", "ones", "full", "zeros_like", "ones_like", "full_like", "new_zeros", "new_ones",
-             "new_full", "scalar_tensor", "fill_", "zero_", "linspace", "eye", "tril_indices", "triu_indices"}
+_LAYOUT = {
+    "view",
+    "_unsafe_view",
+    "reshape",
+    "t",
+    "transpose",
+    "permute",
+    "expand",
+    "unsqueeze",
+    "squeeze",
+    "slice",
+    "select",
+    "alias",
+    "detach",
+    "split",
+    "split_with_sizes",
+    "as_strided",
+    "unbind",
+    "narrow",
+    "contiguous",
+    "clone",
+    "_to_copy",
+    "copy_",
+    "unfold",
+    "diagonal",
+    "view_as_real",
+    "view_as_complex",
+}
+_NONDETERMINISTIC = {
+    "empty",
+    "empty_like",
+    "empty_strided",
+    "new_empty",
+    "new_empty_strided",
+    "rand",
+    "randn",
+    "rand_like",
+    "randn_like",
+    "randint",
+    "randperm",
+    "bernoulli",
+    "bernoulli_",
+    "normal",
+    "uniform_",
+    "normal_",
+    "dropout",
+    "native_dropout",
+    "multinomial",
+    "exponential_",
+}
+_CREATION = {
+    "arange",
+    "zeros",
+    "ones",
+    "full",
+    "zeros_like",
+    "ones_like",
+    "full_like",
+    "new_zeros",
+    "new_ones",
+    "new_full",
+    "scalar_tensor",
+    "fill_",
+    "zero_",
+    "linspace",
+    "eye",
+    "tril_indices",
+    "triu_indices",
+}
 # Ops whose output element accumulates many rounded terms (the sum of a matmul, norm or softmax
 # row; scatter/index accumulation): error bound ~ n*u*sum|terms| (Higham, Accuracy and Stability
 # of Numerical Algorithms, sec. 4.2), not u*|result|, so a result that cancels to near zero is off
 # elementwise while the op is right. Every other op rounds each output element once or twice.
-_ACCUMULATING = {"mm", "bmm", "addmm", "baddbmm", "addmv", "mv", "dot", "matmul", "linear", "_grouped_mm",
-                 "convolution", "einsum", "sum", "mean", "prod", "var", "std", "var_mean", "norm",
-                 "linalg_vector_norm", "logsumexp", "cumsum", "cumprod", "_softmax", "_safe_softmax",
-                 "_log_softmax", "softmax", "log_softmax", "_softmax_backward_data", "_log_softmax_backward_data",
-                 "native_layer_norm", "native_layer_norm_backward", "_fused_rms_norm", "_fused_rms_norm_backward",
-                 "nll_loss_forward", "nll_loss2d_forward", "embedding_dense_backward", "embedding_bag",
-                 "index_put", "index_put_", "index_add", "index_add_", "scatter_add", "scatter_add_",
-                 "scatter_reduce", "index_reduce", "_scaled_dot_product_flash_attention",
-                 "_scaled_dot_product_efficient_attention", "_scaled_dot_product_attention_math"}
+_ACCUMULATING = {
+    "mm",
+    "bmm",
+    "addmm",
+    "baddbmm",
+    "addmv",
+    "mv",
+    "dot",
+    "matmul",
+    "linear",
+    "_grouped_mm",
+    "convolution",
+    "einsum",
+    "sum",
+    "mean",
+    "prod",
+    "var",
+    "std",
+    "var_mean",
+    "norm",
+    "linalg_vector_norm",
+    "logsumexp",
+    "cumsum",
+    "cumprod",
+    "_softmax",
+    "_safe_softmax",
+    "_log_softmax",
+    "softmax",
+    "log_softmax",
+    "_softmax_backward_data",
+    "_log_softmax_backward_data",
+    "native_layer_norm",
+    "native_layer_norm_backward",
+    "_fused_rms_norm",
+    "_fused_rms_norm_backward",
+    "nll_loss_forward",
+    "nll_loss2d_forward",
+    "embedding_dense_backward",
+    "embedding_bag",
+    "index_put",
+    "index_put_",
+    "index_add",
+    "index_add_",
+    "scatter_add",
+    "scatter_add_",
+    "scatter_reduce",
+    "index_reduce",
+    "_scaled_dot_product_flash_attention",
+    "_scaled_dot_product_efficient_attention",
+    "_scaled_dot_product_attention_math",
+}
 
 
 def classify(op: str) -> Kind:
@@ -84,7 +197,7 @@ def accumulates(op: str) -> bool:
 
 
 def thresholds_for(dtype: str, validation: ValidationSpec) -> Thresholds:
-    tol = validation.tolerances.get(dtype)  # type: ignore[call-overload]
+    tol = validation.tolerances.get(dtype) if dtype in COMPUTE_DTYPES else None  # its keys are compute dtypes
     base = default_thresholds(dtype, validation.min_cosine)
     return base.model_copy(update={"rtol": tol.rtol, "atol": tol.atol}) if tol else base
 
@@ -100,8 +213,11 @@ def op_thresholds(op: str, dtype: str, validation: ValidationSpec) -> Thresholds
 def write_back(func: Any, args: tuple | list, copies: tuple | list, out: Any) -> Any:
     """After running `func` on copies of its arguments (cast or moved), copy what it mutated back
     into the caller's tensors and return those for the aliasing outputs: in-place ops stay in-place."""
-    written = [i for i, a in enumerate(func._schema.arguments[: len(args)])
-               if a.alias_info is not None and a.alias_info.is_write]
+    written = [
+        i
+        for i, a in enumerate(func._schema.arguments[: len(args)])
+        if a.alias_info is not None and a.alias_info.is_write
+    ]
     for i in written:
         if isinstance(args[i], torch.Tensor) and copies[i] is not args[i]:
             args[i].copy_(copies[i])
@@ -113,15 +229,29 @@ def upcast_kernel(func: Any, to: torch.dtype = torch.float32) -> Any:
     """`func` run at `to`: floating inputs (or, for integer-only calls, the integer ones) are cast up,
     floating outputs cast back to the call's dtype. The reference for an integer op the host lacks
     (histc on int32), and step 2's upcast adaptation."""
+
     def kernel(*args: Any, **kwargs: Any) -> Any:
         tensors = [t for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)]
         back = tensors[0].dtype if tensors else None
         any_float = any(t.is_floating_point() for t in tensors)
-        up = tree_map(lambda a: a.to(to) if isinstance(a, torch.Tensor) and (
-            a.is_floating_point() or (not any_float and a.dtype != torch.bool)) else a, (args, kwargs))
+        up = tree_map(
+            lambda a: (
+                a.to(to)
+                if isinstance(a, torch.Tensor) and (a.is_floating_point() or (not any_float and a.dtype != torch.bool))
+                else a
+            ),
+            (args, kwargs),
+        )
         out = write_back(func, args, up[0], func(*up[0], **up[1]))
-        return tree_map(lambda o: o.to(back) if isinstance(o, torch.Tensor) and o.is_floating_point()
-                        and back is not None and o.dtype != back else o, out)
+        return tree_map(
+            lambda o: (
+                o.to(back)
+                if isinstance(o, torch.Tensor) and o.is_floating_point() and back is not None and o.dtype != back
+                else o
+            ),
+            out,
+        )
+
     return kernel
 
 
@@ -156,7 +286,9 @@ def _run(func: Any, call: Call, platform: Platform | None) -> tuple[Any, list[st
     return out, sorted({src for (_, src) in mode.served})
 
 
-def _compare_outputs(p_out: list[torch.Tensor], r_out: list[torch.Tensor], kind: Kind, t: Thresholds) -> ErrorMetrics | None:
+def _compare_outputs(
+    p_out: list[torch.Tensor], r_out: list[torch.Tensor], kind: Kind, t: Thresholds
+) -> ErrorMetrics | None:
     if len(p_out) != len(r_out):
         raise AssertionError(f"platform returned {len(p_out)} tensors, reference {len(r_out)}")
     has_float = any(o.is_floating_point() for o in r_out)
@@ -171,7 +303,9 @@ def _compare_outputs(p_out: list[torch.Tensor], r_out: list[torch.Tensor], kind:
     return worst
 
 
-def _grads(func: Any, call: Call, platform: Platform | None, seed: int, cot_dtype: torch.dtype) -> list[torch.Tensor] | None:
+def _grads(
+    func: Any, call: Call, platform: Platform | None, seed: int, cot_dtype: torch.dtype
+) -> list[torch.Tensor] | None:
     """Input gradients for a seeded cotangent, rounded to the platform dtype so both sides get the same."""
     leaves = [a for a in tree_leaves(call) if isinstance(a, torch.Tensor) and a.requires_grad]
     out, _ = _run(func, call, platform)
@@ -210,9 +344,17 @@ def _first_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {(str(exc).splitlines() or [''])[0][:150]}"
 
 
-def check_op(record: OpRecord, platform: Platform, dtype: str, validation: ValidationSpec,
-             inventory_dtype: str = "fp32", seeds: Iterable[int] = (0,), max_examples: int | None = None,
-             max_elements: int = 1 << 22, grads: bool = True) -> OpCheck:
+def check_op(
+    record: OpRecord,
+    platform: Platform,
+    dtype: str,
+    validation: ValidationSpec,
+    inventory_dtype: str = "fp32",
+    seeds: Iterable[int] = (0,),
+    max_examples: int | None = None,
+    max_elements: int = 1 << 22,
+    grads: bool = True,
+) -> OpCheck:
     """Check one op at platform dtype `dtype` over its examples (the first `max_examples`, default
     all the capture kept) and seeds; never raises. Each call is judged by the thresholds of the
     dtype it ran at: a bf16 model's fp32 router by fp32's, not bf16's.
@@ -229,7 +371,10 @@ def check_op(record: OpRecord, platform: Platform, dtype: str, validation: Valid
     except KeyError as exc:
         return _fail(result, "skipped", str(exc), start)
     ref = DTYPES[validation.reference_dtype]
-    to_platform = lambda name: DTYPES[dtype] if name == inventory_dtype else DTYPES.get(name, torch.float32)
+
+    def to_platform(name: str) -> torch.dtype:
+        return DTYPES[dtype] if name == inventory_dtype else DTYPES.get(name, torch.float32)
+
     do_grads = grads and kind == "compute" and not record.op.split(".")[0].endswith("_") and "forward" in record.phases
     judged: list[tuple[ErrorMetrics, Thresholds]] = []
     grad_judged: list[tuple[ErrorMetrics, Thresholds]] = []
@@ -269,7 +414,7 @@ def check_op(record: OpRecord, platform: Platform, dtype: str, validation: Valid
                 if note:
                     notes.add(note)
                 if status is not None:
-                    result.grad_status, do_grads = status, False  # type: ignore[assignment]
+                    result.grad_status, do_grads = status, False
                 elif gm is not None:
                     grad_judged.append((gm, gt))
     return _judge(result, judged, grad_judged, kind, served, notes, start)
@@ -288,8 +433,16 @@ def _reference(func: Any, r_call: Call, ref: torch.dtype, run_dtype: str, notes:
         raise
 
 
-def _grad_check(func: Any, p_call: Call, r_call: Call, platform: Platform, seed: int, cot_dtype: torch.dtype,
-                kind: Kind, t: Thresholds) -> tuple[ErrorMetrics | None, str | None, str | None]:
+def _grad_check(
+    func: Any,
+    p_call: Call,
+    r_call: Call,
+    platform: Platform,
+    seed: int,
+    cot_dtype: torch.dtype,
+    kind: Kind,
+    t: Thresholds,
+) -> tuple[ErrorMetrics | None, Literal["skipped", "n/a"] | None, str | None]:
     """(metrics, terminal grad status or None, note)."""
     try:
         pg = _grads(func, cast_call(p_call, lambda d: d, platform.device, True), platform, seed, cot_dtype)
@@ -315,9 +468,15 @@ def _verdict(judged: list[tuple[ErrorMetrics, Thresholds]]) -> tuple[ErrorMetric
     return reduce(ErrorMetrics.merge, (m for m, _ in judged)), not failing, failing[0] if failing else passing
 
 
-def _judge(result: OpCheck, judged: list[tuple[ErrorMetrics, Thresholds]],
-           grad_judged: list[tuple[ErrorMetrics, Thresholds]], kind: Kind, served: set[str], notes: set[str],
-           start: float) -> OpCheck:
+def _judge(
+    result: OpCheck,
+    judged: list[tuple[ErrorMetrics, Thresholds]],
+    grad_judged: list[tuple[ErrorMetrics, Thresholds]],
+    kind: Kind,
+    served: set[str],
+    notes: set[str],
+    start: float,
+) -> OpCheck:
     result.served_by = sorted(served)
     result.metrics, ok, why = _verdict(judged)
     if result.metrics is not None:
@@ -325,8 +484,9 @@ def _judge(result: OpCheck, judged: list[tuple[ErrorMetrics, Thresholds]],
     elif kind == "nondeterministic":
         result.reason = "values not compared: random or uninitialised memory; shape and dtype checked"
     # a gradient is a chain of two rounded ops: forgive twice the RMS
-    result.grad_metrics, ok, why = _verdict([(m, t.model_copy(update={"rms_share": min(1.0, 2 * t.rms_share)}))
-                                             for m, t in grad_judged])
+    result.grad_metrics, ok, why = _verdict(
+        [(m, t.model_copy(update={"rms_share": min(1.0, 2 * t.rms_share)})) for m, t in grad_judged]
+    )
     if result.grad_metrics is not None:
         result.grad_status = "pass" if ok else "fail"
         if not ok:
@@ -337,10 +497,18 @@ def _judge(result: OpCheck, judged: list[tuple[ErrorMetrics, Thresholds]],
     return result
 
 
-def check_inventory(inventory: OpInventory, platform: Platform, validation: ValidationSpec | None = None,
-                    compute_dtypes: Iterable[str] | None = None, *, ops: Iterable[str] | None = None,
-                    max_examples: int | None = None, max_elements: int = 1 << 22, grads: bool = True,
-                    progress: Callable[[int, int, OpCheck], None] | None = None) -> OpCheckReport:
+def check_inventory(
+    inventory: OpInventory,
+    platform: Platform,
+    validation: ValidationSpec | None = None,
+    compute_dtypes: Iterable[str] | None = None,
+    *,
+    ops: Iterable[str] | None = None,
+    max_examples: int | None = None,
+    max_elements: int = 1 << 22,
+    grads: bool = True,
+    progress: Callable[[int, int, OpCheck], None] | None = None,
+) -> OpCheckReport:
     """Check every op of `inventory` (or those named in `ops`) at each compute dtype;
     `progress(done, total, last_check)` after each op."""
     validation = validation or ValidationSpec()
@@ -350,11 +518,29 @@ def check_inventory(inventory: OpInventory, platform: Platform, validation: Vali
     todo = [(d, r) for d in dtypes for r in inventory.ops if wanted is None or r.op in wanted]
     checks = []
     for dtype, record in todo:
-        checks.append(check_op(record, platform, dtype, validation, inventory.compute_dtype,
-                               range(validation.seeds), max_examples, max_elements, grads))
+        checks.append(
+            check_op(
+                record,
+                platform,
+                dtype,
+                validation,
+                inventory.compute_dtype,
+                range(validation.seeds),
+                max_examples,
+                max_elements,
+                grads,
+            )
+        )
         if progress is not None:
             progress(len(checks), len(todo), checks[-1])
     seconds = time.perf_counter() - start
-    return OpCheckReport(platform=platform.name, emulated_on=platform.emulated_on, compute_dtypes=dtypes,
-                         reference_dtype=validation.reference_dtype, seeds=validation.seeds, checks=checks,
-                         seconds=seconds, ops_per_second=len(checks) / seconds if seconds else 0.0)
+    return OpCheckReport(
+        platform=platform.name,
+        emulated_on=platform.emulated_on,
+        compute_dtypes=dtypes,
+        reference_dtype=validation.reference_dtype,
+        seeds=validation.seeds,
+        checks=checks,
+        seconds=seconds,
+        ops_per_second=len(checks) / seconds if seconds else 0.0,
+    )

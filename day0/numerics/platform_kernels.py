@@ -34,8 +34,16 @@ from day0.core.ops import (
 )
 from day0.spec import PlatformSpec
 
-__all__ = ["ENTRY_POINT_GROUP", "KernelEntry", "KernelTable", "MissingKernelError", "Platform", "PlatformMode",
-           "call_dtype", "load_plugin_kernels"]
+__all__ = [
+    "ENTRY_POINT_GROUP",
+    "KernelEntry",
+    "KernelTable",
+    "MissingKernelError",
+    "Platform",
+    "PlatformMode",
+    "call_dtype",
+    "load_plugin_kernels",
+]
 
 ENTRY_POINT_GROUP = "day0.platforms"
 
@@ -71,8 +79,15 @@ class KernelTable:
     def __init__(self) -> None:
         self._entries: dict[str, list[KernelEntry]] = {}
 
-    def register(self, op: str, fn: Callable[..., Any], *, source: str = "vendor",
-                 dtypes: Iterable[str] | None = None, reenter: bool = False) -> None:
+    def register(
+        self,
+        op: str,
+        fn: Callable[..., Any],
+        *,
+        source: str = "vendor",
+        dtypes: Iterable[str] | None = None,
+        reenter: bool = False,
+    ) -> None:
         resolve_op(op)
         entry = KernelEntry(fn, source, frozenset(dtypes) if dtypes is not None else None, reenter)
         self._entries.setdefault(op, []).insert(0, entry)  # later registrations win
@@ -122,7 +137,7 @@ class Platform:
 
     @classmethod
     def from_spec(cls, spec: PlatformSpec, plugins: Iterable[EntryPoint] | None = None) -> Platform:
-        library = None
+        library: dict[str, frozenset[str] | None] | None = None
         if spec.operator_library != "probe":
             library = {o.op: frozenset(o.dtypes) if o.dtypes else None for o in spec.operator_library}
         kernels, notes = KernelTable(), []
@@ -130,8 +145,10 @@ class Platform:
             kernels = load_plugin_kernels(plugins)
         elif spec.vendor_plugin:
             if not any(ep.name == spec.vendor_plugin for ep in entry_points(group=ENTRY_POINT_GROUP)):
-                notes.append(f"vendor plugin {spec.vendor_plugin!r} is not installed (no '{ENTRY_POINT_GROUP}' "
-                             "entry point): stock kernels stand in for the vendor's")
+                notes.append(
+                    f"vendor plugin {spec.vendor_plugin!r} is not installed (no '{ENTRY_POINT_GROUP}' "
+                    "entry point): stock kernels stand in for the vendor's"
+                )
             kernels = load_plugin_kernels(names=[spec.vendor_plugin])
         device, emulated = spec.device_type, None
         if device != "cpu" and not _device_available(device):

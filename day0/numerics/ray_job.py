@@ -49,13 +49,19 @@ def accelerator_options(platform: PlatformSpec, cluster: ClusterSpec | None = No
 def _execute(request: OperatorsRequest) -> OperatorsResult:
     from day0.numerics.step import run_operators
 
-    return run_operators(request.inventory, request.platform, request.validation, request.compute_dtype,
-                         whole_model=request.whole_model,
-                         max_model_params=request.max_model_params)
+    return run_operators(
+        request.inventory,
+        request.platform,
+        request.validation,
+        request.compute_dtype,
+        whole_model=request.whole_model,
+        max_model_params=request.max_model_params,
+    )
 
 
-def run_operators_on_ray(request: OperatorsRequest, cluster: ClusterSpec | None = None,
-                         address: str | None = None) -> OperatorsResult:
+def run_operators_on_ray(
+    request: OperatorsRequest, cluster: ClusterSpec | None = None, address: str | None = None
+) -> OperatorsResult:
     """Run step 2 as one Ray task (connects to `address`, or an already initialised Ray)."""
     import ray
 

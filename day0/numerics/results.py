@@ -25,7 +25,9 @@ class OpCheck(BaseModel):
     kind: Kind = "compute"
     status: Status
     reason: str = ""
-    served_by: list[str] = Field(default_factory=list, description="Kernels that ran: stock, vendor, plugin:x, adapt:y.")
+    served_by: list[str] = Field(
+        default_factory=list, description="Kernels that ran: stock, vendor, plugin:x, adapt:y."
+    )
     examples: int = Field(0, description="Example shapes checked (times seeds).")
     metrics: ErrorMetrics | None = Field(None, description="Worst over examples, seeds and outputs.")
     grad_status: Status | Literal["n/a"] = "n/a"
@@ -42,8 +44,11 @@ class Adaptation(BaseModel):
     dtype: str
     problem: str = Field(description="Why it needed adapting: the missing kernel or the failed check.")
     cause: Literal["missing", "error", "wrong_numbers"] = Field(
-        "missing", description="No kernel, a kernel that raised, or a kernel whose numbers are wrong.")
-    strategy: str | None = Field(None, description="plugin | decomposition | upcast | cpu_fallback; None if nothing fixed it.")
+        "missing", description="No kernel, a kernel that raised, or a kernel whose numbers are wrong."
+    )
+    strategy: str | None = Field(
+        None, description="plugin | decomposition | upcast | cpu_fallback; None if nothing fixed it."
+    )
     tried: list[str] = Field(default_factory=list, description="Strategies tried, with why each was rejected.")
     overhead: float | None = Field(None, description="Estimated time relative to a native kernel (1.0 = same).")
     cost_note: str = ""
@@ -74,25 +79,36 @@ class OpCheckReport(BaseModel):
 
     def to_markdown(self) -> str:
         where = f" (emulated on {self.emulated_on})" if self.emulated_on else ""
-        lines = [f"### Operator checks on `{self.platform}`{where}",
-                 f"{len(self.checks)} checks at {', '.join(self.compute_dtypes)} vs CPU {self.reference_dtype}, "
-                 f"{self.seeds} seed(s), {self.seconds:.1f} s ({self.ops_per_second:.1f} checks/s): "
-                 + ", ".join(f"{v} {k}" for k, v in sorted(self.counts().items())), "",
-                 "| op | dtype | kind | status | max abs | max rel | cosine | beyond tol | max ULP | grad | kernel | note |",
-                 "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+        lines = [
+            f"### Operator checks on `{self.platform}`{where}",
+            f"{len(self.checks)} checks at {', '.join(self.compute_dtypes)} vs CPU {self.reference_dtype}, "
+            f"{self.seeds} seed(s), {self.seconds:.1f} s ({self.ops_per_second:.1f} checks/s): "
+            + ", ".join(f"{v} {k}" for k, v in sorted(self.counts().items())),
+            "",
+            "| op | dtype | kind | status | max abs | max rel | cosine | beyond tol | max ULP | grad | kernel | note |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        ]
         order = {"fail": 0, "error": 1, "missing": 2, "pass": 3, "skipped": 4}
         for c in sorted(self.checks, key=lambda c: (order[c.status] if c.ok or c.status != "pass" else 0, c.op)):
             m = c.metrics
-            lines.append(f"| `{c.op}` | {c.dtype} | {c.kind} | **{c.status}** | {_g(m and m.max_abs)} | "
-                         f"{_g(m and m.max_rel)} | {_g(m and m.cosine)} | {_g(m and m.share_beyond_tol)} | "
-                         f"{_g(m and m.max_ulp)} | {c.grad_status} | {', '.join(c.served_by)} | {c.reason[:80]} |")
+            figures = (m.max_abs, m.max_rel, m.cosine, m.share_beyond_tol, m.max_ulp) if m else (None,) * 5
+            lines.append(
+                f"| `{c.op}` | {c.dtype} | {c.kind} | **{c.status}** | {' | '.join(_g(x) for x in figures)} | "
+                f"{c.grad_status} | {', '.join(c.served_by)} | {c.reason[:80]} |"
+            )
         if self.adaptations:
-            lines += ["", "#### Adaptations", "| op | dtype | problem | strategy | after | est. overhead | tried |",
-                      "|---|---|---|---|---|---|---|"]
+            lines += [
+                "",
+                "#### Adaptations",
+                "| op | dtype | problem | strategy | after | est. overhead | tried |",
+                "|---|---|---|---|---|---|---|",
+            ]
             for a in self.adaptations:
                 after = a.recheck.status if a.recheck else "-"
-                lines.append(f"| `{a.op}` | {a.dtype} | {a.problem[:60]} | {a.strategy or 'none'} | {after} | "
-                             f"{_g(a.overhead)}x {a.cost_note} | {'; '.join(a.tried)[:120]} |")
+                lines.append(
+                    f"| `{a.op}` | {a.dtype} | {a.problem[:60]} | {a.strategy or 'none'} | {after} | "
+                    f"{_g(a.overhead)}x {a.cost_note} | {'; '.join(a.tried)[:120]} |"
+                )
         return "\n".join(lines)
 
 
@@ -127,19 +143,30 @@ class LayerReport(BaseModel):
         return self.first_divergent is None and self.error is None
 
     def to_markdown(self) -> str:
-        verdict = ("all layers within tolerance" if self.passed else
-                   f"run failed: {self.error}" if self.error else
-                   f"first divergent: **{self.first_divergent}** ({self.first_divergent_phase})")
-        lines = [(f"### Whole-model check: {self.model}, {self.layers} layer(s), {self.compute_dtype} vs "
-                  f"{self.reference_dtype}: {verdict}"),
-                 f"loss reference {self.loss_reference:.6f}, platform {self.loss_platform:.6f}; {self.seconds:.1f} s",
-                 *(f"- note: {n}" for n in self.notes), "",
-                 "| module | phase | max abs | rel RMSE | cosine | beyond tol | NaN/Inf | verdict |",
-                 "|---|---|---|---|---|---|---|---|"]
+        verdict = (
+            "all layers within tolerance"
+            if self.passed
+            else f"run failed: {self.error}"
+            if self.error
+            else f"first divergent: **{self.first_divergent}** ({self.first_divergent_phase})"
+        )
+        lines = [
+            (
+                f"### Whole-model check: {self.model}, {self.layers} layer(s), {self.compute_dtype} vs "
+                f"{self.reference_dtype}: {verdict}"
+            ),
+            f"loss reference {self.loss_reference:.6f}, platform {self.loss_platform:.6f}; {self.seconds:.1f} s",
+            *(f"- note: {n}" for n in self.notes),
+            "",
+            "| module | phase | max abs | rel RMSE | cosine | beyond tol | NaN/Inf | verdict |",
+            "|---|---|---|---|---|---|---|---|",
+        ]
         for r in self.rows:
             m = r.metrics
-            lines.append(f"| {r.module} | {r.phase} | {_g(m.max_abs)} | {_g(m.rel_rmse)} | {m.cosine:.6f} | "
-                         f"{_g(m.share_beyond_tol)} | {m.nan_inf_mismatch} | {'ok' if r.passed else '**' + r.reason + '**'} |")
+            lines.append(
+                f"| {r.module} | {r.phase} | {_g(m.max_abs)} | {_g(m.rel_rmse)} | {m.cosine:.6f} | "
+                f"{_g(m.share_beyond_tol)} | {m.nan_inf_mismatch} | {'ok' if r.passed else '**' + r.reason + '**'} |"
+            )
         return "\n".join(lines)
 
 
@@ -169,35 +196,59 @@ class OperatorsResult(StepResult):
         # the kernel itself must be fixed. Missing kernels adapted around only warn.
         wrong = [a for a in adapted if a.cause == "wrong_numbers"]
         reasons = [_op_reason(c) for c in failed + missing] + _layer_reasons(self.layers)
-        reasons += [f"{a.op} at {a.dtype}: the platform's kernel gives wrong numbers ({a.problem[:120]}); "
-                    f"{a.strategy} works around it meanwhile" for a in wrong]
-        warnings = [line for line in (
-            _listing("op(s) needed adapting", [f"{a.op} ({a.strategy})" for a in adapted]),
-            _listing("op(s) not checked", [f"{c.op}: {c.reason[:80]}" for c in skipped]),
-            _listing("gradient(s) not checked", [c.op for c in grads_skipped])) if line]
+        reasons += [
+            f"{a.op} at {a.dtype}: the platform's kernel gives wrong numbers ({a.problem[:120]}); "
+            f"{a.strategy} works around it meanwhile"
+            for a in wrong
+        ]
+        warnings = [
+            line
+            for line in (
+                _listing("op(s) needed adapting", [f"{a.op} ({a.strategy})" for a in adapted]),
+                _listing("op(s) not checked", [f"{c.op}: {c.reason[:80]}" for c in skipped]),
+                _listing("gradient(s) not checked", [c.op for c in grads_skipped]),
+            )
+            if line
+        ]
         if self.layers is None:
             why = [n for n in self.notes if n.startswith("whole-model check skipped")]
             warnings.append(why[0] if why else "whole-model check not run")
         verdict: Verdict = "fail" if reasons else "warn" if warnings else "pass"
-        return Judgement(verdict=verdict, reasons=reasons + warnings,
-                         headline=self._headline(failed, missing + skipped, grads_skipped, adapted))
+        return Judgement(
+            verdict=verdict,
+            reasons=reasons + warnings,
+            headline=self._headline(failed, missing + skipped, grads_skipped, adapted),
+        )
 
-    def _headline(self, failed: list[OpCheck], unchecked: list[OpCheck], grads_unchecked: list[OpCheck],
-                  adapted: list[Adaptation]) -> dict[str, str]:
+    def _headline(
+        self, failed: list[OpCheck], unchecked: list[OpCheck], grads_unchecked: list[OpCheck], adapted: list[Adaptation]
+    ) -> dict[str, str]:
         checks = self.ops.checks
         dtype = self.ops.compute_dtypes[0] if self.ops.compute_dtypes else "-"
         at_dtype = [c.metrics for c in checks if c.metrics is not None and c.dtype == dtype]
-        worst = (f"cosine {min(m.cosine for m in at_dtype):.6f}, max rel {max(m.max_rel for m in at_dtype):.3g}"
-                 if at_dtype else "-")
-        layer = ("not run" if self.layers is None else
-                 f"error: {self.layers.error[:60]}" if self.layers.error else
-                 f"{self.layers.first_divergent} ({self.layers.first_divergent_phase})"
-                 if self.layers.first_divergent else "none")
-        return {"ops checked": str(len(checks) - len(unchecked)),
-                "passed": str(len(checks) - len(unchecked) - len(failed)),
-                "failed": str(len(failed)), "adapted": str(len(adapted)),
-                "not checked": f"{len(unchecked)} ops, {len(grads_unchecked)} gradients",
-                f"worst at {dtype}": worst, "first divergent layer": layer}
+        worst = (
+            f"cosine {min(m.cosine for m in at_dtype):.6f}, max rel {max(m.max_rel for m in at_dtype):.3g}"
+            if at_dtype
+            else "-"
+        )
+        layer = (
+            "not run"
+            if self.layers is None
+            else f"error: {self.layers.error[:60]}"
+            if self.layers.error
+            else f"{self.layers.first_divergent} ({self.layers.first_divergent_phase})"
+            if self.layers.first_divergent
+            else "none"
+        )
+        return {
+            "ops checked": str(len(checks) - len(unchecked)),
+            "passed": str(len(checks) - len(unchecked) - len(failed)),
+            "failed": str(len(failed)),
+            "adapted": str(len(adapted)),
+            "not checked": f"{len(unchecked)} ops, {len(grads_unchecked)} gradients",
+            f"worst at {dtype}": worst,
+            "first divergent layer": layer,
+        }
 
     def _plot_layers(self) -> bool:
         return self.layers is not None and any(r.metrics.rel_rmse > 0 for r in self.layers.rows)
@@ -210,9 +261,16 @@ class OperatorsResult(StepResult):
 
         assert self.layers is not None
         modules = list(dict.fromkeys(r.module for r in self.layers.rows))
-        series = {phase: [next((max(r.metrics.rel_rmse, 1e-12) for r in self.layers.rows
-                                if r.module == m and r.phase == phase), 1e-12) for m in modules]
-                  for phase in ("forward", "backward", "param_grad")}
+        series = {
+            phase: [
+                next(
+                    (max(r.metrics.rel_rmse, 1e-12) for r in self.layers.rows if r.module == m and r.phase == phase),
+                    1e-12,
+                )
+                for m in modules
+            ]
+            for phase in ("forward", "backward", "param_grad")
+        }
         title = f"{self.layers.model}: {self.layers.compute_dtype} vs {self.layers.reference_dtype}, per module"
         return {"layers.png": grouped_bars(title, modules, series, "RMS error / RMS(reference)", log=True)}
 
@@ -233,8 +291,11 @@ def _listing(what: str, items: list[str]) -> str:
 def _op_reason(c: OpCheck) -> str:
     """One line for an op left failing: what, at which dtype, with its numbers."""
     m = c.metrics if c.status != "pass" else c.grad_metrics
-    numbers = (f"max abs {m.max_abs:.3g}, max rel {m.max_rel:.3g}, cosine {m.cosine:.6f}, RMS error {m.rel_rmse:.3g}: "
-               if m is not None else "")
+    numbers = (
+        f"max abs {m.max_abs:.3g}, max rel {m.max_rel:.3g}, cosine {m.cosine:.6f}, RMS error {m.rel_rmse:.3g}: "
+        if m is not None
+        else ""
+    )
     what = "gradient fails" if c.status == "pass" else {"missing": "no kernel, none adapted"}.get(c.status, c.status)
     return f"{c.op} at {c.dtype}: {what}: {numbers}{c.reason[:160]}"
 
@@ -248,6 +309,10 @@ def _layer_reasons(layers: LayerReport | None) -> list[str]:
     if bad is None:
         return []
     m = bad.metrics
-    return [(f"whole-model check diverges first at {bad.module} ({bad.phase}), {layers.compute_dtype} vs "
-             f"{layers.reference_dtype}: RMS error {m.rel_rmse:.3g}, cosine {m.cosine:.6f}, "
-             f"max abs {m.max_abs:.3g}: {bad.reason}")]
+    return [
+        (
+            f"whole-model check diverges first at {bad.module} ({bad.phase}), {layers.compute_dtype} vs "
+            f"{layers.reference_dtype}: RMS error {m.rel_rmse:.3g}, cosine {m.cosine:.6f}, "
+            f"max abs {m.max_abs:.3g}: {bad.reason}"
+        )
+    ]

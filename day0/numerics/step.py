@@ -63,20 +63,31 @@ def _runtime_record(layer_report: LayerReport) -> OpRecord | None:
     if exc is None or not exc.op or exc.example is None:
         return None
     floats = [exc.dtype] if exc.dtype in DTYPES else []
-    return OpRecord(op=exc.op, calls=1, phases=["forward"], dtypes=floats, modules=["whole-model run"],
-                    examples=[exc.example])
+    return OpRecord(
+        op=exc.op, calls=1, phases=["forward"], dtypes=floats, modules=["whole-model run"], examples=[exc.example]
+    )
 
 
-def _whole_model(whole: WholeModel, plat: Platform, dtype: str, validation: ValidationSpec,
-                 report: OpCheckReport, notes: list[str], say: Progress, max_params: int,
-                 plugins: KernelTable | None) -> LayerReport | None:
+def _whole_model(
+    whole: WholeModel,
+    plat: Platform,
+    dtype: str,
+    validation: ValidationSpec,
+    report: OpCheckReport,
+    notes: list[str],
+    say: Progress,
+    max_params: int,
+    plugins: KernelTable | None,
+) -> LayerReport | None:
     """The layer comparison; ops the real run needs and the platform lacks are adapted as met
     (when `plugins` is not None, i.e. adaptation is on) and the run repeated."""
     n, source = reduced_params(whole), whole.model.source
     depth = f"decoder layers {whole.keep_layers}"
     if n > max_params:
-        notes.append(f"whole-model check skipped: {depth} at full width hold {n / 1e9:.1f}B parameters "
-                     f"(> {max_params / 1e9:.1f}B limit for this worker)")
+        notes.append(
+            f"whole-model check skipped: {depth} at full width hold {n / 1e9:.1f}B parameters "
+            f"(> {max_params / 1e9:.1f}B limit for this worker)"
+        )
         return None
     say(f"whole-model check: {depth}, {n / 1e6:.1f}M parameters")
     model = build_model(whole)
@@ -87,8 +98,15 @@ def _whole_model(whole: WholeModel, plat: Platform, dtype: str, validation: Vali
             break
         call_dtype = record.dtypes[0] if record.dtypes else "int"
         say(f"the whole-model run needs {record.op} at {call_dtype}: adapting")
-        a = adapt_op(record, plat, call_dtype, validation, f"missing in the whole-model run: {layer_report.error}",
-                     plugins, dtype)
+        a = adapt_op(
+            record,
+            plat,
+            call_dtype,
+            validation,
+            f"missing in the whole-model run: {layer_report.error}",
+            plugins,
+            dtype,
+        )
         report.adaptations.append(a)
         if a.strategy is None:
             break
@@ -96,10 +114,19 @@ def _whole_model(whole: WholeModel, plat: Platform, dtype: str, validation: Vali
     return layer_report
 
 
-def run_operators(inventory: OpInventory, platform: PlatformSpec | Platform, validation: ValidationSpec | None = None,
-                  compute_dtype: str | None = None, *, whole_model: WholeModel | None = None,
-                  adapt: bool = True, plugins: list[EntryPoint] | None = None, max_elements: int = 1 << 22,
-                  max_model_params: int = MAX_MODEL_PARAMS, progress: Progress | None = None) -> OperatorsResult:
+def run_operators(
+    inventory: OpInventory,
+    platform: PlatformSpec | Platform,
+    validation: ValidationSpec | None = None,
+    compute_dtype: str | None = None,
+    *,
+    whole_model: WholeModel | None = None,
+    adapt: bool = True,
+    plugins: list[EntryPoint] | None = None,
+    max_elements: int = 1 << 22,
+    max_model_params: int = MAX_MODEL_PARAMS,
+    progress: Progress | None = None,
+) -> OperatorsResult:
     """Check, adapt, re-check every op; then the layer comparison when `whole_model` is given."""
     start = time.perf_counter()
     say = progress or (lambda _msg: None)
@@ -125,6 +152,15 @@ def run_operators(inventory: OpInventory, platform: PlatformSpec | Platform, val
         report = adapt_report(report, inventory, plat, validation, table)
     layer_report = None
     if whole_model is not None:
-        layer_report = _whole_model(whole_model, plat, dtype, validation, report, notes, say,
-                                    max_model_params, _adaptation_plugins(vendor, plugins)[0] if adapt else None)
+        layer_report = _whole_model(
+            whole_model,
+            plat,
+            dtype,
+            validation,
+            report,
+            notes,
+            say,
+            max_model_params,
+            _adaptation_plugins(vendor, plugins)[0] if adapt else None,
+        )
     return OperatorsResult(ops=report, layers=layer_report, notes=notes, seconds=time.perf_counter() - start)

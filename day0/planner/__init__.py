@@ -10,6 +10,17 @@ from day0.planner.optimize import OptimizationReport, choose_optimizations
 from day0.planner.results import Plan, PlanReport
 from day0.planner.search import brute_force, min_accelerators, plan_parallelism
 
-__all__ = ["ClusterFigures", "CommSettings", "OptimizationReport", "Plan", "PlanReport", "PlannerOptions",
-           "brute_force", "choose_optimizations", "cluster_figures", "cluster_from_spec", "min_accelerators",
-           "plan_parallelism"]
+__all__ = [
+    "ClusterFigures",
+    "CommSettings",
+    "OptimizationReport",
+    "Plan",
+    "PlanReport",
+    "PlannerOptions",
+    "brute_force",
+    "choose_optimizations",
+    "cluster_figures",
+    "cluster_from_spec",
+    "min_accelerators",
+    "plan_parallelism",
+]

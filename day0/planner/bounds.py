@@ -46,26 +46,41 @@ class StaticBound:
         o, tr, pp = self.o, self.training, d.pipeline_parallel
         rates = st.step_rates(self.costs, self.cluster, tr.seq_len, tr.precision.compute, o, d)
         mean = self.work.scaled(1 / pp)
-        slot = min(st.stage_seconds(mean, rc, rates, tr.seq_len, d, o.comm, o.flash_attention).slot_s
-                   for rc in self.recompute) + rates.p2p_s
+        slot = (
+            min(
+                st.stage_seconds(mean, rc, rates, tr.seq_len, d, o.comm, o.flash_attention).slot_s
+                for rc in self.recompute
+            )
+            + rates.p2p_s
+        )
         pipe = tm.pipeline_seconds(d.num_microbatches, pp, d.virtual_pipeline_stages, slot)[0]
         return (pipe + self._dp_and_optimizer(d, slot, rates.dp_bandwidth)) * (1 - 1e-9)
 
     def _dp_and_optimizer(self, d: Degrees, slot: float, bandwidth: float) -> float:
         """min over ZeRO stages of exposed DP sync + the cheapest optimizer update, for the mean stage."""
         tp, pp = d.tensor_parallel, d.pipeline_parallel
-        dense, expert = mem.rank_params(self.dense, self.replicated, self.expert, tp, d.expert_parallel,
-                                        d.expert_tensor_parallel)
+        dense, expert = mem.rank_params(
+            self.dense, self.replicated, self.expert, tp, d.expert_parallel, d.expert_tensor_parallel
+        )
         ends = [(True, pp == 1)] + ([(False, True)] if pp > 1 else [])  # the first and the last stage
         embhead = sum(mem.embedding_head_params(self.costs, tp, pp, e, h) for e, h in ends)
         dense, expert = (dense + embhead) / pp, expert / pp
         o, pb = self.o, self.pb
-        return min(st.dp_exposed_seconds(st.dp_sync_seconds(dense, expert, z, self.grad, pb.weight, d, bandwidth),
-                                         slot, z, d.num_microbatches, o.comm.dp_overlap)
-                   + st.optimizer_params(dense, expert, z, d) * self.optimizer_per_param for z in o.zero_stages)
+        return min(
+            st.dp_exposed_seconds(
+                st.dp_sync_seconds(dense, expert, z, self.grad, pb.weight, d, bandwidth),
+                slot,
+                z,
+                d.num_microbatches,
+                o.comm.dp_overlap,
+            )
+            + st.optimizer_params(dense, expert, z, d) * self.optimizer_per_param
+            for z in o.zero_stages
+        )
 
 
-def static_lower_bound(costs: ModelCosts, cluster: ClusterFigures, training: TrainingSpec, d: Degrees,
-                       options: PlannerOptions) -> float:
+def static_lower_bound(
+    costs: ModelCosts, cluster: ClusterFigures, training: TrainingSpec, d: Degrees, options: PlannerOptions
+) -> float:
     """One-off `StaticBound` (the search builds it once and calls it per tuple)."""
     return StaticBound(costs, cluster, training, options)(d)

@@ -25,13 +25,15 @@ __all__ = ["PlanContext"]
 class PlanContext:
     """Everything about one degree tuple that does not depend on the memory knobs (computed lazily)."""
 
-    def __init__(self, costs: ModelCosts, cluster: ClusterFigures, training: TrainingSpec, d: Degrees,
-                 options: PlannerOptions):
+    def __init__(
+        self, costs: ModelCosts, cluster: ClusterFigures, training: TrainingSpec, d: Degrees, options: PlannerOptions
+    ):
         self.costs, self.cluster, self.training, self.d, self.o = costs, cluster, training, d, options
         prec = training.precision
         self.pb = mem.param_bytes(prec.compute, prec.master_weights, options.grad_dtype, options.optimizer_state_dtype)
-        self.groups, self.layers_per_rank = rank_groups(costs, d.pipeline_parallel, d.virtual_pipeline_stages,
-                                                        training.seq_len)
+        self.groups, self.layers_per_rank = rank_groups(
+            costs, d.pipeline_parallel, d.virtual_pipeline_stages, training.seq_len
+        )
         self.tokens = training.seq_len * d.micro_batch / d.context_parallel  # per rank, gathered over TP (SP)
         self.capacity = cluster.memory_bytes
         self._mem_ready = self._time_ready = False
@@ -44,17 +46,29 @@ class PlanContext:
         shards = [mem.rank_params(g.dense, g.replicated, g.expert, tp, ep, etp) for g in groups]
         self.dense, self.expert = [x[0] for x in shards], [x[1] for x in shards]
         self.embhead = [mem.embedding_head_params(c, tp, pp, g.has_embedding, g.has_head) for g in groups]
-        self.max_layer_params = max(sum(mem.rank_params(k.dense_params, k.replicated_params, k.expert_params,
-                                                        tp, ep, etp)) for k in c.kinds)
-        self.act = {rc: [self.tokens * mem.activation_bytes(g.act_main, g.act_expert, g.act_scores_per_seq, rc, tp,
-                                                            etp, s, o.flash_attention) for g in groups]
-                    for rc in RECOMPUTES}
-        per_kind = {rc: [mem.activation_bytes_per_token(k, rc, tp, etp, s, o.flash_attention) for k in c.kinds]
-                    for rc in RECOMPUTES}
-        self.working = {rc: self.tokens * max(a - b for a, b in zip(per_kind["none"], per_kind[rc]))
-                        for rc in RECOMPUTES}
-        self.inflight = [mem.inflight_microbatches(g.first_rank, pp, d.virtual_pipeline_stages, d.num_microbatches)
-                         for g in groups]
+        self.max_layer_params = max(
+            sum(mem.rank_params(k.dense_params, k.replicated_params, k.expert_params, tp, ep, etp)) for k in c.kinds
+        )
+        self.act = {
+            rc: [
+                self.tokens
+                * mem.activation_bytes(
+                    g.act_main, g.act_expert, g.act_scores_per_seq, rc, tp, etp, s, o.flash_attention
+                )
+                for g in groups
+            ]
+            for rc in RECOMPUTES
+        }
+        per_kind = {
+            rc: [mem.activation_bytes_per_token(k, rc, tp, etp, s, o.flash_attention) for k in c.kinds]
+            for rc in RECOMPUTES
+        }
+        self.working = {
+            rc: self.tokens * max(a - b for a, b in zip(per_kind["none"], per_kind[rc])) for rc in RECOMPUTES
+        }
+        self.inflight = [
+            mem.inflight_microbatches(g.first_rank, pp, d.virtual_pipeline_stages, d.num_microbatches) for g in groups
+        ]
         self.logits = [mem.logits_bytes(self.tokens, c.vocab, tp) if g.has_head else 0.0 for g in groups]
         tp_buf = 2 * self.tokens * c.hidden * 2 if tp > 1 else 0.0
         a2a_buf = 2 * self.tokens / tp * c.top_k * c.hidden * 2 if ep > 1 else 0.0
@@ -79,18 +93,50 @@ class PlanContext:
         acts = per_mb * inflight
         comm = self.comm_base + (mem.zero3_prefetch_bytes(self.max_layer_params, pb.weight) if z >= 3 else 0.0)
         working = self.working[k.recompute]
-        total = (w1 + w2 + g1 + g2 + o1 + o2 + w3 + g3 + o3 + acts + working + self.logits[i] + comm
-                 + self.framework + self.reserve)
-        return MemoryEstimate(self.groups[i].first_rank, w1 + w2, g1 + g2, o1 + o2, w3 + g3 + o3, acts, working,
-                              self.logits[i], comm, self.framework, self.reserve, total, self.capacity, inflight,
-                              per_mb, host, self.host_capacity)
+        total = (
+            w1
+            + w2
+            + g1
+            + g2
+            + o1
+            + o2
+            + w3
+            + g3
+            + o3
+            + acts
+            + working
+            + self.logits[i]
+            + comm
+            + self.framework
+            + self.reserve
+        )
+        return MemoryEstimate(
+            self.groups[i].first_rank,
+            w1 + w2,
+            g1 + g2,
+            o1 + o2,
+            w3 + g3 + o3,
+            acts,
+            working,
+            self.logits[i],
+            comm,
+            self.framework,
+            self.reserve,
+            total,
+            self.capacity,
+            inflight,
+            per_mb,
+            host,
+            self.host_capacity,
+        )
 
     def memory(self, k: MemoryKnobs) -> MemoryEstimate:
         """The pipeline rank with the highest total (the one that decides feasibility)."""
         if not self._mem_ready:
             self._prepare_memory()
-        return max((self._group_memory(i, k) for i in range(len(self.groups))),
-                   key=lambda m: (m.total_bytes, -m.peak_stage))
+        return max(
+            (self._group_memory(i, k) for i in range(len(self.groups))), key=lambda m: (m.total_bytes, -m.peak_stage)
+        )
 
     def memory_lower_bound(self) -> float:
         """max over ranks of the sum of each term's minimum over the allowed knobs (a relaxation)."""
@@ -101,8 +147,10 @@ class PlanContext:
         best = 0.0
         for i in range(len(self.groups)):
             states = 0.0
-            for params, shard in ((self.dense[i] + self.embhead[i], d.dense_replicas),
-                                  (self.expert[i], d.expert_replicas)):
+            for params, shard in (
+                (self.dense[i] + self.embhead[i], d.dense_replicas),
+                (self.expert[i], d.expert_replicas),
+            ):
                 w, g, opt, _ = mem.model_state_bytes(params, shard, zmax, pb, opt_off)
                 states += w + g + opt
             infl = min(self.inflight[i], 2.0) if act_off else self.inflight[i]
@@ -116,8 +164,12 @@ class PlanContext:
             self._prepare_memory()
         c, d, o, tr = self.costs, self.d, self.o, self.training
         self.rates = st.step_rates(c, self.cluster, tr.seq_len, tr.precision.compute, o, d)
-        self.stage = {rc: [st.stage_seconds(g.work, rc, self.rates, tr.seq_len, d, o.comm, o.flash_attention)
-                           for g in self.groups] for rc in RECOMPUTES}
+        self.stage = {
+            rc: [
+                st.stage_seconds(g.work, rc, self.rates, tr.seq_len, d, o.comm, o.flash_attention) for g in self.groups
+            ]
+            for rc in RECOMPUTES
+        }
         self.model_flops = st.model_flops_per_step(c, tr.global_batch, tr.seq_len)
         self.peak = st.gemm_peak_flops(self.cluster.hardware, tr.precision.compute)
         self._time_ready = True
@@ -127,16 +179,27 @@ class PlanContext:
         key = ("dp", zero)
         if key not in self._cache:
             g = st.grad_reduce_bytes(self.o.comm, self.pb)
-            self._cache[key] = max(st.dp_sync_seconds(self.dense[i] + self.embhead[i], self.expert[i], zero, g,
-                                                      self.pb.weight, self.d, self.rates.dp_bandwidth)
-                                   for i in range(len(self.groups)))
+            self._cache[key] = max(
+                st.dp_sync_seconds(
+                    self.dense[i] + self.embhead[i],
+                    self.expert[i],
+                    zero,
+                    g,
+                    self.pb.weight,
+                    self.d,
+                    self.rates.dp_bandwidth,
+                )
+                for i in range(len(self.groups))
+            )
         return self._cache[key]
 
     def _optimizer_seconds(self, zero: int, offload: str) -> float:
         key = ("opt", zero, offload)
         if key not in self._cache:
-            params = max(st.optimizer_params(self.dense[i] + self.embhead[i], self.expert[i], zero, self.d)
-                         for i in range(len(self.groups)))
+            params = max(
+                st.optimizer_params(self.dense[i] + self.embhead[i], self.expert[i], zero, self.d)
+                for i in range(len(self.groups))
+            )
             self._cache[key] = params * st.optimizer_seconds_per_param(offload, self.pb, self.o)
         return self._cache[key]
 
@@ -144,15 +207,19 @@ class PlanContext:
         """(slowest stage's time per micro-batch incl. p2p, activation-offload time in it, its group)."""
         worst, worst_off, which = -1.0, 0.0, 0
         for i, stage in enumerate(self.stage[rc]):
-            off = st.activation_offload_seconds(self.act[rc][i], stage.compute_s, self.o.host_bandwidth_gbps) \
-                if offload == "activations" else 0.0
+            off = (
+                st.activation_offload_seconds(self.act[rc][i], stage.compute_s, self.o.host_bandwidth_gbps)
+                if offload == "activations"
+                else 0.0
+            )
             if stage.slot_s + off > worst:
                 worst, worst_off, which = stage.slot_s + off, off, i
         return worst + self.rates.p2p_s, worst_off, which
 
     def _dp_exposed(self, zero: int, slot: float) -> float:
-        return st.dp_exposed_seconds(self._dp_seconds(zero), slot, zero, self.d.num_microbatches,
-                                     self.o.comm.dp_overlap)
+        return st.dp_exposed_seconds(
+            self._dp_seconds(zero), slot, zero, self.d.num_microbatches, self.o.comm.dp_overlap
+        )
 
     def time_lower_bound(self) -> float:
         """Never above `time(k).step_s`: the step time grows with the slot (the pipeline term rises by at
@@ -162,8 +229,10 @@ class PlanContext:
         d = self.d
         slot = min(max(x.slot_s for x in self.stage[rc]) for rc in self.o.recompute) + self.rates.p2p_s
         pipe = tm.pipeline_seconds(d.num_microbatches, d.pipeline_parallel, d.virtual_pipeline_stages, slot)[0]
-        best = pipe + min(self._dp_exposed(z, slot) + min(self._optimizer_seconds(z, off) for off in self.o.offload)
-                          for z in self.o.zero_stages)
+        best = pipe + min(
+            self._dp_exposed(z, slot) + min(self._optimizer_seconds(z, off) for off in self.o.offload)
+            for z in self.o.zero_stages
+        )
         return best * (1 - 1e-12)  # summation order differs from time(): keep a bound under rounding
 
     def time(self, k: MemoryKnobs) -> TimeEstimate:
@@ -176,9 +245,19 @@ class PlanContext:
         opt = self._optimizer_seconds(k.zero_stage, k.offload)
         step = pipe + dp_exposed + opt
         s, m = self.stage[k.recompute][i], d.num_microbatches
-        return TimeEstimate(compute_s=m * s.compute_s, recompute_s=m * s.recompute_s, tp_comm_s=m * s.tp_comm_s,
-                            ep_comm_s=m * s.ep_comm_s, cp_comm_s=m * s.cp_comm_s, pp_comm_s=m * self.rates.p2p_s,
-                            bubble_s=bubble, dp_comm_exposed_s=dp_exposed, optimizer_s=opt, offload_s=m * off_act,
-                            step_s=step, tokens_per_s=tr.global_batch * tr.seq_len / step,
-                            mfu=st.mfu(self.model_flops, step, d.accelerators, self.peak),
-                            model_tflops_per_step=self.model_flops / 1e12)
+        return TimeEstimate(
+            compute_s=m * s.compute_s,
+            recompute_s=m * s.recompute_s,
+            tp_comm_s=m * s.tp_comm_s,
+            ep_comm_s=m * s.ep_comm_s,
+            cp_comm_s=m * s.cp_comm_s,
+            pp_comm_s=m * self.rates.p2p_s,
+            bubble_s=bubble,
+            dp_comm_exposed_s=dp_exposed,
+            optimizer_s=opt,
+            offload_s=m * off_act,
+            step_s=step,
+            tokens_per_s=tr.global_batch * tr.seq_len / step,
+            mfu=st.mfu(self.model_flops, step, d.accelerators, self.peak),
+            model_tflops_per_step=self.model_flops / 1e12,
+        )

@@ -8,14 +8,22 @@ makes, with its default and unit, so a plan can always say what it assumed.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from day0.spec import HardwareSpec, PipelineSpec
 
-__all__ = ["GIB", "ClusterFigures", "CommSettings", "Offload", "PlannerOptions", "Recompute", "cluster_figures",
-           "cluster_from_spec"]
+__all__ = [
+    "GIB",
+    "ClusterFigures",
+    "CommSettings",
+    "Offload",
+    "PlannerOptions",
+    "Recompute",
+    "cluster_figures",
+    "cluster_from_spec",
+]
 
 GIB = 1024**3
 Recompute = Literal["none", "selective", "full"]
@@ -52,7 +60,8 @@ class CommSettings(_Model):
     ep_overlap: bool = Field(False, description="Overlap EP all-to-all with another micro-batch's compute.")
     dp_overlap: bool = Field(True, description="Overlap DP gradient reduction with the last backward.")
     grad_reduce_dtype: Literal["fp32", "bf16"] | None = Field(
-        None, description="Gradient reduction dtype; None = the gradient dtype.")
+        None, description="Gradient reduction dtype; None = the gradient dtype."
+    )
     dispatch_dtype: Literal["bf16", "fp8"] = Field("bf16", description="MoE dispatch all-to-all dtype.")
 
 
@@ -71,20 +80,29 @@ class PlannerOptions(_Model):
     max_virtual_stages: int = Field(4, ge=1)
     micro_batches: list[int] = Field(default_factory=lambda: [1, 2, 4, 8], description="Micro-batch sizes searched.")
     zero_stages: list[int] = Field(default_factory=lambda: [0, 1, 2, 3])
-    recompute: list[Recompute] = Field(default_factory=lambda: ["none", "selective", "full"])
-    offload: list[Offload] = Field(default_factory=lambda: ["none", "optimizer", "activations"])
+    recompute: list[Recompute] = Field(default_factory=lambda: list(get_args(Recompute)))
+    offload: list[Offload] = Field(default_factory=lambda: list(get_args(Offload)))
     keep_plans: int = Field(50, ge=1, description="Ranked plans kept (best per degree tuple).")
     comm: CommSettings = Field(default_factory=CommSettings)
 
 
-def cluster_figures(hardware: HardwareSpec, accelerators: int, per_node: int,
-                    memory_gib: float | None = None, host_memory_gib_per_accelerator: float = 32) -> ClusterFigures:
+def cluster_figures(
+    hardware: HardwareSpec,
+    accelerators: int,
+    per_node: int,
+    memory_gib: float | None = None,
+    host_memory_gib_per_accelerator: float = 32,
+) -> ClusterFigures:
     """A homogeneous cluster of `accelerators` devices described by a platform's hardware (`memory_gib`
     overrides the platform's memory, as a node pool may)."""
     if memory_gib is not None and memory_gib != hardware.memory_gib:
         hardware = hardware.model_copy(update={"memory_gib": memory_gib})
-    return ClusterFigures(hardware=hardware, accelerators=accelerators, per_node=per_node,
-                          host_memory_gib_per_accelerator=host_memory_gib_per_accelerator)
+    return ClusterFigures(
+        hardware=hardware,
+        accelerators=accelerators,
+        per_node=per_node,
+        host_memory_gib_per_accelerator=host_memory_gib_per_accelerator,
+    )
 
 
 def cluster_from_spec(spec: PipelineSpec) -> ClusterFigures:
@@ -98,11 +116,15 @@ def cluster_from_spec(spec: PipelineSpec) -> ClusterFigures:
         acc = pool.accelerator
         groups.setdefault((acc.resource, acc.per_node, acc.memory_gib), []).append(pool)
     key, chosen = max(groups.items(), key=lambda kv: (sum(p.max_nodes for p in kv[1]) * kv[0][1], kv[0][2]))
-    resource, per_node, memory_gib = key
+    _resource, per_node, memory_gib = key
     nodes = sum(p.max_nodes for p in chosen)
     host = min(p.memory_gib_per_node for p in chosen) / per_node
-    notes = [f"pool {p.name} ({p.accelerator.resource}, {p.accelerator.memory_gib:g} GiB) not used: "
-             "a plan spans one kind of accelerator" for p in pools if p not in chosen]
+    notes = [
+        f"pool {p.name} ({p.accelerator.resource}, {p.accelerator.memory_gib:g} GiB) not used: "
+        "a plan spans one kind of accelerator"
+        for p in pools
+        if p not in chosen
+    ]
     notes += [f"pool {p.name} counted at its elastic maximum ({p.elastic.max} nodes)" for p in chosen if p.elastic]
     if memory_gib != hw.memory_gib:
         notes.append(f"node pool memory {memory_gib:g} GiB used instead of the platform's {hw.memory_gib:g} GiB")

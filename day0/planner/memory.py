@@ -15,9 +15,21 @@ from day0.core.dtypes import DTYPE_BYTES
 from day0.core.precision import kept_dtype
 from day0.planner.model import KindCost, ModelCosts
 
-__all__ = ["RECOMPUTE_INDEX", "ParamBytes", "activation_bytes", "activation_bytes_per_token",
-           "embedding_head_params", "inflight_microbatches", "kind_activation_sums", "logits_bytes",
-           "model_state_bytes", "param_bytes", "rank_params", "usable_bytes", "zero3_prefetch_bytes"]
+__all__ = [
+    "RECOMPUTE_INDEX",
+    "ParamBytes",
+    "activation_bytes",
+    "activation_bytes_per_token",
+    "embedding_head_params",
+    "inflight_microbatches",
+    "kind_activation_sums",
+    "logits_bytes",
+    "model_state_bytes",
+    "param_bytes",
+    "rank_params",
+    "usable_bytes",
+    "zero3_prefetch_bytes",
+]
 
 RECOMPUTE_INDEX = {"none": 0, "selective": 1, "full": 2}
 _DTYPE_BYTES = {name: DTYPE_BYTES[kept_dtype(name)] for name in DTYPE_BYTES}  # fp8 weights are kept bf16
@@ -46,8 +58,9 @@ def param_bytes(compute: str, master_weights: str, grad_dtype: str, optimizer_st
     return ParamBytes(weight=weight, grad=grad, master=master, moments=2 * _DTYPE_BYTES[optimizer_state_dtype])
 
 
-def model_state_bytes(params: float, shard: int, zero_stage: int, pb: ParamBytes,
-                      offload_optimizer: bool = False) -> tuple[float, float, float, float]:
+def model_state_bytes(
+    params: float, shard: int, zero_stage: int, pb: ParamBytes, offload_optimizer: bool = False
+) -> tuple[float, float, float, float]:
     """(weights, gradients, optimizer states on device, optimizer states on host) for `params` parameters
     whose data-parallel replicas number `shard`. ZeRO-1 (= distributed optimizer) partitions master
     weights and moments, ZeRO-2 also gradients, ZeRO-3 also weights (Rajbhandari et al. 2020, fig. 1)."""
@@ -67,8 +80,11 @@ def embedding_head_params(costs: ModelCosts, tp: int, pp: int, has_embedding: bo
     """Embedding and output-head parameters on one rank, vocabulary-parallel over TP; a tied head keeps
     its own copy of the embedding on the last stage when PP > 1 (Megatron-LM)."""
     emb, head = costs.embedding_params / tp, costs.head_params / tp
-    return (emb if has_embedding else 0.0) + (head if has_head else 0.0) \
+    return (
+        (emb if has_embedding else 0.0)
+        + (head if has_head else 0.0)
         + (emb if has_head and costs.tied and pp > 1 else 0.0)
+    )
 
 
 def usable_bytes(capacity_bytes: float, fragmentation_fraction: float, framework_overhead_gib: float) -> float:
@@ -76,8 +92,16 @@ def usable_bytes(capacity_bytes: float, fragmentation_fraction: float, framework
     return capacity_bytes * (1 - fragmentation_fraction) - framework_overhead_gib * 1024**3
 
 
-def activation_bytes(main: tuple[float, float, float], expert: tuple[float, float, float], scores: float,
-                     recompute: str, tp: int, etp: int, seq: int, flash_attention: bool) -> float:
+def activation_bytes(
+    main: tuple[float, float, float],
+    expert: tuple[float, float, float],
+    scores: float,
+    recompute: str,
+    tp: int,
+    etp: int,
+    seq: int,
+    flash_attention: bool,
+) -> float:
     """Stored activation bytes per token on one rank with TP + sequence parallelism, given per-token
     sums (none, selective, full) of the TP-split part `main` and of routed-token copies `expert`.
 
@@ -91,17 +115,28 @@ def activation_bytes(main: tuple[float, float, float], expert: tuple[float, floa
     return (main[i] + scores_bytes) / tp + expert[i] * etp / tp
 
 
-def activation_bytes_per_token(kind: KindCost, recompute: str, tp: int, etp: int, seq: int,
-                               flash_attention: bool) -> float:
+def activation_bytes_per_token(
+    kind: KindCost, recompute: str, tp: int, etp: int, seq: int, flash_attention: bool
+) -> float:
     """`activation_bytes` for one layer of `kind`."""
-    return activation_bytes(kind_activation_sums(kind)[0], kind_activation_sums(kind)[1], kind.act_scores_per_seq,
-                            recompute, tp, etp, seq, flash_attention)
+    return activation_bytes(
+        kind_activation_sums(kind)[0],
+        kind_activation_sums(kind)[1],
+        kind.act_scores_per_seq,
+        recompute,
+        tp,
+        etp,
+        seq,
+        flash_attention,
+    )
 
 
 def kind_activation_sums(kind: KindCost) -> tuple[tuple[float, float, float], tuple[float, float, float]]:
     """((main none, selective, full), (expert none, selective, full)) bytes per token of one layer."""
-    return ((kind.act_none, kind.act_selective, kind.layer_input),
-            (kind.act_expert_none, kind.act_expert_selective, 0.0))
+    return (
+        (kind.act_none, kind.act_selective, kind.layer_input),
+        (kind.act_expert_none, kind.act_expert_selective, 0.0),
+    )
 
 
 def inflight_microbatches(rank: int, pp: int, vpp: int, num_microbatches: int) -> float:

@@ -38,7 +38,7 @@ class TechniqueOption(BaseModel):
     memory_bytes: float
     memory_saved_bytes: float  # against the chosen value; negative = uses more
     step_s: float
-    time_cost_s: float         # against the chosen value; negative = faster
+    time_cost_s: float  # against the chosen value; negative = faster
 
 
 class TechniqueChoice(BaseModel):
@@ -69,8 +69,17 @@ class OptimizationReport(StepResult):
 
     @classmethod
     def skipped(cls, model: str, reason: str) -> OptimizationReport:
-        return cls(model=model, plan=None, comm=CommSettings(), techniques=[], step_before_s=0, step_after_s=0,
-                   memory_before_bytes=0, memory_after_bytes=0, skipped_reason=f"no feasible plan: {reason}")
+        return cls(
+            model=model,
+            plan=None,
+            comm=CommSettings(),
+            techniques=[],
+            step_before_s=0,
+            step_after_s=0,
+            memory_before_bytes=0,
+            memory_after_bytes=0,
+            skipped_reason=f"no feasible plan: {reason}",
+        )
 
     def judge(self) -> Judgement:
         if self.plan is None:
@@ -85,9 +94,12 @@ class OptimizationReport(StepResult):
         headline["memory per accelerator"] = f"{m.total_bytes / GIB:.1f} of {m.capacity_bytes / GIB:g} GiB"
         headline["step time"] = f"{self.step_before_s:.3g} -> {self.step_after_s:.3g} s"
         if not self.plan.feasible:
-            why = (f"needs {m.total_bytes / GIB:.1f} GiB per accelerator, {m.capacity_bytes / GIB:g} GiB available"
-                   if m.total_bytes > m.capacity_bytes else f"needs {m.host_offload_bytes / GIB:.1f} GiB host "
-                   f"memory per accelerator, {m.host_capacity_bytes / GIB:g} GiB available")
+            why = (
+                f"needs {m.total_bytes / GIB:.1f} GiB per accelerator, {m.capacity_bytes / GIB:g} GiB available"
+                if m.total_bytes > m.capacity_bytes
+                else f"needs {m.host_offload_bytes / GIB:.1f} GiB host "
+                f"memory per accelerator, {m.host_capacity_bytes / GIB:g} GiB available"
+            )
             return Judgement(verdict="fail", headline=headline, reasons=[f"the optimized plan does not fit: {why}"])
         return Judgement(verdict="pass", headline=headline)
 
@@ -106,30 +118,48 @@ class OptimizationReport(StepResult):
 
     def to_markdown(self) -> str:
         j = self.judge()
-        lines = [f"# Step 4: optimisations for `{self.model}`: {j.verdict.upper()}", "",
-                 *[f"- **{j.verdict}**: {r}" for r in j.reasons]]
+        lines = [
+            f"# Step 4: optimisations for `{self.model}`: {j.verdict.upper()}",
+            "",
+            *[f"- **{j.verdict}**: {r}" for r in j.reasons],
+        ]
         if self.plan is None:
             return "\n".join(lines) + "\n"
-        lines += [f"- step time {self.step_before_s:.3f} s -> **{self.step_after_s:.3f} s**; memory "
-                  f"{self.memory_before_bytes / GIB:.1f} -> **{self.memory_after_bytes / GIB:.1f} GiB** per accelerator",
-                  "", "| technique | chosen | why | alternatives (memory saved GiB / time cost s) |", "|---|---|---|---|"]
+        lines += [
+            f"- step time {self.step_before_s:.3f} s -> **{self.step_after_s:.3f} s**; memory "
+            f"{self.memory_before_bytes / GIB:.1f} -> **{self.memory_after_bytes / GIB:.1f} GiB** per accelerator",
+            "",
+            "| technique | chosen | why | alternatives (memory saved GiB / time cost s) |",
+            "|---|---|---|---|",
+        ]
         for t in self.techniques:  # alternatives that do not fit first
             alts = sorted((o for o in t.options if o.value != t.chosen), key=lambda o: o.feasible)
-            text = "; ".join(f"{o.value}: {o.memory_saved_bytes / GIB:+.1f} / {o.time_cost_s:+.3f}"
-                             + ("" if o.feasible else " (does not fit)") for o in alts)
+            text = "; ".join(
+                f"{o.value}: {o.memory_saved_bytes / GIB:+.1f} / {o.time_cost_s:+.3f}"
+                + ("" if o.feasible else " (does not fit)")
+                for o in alts
+            )
             lines.append(f"| {t.technique} | {t.chosen} | {t.reason} | {text or '-'} |")
         return "\n".join([*lines, "", "```yaml", self.to_yaml().rstrip(), "```"]) + "\n"
 
 
-def _ctx(structure: ModelStructure, cluster: ClusterFigures, training: TrainingSpec, d: Degrees,
-         options: PlannerOptions, comm: CommSettings) -> PlanContext:
+def _ctx(
+    structure: ModelStructure,
+    cluster: ClusterFigures,
+    training: TrainingSpec,
+    d: Degrees,
+    options: PlannerOptions,
+    comm: CommSettings,
+) -> PlanContext:
     return PlanContext(model_costs(structure), cluster, training, d, options.model_copy(update={"comm": comm}))
 
 
-def _comm_candidates(d: Degrees, training: TrainingSpec, options: PlannerOptions, moe: bool) -> list[tuple[str, str, dict]]:
+def _comm_candidates(
+    d: Degrees, training: TrainingSpec, options: PlannerOptions, moe: bool
+) -> list[tuple[str, str, dict]]:
     """(technique, value, CommSettings update) for the techniques that apply to these degrees."""
     replicated = d.dense_replicas > 1
-    out = [("dp overlap", "on", {"dp_overlap": True})] if replicated else []
+    out: list[tuple[str, str, dict]] = [("dp overlap", "on", {"dp_overlap": True})] if replicated else []
     if d.tensor_parallel > 1:
         out.append(("tp overlap", "on", {"tp_overlap": True}))
     if moe and d.expert_parallel > 1:
@@ -140,14 +170,19 @@ def _comm_candidates(d: Degrees, training: TrainingSpec, options: PlannerOptions
     return out
 
 
-def choose_optimizations(structure: ModelStructure, cluster: ClusterFigures, training: TrainingSpec, plan: Plan,
-                         options: PlannerOptions | None = None) -> OptimizationReport:
+def choose_optimizations(
+    structure: ModelStructure,
+    cluster: ClusterFigures,
+    training: TrainingSpec,
+    plan: Plan,
+    options: PlannerOptions | None = None,
+) -> OptimizationReport:
     options = options or PlannerOptions()
     d, knobs_all, base_knobs = plan.parallel, knob_settings(options), plan.memory_knobs
     base = _ctx(structure, cluster, training, d, options, options.comm)
     before_t, before_m = base.time(base_knobs).step_s, base.memory(base_knobs).total_bytes
     comm, reasons = options.comm, {}
-    for technique, value, update in _comm_candidates(d, training, options, structure.moe is not None):
+    for technique, _value, update in _comm_candidates(d, training, options, structure.moe is not None):
         trial = comm.model_copy(update=update)
         t_new = _ctx(structure, cluster, training, d, options, trial).time(base_knobs).step_s
         t_old = _ctx(structure, cluster, training, d, options, comm).time(base_knobs).step_s
@@ -162,17 +197,31 @@ def choose_optimizations(structure: ModelStructure, cluster: ClusterFigures, tra
     found = best_knobs(ctx, knobs_all)
     knobs = found[1] if found else base_knobs
     final = make_plan(ctx, knobs, ctx.memory(knobs), ctx.time(knobs)).model_copy(update={"rank": plan.rank})
-    techniques = _memory_choices(ctx, knobs, options) + _comm_choices(structure, cluster, training, d, options, comm,
-                                                                      knobs, reasons)
-    return OptimizationReport(model=structure.model, plan=final, comm=comm, techniques=techniques,
-                              step_before_s=before_t, step_after_s=final.time.step_s, memory_before_bytes=before_m,
-                              memory_after_bytes=final.memory.total_bytes)
+    techniques = _memory_choices(ctx, knobs, options) + _comm_choices(
+        structure, cluster, training, d, options, comm, knobs, reasons
+    )
+    return OptimizationReport(
+        model=structure.model,
+        plan=final,
+        comm=comm,
+        techniques=techniques,
+        step_before_s=before_t,
+        step_after_s=final.time.step_s,
+        memory_before_bytes=before_m,
+        memory_after_bytes=final.memory.total_bytes,
+    )
 
 
 def _option(ctx: PlanContext, value: str, k: MemoryKnobs, ref_m: float, ref_t: float) -> TechniqueOption:
     m, t = ctx.memory(k), ctx.time(k).step_s
-    return TechniqueOption(value=value, feasible=m.feasible, memory_bytes=m.total_bytes,
-                           memory_saved_bytes=ref_m - m.total_bytes, step_s=t, time_cost_s=t - ref_t)
+    return TechniqueOption(
+        value=value,
+        feasible=m.feasible,
+        memory_bytes=m.total_bytes,
+        memory_saved_bytes=ref_m - m.total_bytes,
+        step_s=t,
+        time_cost_s=t - ref_t,
+    )
 
 
 def _memory_choices(ctx: PlanContext, k: MemoryKnobs, options: PlannerOptions) -> list[TechniqueChoice]:
@@ -183,18 +232,40 @@ def _memory_choices(ctx: PlanContext, k: MemoryKnobs, options: PlannerOptions) -
         return MemoryKnobs(**{"recompute": k.recompute, "zero_stage": k.zero_stage, "offload": k.offload, **update})
 
     return [
-        TechniqueChoice(technique="recompute", chosen=k.recompute, baseline="none", reason=why, options=[
-            _option(ctx, rc, with_(recompute=rc), ref_m, ref_t) for rc in options.recompute]),
-        TechniqueChoice(technique="zero stage", chosen=str(k.zero_stage), baseline="0", reason=why, options=[
-            _option(ctx, str(z), with_(zero_stage=z), ref_m, ref_t) for z in options.zero_stages]),
-        TechniqueChoice(technique="offload", chosen=k.offload, baseline="none", reason=why, options=[
-            _option(ctx, off, with_(offload=off), ref_m, ref_t) for off in options.offload]),
+        TechniqueChoice(
+            technique="recompute",
+            chosen=k.recompute,
+            baseline="none",
+            reason=why,
+            options=[_option(ctx, rc, with_(recompute=rc), ref_m, ref_t) for rc in options.recompute],
+        ),
+        TechniqueChoice(
+            technique="zero stage",
+            chosen=str(k.zero_stage),
+            baseline="0",
+            reason=why,
+            options=[_option(ctx, str(z), with_(zero_stage=z), ref_m, ref_t) for z in options.zero_stages],
+        ),
+        TechniqueChoice(
+            technique="offload",
+            chosen=k.offload,
+            baseline="none",
+            reason=why,
+            options=[_option(ctx, off, with_(offload=off), ref_m, ref_t) for off in options.offload],
+        ),
     ]
 
 
-def _comm_choices(structure: ModelStructure, cluster: ClusterFigures, training: TrainingSpec, d: Degrees,
-                  options: PlannerOptions, comm: CommSettings, k: MemoryKnobs,
-                  reasons: dict[str, str]) -> list[TechniqueChoice]:
+def _comm_choices(
+    structure: ModelStructure,
+    cluster: ClusterFigures,
+    training: TrainingSpec,
+    d: Degrees,
+    options: PlannerOptions,
+    comm: CommSettings,
+    k: MemoryKnobs,
+    reasons: dict[str, str],
+) -> list[TechniqueChoice]:
     ctx = _ctx(structure, cluster, training, d, options, comm)
     ref = ctx.memory(k)
     ref_m, ref_t = ref.total_bytes, ctx.time(k).step_s
@@ -203,15 +274,35 @@ def _comm_choices(structure: ModelStructure, cluster: ClusterFigures, training: 
         field = next(iter(update))
         current = getattr(comm, field)
         on = current == update[field]
-        off_value = {"dp_overlap": False, "tp_overlap": False, "ep_overlap": False, "dispatch_dtype": "bf16",
-                     "grad_reduce_dtype": None}[field]
+        off_value = {
+            "dp_overlap": False,
+            "tp_overlap": False,
+            "ep_overlap": False,
+            "dispatch_dtype": "bf16",
+            "grad_reduce_dtype": None,
+        }[field]
         alt = comm.model_copy(update={field: off_value if on else update[field]})
         alt_ctx = _ctx(structure, cluster, training, d, options, alt)
         label_on, label_off = value, ("off" if isinstance(off_value, bool) else str(off_value or options.grad_dtype))
-        opts = [TechniqueOption(value=label_on if on else label_off, feasible=ref.feasible, memory_bytes=ref_m,
-                                memory_saved_bytes=0.0, step_s=ref_t, time_cost_s=0.0),
-                _option(alt_ctx, label_off if on else label_on, k, ref_m, ref_t)]
+        opts = [
+            TechniqueOption(
+                value=label_on if on else label_off,
+                feasible=ref.feasible,
+                memory_bytes=ref_m,
+                memory_saved_bytes=0.0,
+                step_s=ref_t,
+                time_cost_s=0.0,
+            ),
+            _option(alt_ctx, label_off if on else label_on, k, ref_m, ref_t),
+        ]
         reason = f"saves {opts[1].time_cost_s:.3f} s per step" if on else reasons.get(technique, "")
-        out.append(TechniqueChoice(technique=technique, chosen=label_on if on else label_off, baseline=label_off,
-                                   reason=reason, options=opts))
+        out.append(
+            TechniqueChoice(
+                technique=technique,
+                chosen=label_on if on else label_off,
+                baseline=label_off,
+                reason=reason,
+                options=opts,
+            )
+        )
     return out

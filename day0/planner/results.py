@@ -38,18 +38,27 @@ class Plan(BaseModel):
 
     def to_yaml_dict(self) -> dict[str, Any]:
         dump = self.model_dump(include={"parallel", "memory_knobs"})
-        return {"parallel": dump["parallel"], "memory": dump["memory_knobs"], "precision": dict(self.precision),
-                "estimate": {"memory_gib": round(self.memory.total_bytes / GIB, 2),
-                             "step_s": round(self.time.step_s, 4), "tokens_per_s": round(self.time.tokens_per_s),
-                             "mfu": round(self.time.mfu, 4)}}
+        return {
+            "parallel": dump["parallel"],
+            "memory": dump["memory_knobs"],
+            "precision": dict(self.precision),
+            "estimate": {
+                "memory_gib": round(self.memory.total_bytes / GIB, 2),
+                "step_s": round(self.time.step_s, 4),
+                "tokens_per_s": round(self.time.tokens_per_s),
+                "mfu": round(self.time.mfu, 4),
+            },
+        }
 
 
 def degrees_label(d: Degrees) -> str:
     """`TP2 PP4 (VPP2) EP8 (ETP2) CP1 DP16, micro-batch 1`: the degrees a person reads first."""
     vpp = f" (VPP{d.virtual_pipeline_stages})" if d.virtual_pipeline_stages > 1 else ""
     etp = f" (ETP{d.expert_tensor_parallel})" if d.expert_tensor_parallel > 1 else ""
-    return (f"TP{d.tensor_parallel} PP{d.pipeline_parallel}{vpp} EP{d.expert_parallel}{etp} "
-            f"CP{d.context_parallel} DP{d.data_parallel}, micro-batch {d.micro_batch}")
+    return (
+        f"TP{d.tensor_parallel} PP{d.pipeline_parallel}{vpp} EP{d.expert_parallel}{etp} "
+        f"CP{d.context_parallel} DP{d.data_parallel}, micro-batch {d.micro_batch}"
+    )
 
 
 class Infeasibility(BaseModel):
@@ -69,16 +78,19 @@ class PlanReport(StepResult):
     feasible: bool
     message: str
     plans: list[Plan]
-    closest_infeasible: list[Plan] = Field(default_factory=list,
-                                           description="When nothing fits: the leanest setups, with why not.")
+    closest_infeasible: list[Plan] = Field(
+        default_factory=list, description="When nothing fits: the leanest setups, with why not."
+    )
     infeasible: list[Infeasibility]
     min_accelerators: int | None = None
     tuples_considered: int
     configurations_evaluated: int
     search_seconds: float
     notes: list[str] = Field(default_factory=list)
-    options: PlannerOptions = Field(default_factory=PlannerOptions, description="The assumptions used (last: "
-                                    "duck-typed readers find the best plan's knobs first).")
+    options: PlannerOptions = Field(
+        default_factory=PlannerOptions,
+        description="The assumptions used (last: duck-typed readers find the best plan's knobs first).",
+    )
 
     @property
     def best(self) -> Plan | None:
@@ -89,16 +101,22 @@ class PlanReport(StepResult):
         if self.best is None:
             headline = {"plan": f"none fits {self.cluster.accelerators} accelerators of {cap:g} GiB"}
             if self.closest_infeasible:
-                headline["memory per accelerator"] = (f"{self.closest_infeasible[0].memory.total_bytes / GIB:.1f} "
-                                                      f"of {cap:g} GiB (leanest setup)")
+                headline["memory per accelerator"] = (
+                    f"{self.closest_infeasible[0].memory.total_bytes / GIB:.1f} of {cap:g} GiB (leanest setup)"
+                )
             if self.min_accelerators:
                 headline["minimum accelerators"] = str(self.min_accelerators)
             return Judgement(verdict="fail", reasons=[self.message], headline=headline)
         p = self.best
-        return Judgement(verdict="pass", headline={
-            "degrees": degrees_label(p.parallel),
-            "memory per accelerator": f"{p.memory.total_bytes / GIB:.1f} of {cap:g} GiB",
-            "step time": f"{p.time.step_s:.3g} s", "MFU": f"{p.time.mfu:.1%}"})
+        return Judgement(
+            verdict="pass",
+            headline={
+                "degrees": degrees_label(p.parallel),
+                "memory per accelerator": f"{p.memory.total_bytes / GIB:.1f} of {cap:g} GiB",
+                "step time": f"{p.time.step_s:.3g} s",
+                "MFU": f"{p.time.mfu:.1%}",
+            },
+        )
 
     def files(self) -> dict[str, bytes]:
         """plan.yaml, and memory.png: each memory term of the top three plans (the report embeds it)."""
@@ -110,22 +128,32 @@ class PlanReport(StepResult):
             out["memory.png"] = grouped_bars(
                 f"{self.model}: memory per accelerator by term (capacity {self.cluster.hardware.memory_gib:g} GiB)",
                 [t.removesuffix("_bytes").replace("_", " ") for t in terms],
-                {f"#{p.rank} TP{p.parallel.tensor_parallel} PP{p.parallel.pipeline_parallel} "
-                 f"EP{p.parallel.expert_parallel} {p.memory_knobs.recompute}": [getattr(p.memory, t) / GIB for t in terms]
-                 for p in self.plans[:3]}, "GiB")
+                {
+                    f"#{p.rank} TP{p.parallel.tensor_parallel} PP{p.parallel.pipeline_parallel} "
+                    f"EP{p.parallel.expert_parallel} {p.memory_knobs.recompute}": [
+                        getattr(p.memory, t) / GIB for t in terms
+                    ]
+                    for p in self.plans[:3]
+                },
+                "GiB",
+            )
         return out
 
     def to_yaml(self) -> str:
         if self.best is None:
-            return yaml.safe_dump({"feasible": False, "reason": self.message,
-                                   "min_accelerators": self.min_accelerators}, sort_keys=False)
-        return f"# day0 plan for {self.model} on {self.cluster.accelerators} accelerators\n" + \
-            yaml.safe_dump(self.best.to_yaml_dict(), sort_keys=False)
+            return yaml.safe_dump(
+                {"feasible": False, "reason": self.message, "min_accelerators": self.min_accelerators}, sort_keys=False
+            )
+        return f"# day0 plan for {self.model} on {self.cluster.accelerators} accelerators\n" + yaml.safe_dump(
+            self.best.to_yaml_dict(), sort_keys=False
+        )
 
     def table(self, top: int = 10) -> str:
         """The ranked plans; when none fits, the closest setups first, each with why it does not fit."""
-        head = ("| # | TP | PP | VPP | EP | ETP | CP | DP | mb | recompute | ZeRO | offload | GiB | step s | "
-                "tokens/s | MFU |\n|---" + "|---" * 15 + "|")
+        head = (
+            "| # | TP | PP | VPP | EP | ETP | CP | DP | mb | recompute | ZeRO | offload | GiB | step s | "
+            "tokens/s | MFU |\n|---" + "|---" * 15 + "|"
+        )
         rows = [_row("-", p) + f" does not fit: {p.reason} |" for p in self.closest_infeasible]
         rows += [_row(str(p.rank), p) for p in self.plans[:top]]
         return "\n".join([head, *rows])
@@ -133,67 +161,111 @@ class PlanReport(StepResult):
     def to_markdown(self, top: int = 10) -> str:
         c, j = self.cluster, self.judge()
         hw = c.hardware
-        lines = [f"# Step 3: parallel plan for `{self.model}`: {j.verdict.upper()}", "",
-                 *[f"- {label}: {value}" for label, value in j.headline.items()],
-                 *[f"- **{j.verdict}**: {r}" for r in j.reasons], "",
-                 f"- cluster: {c.accelerators} accelerators ({c.per_node}/node, {hw.memory_gib:g} GiB, "
-                 f"{hw.bf16_tflops:g} bf16 TFLOP/s, {hw.intra_node_bandwidth_gbps:g}/{hw.inter_node_bandwidth_gbps:g} "
-                 "GB/s intra/inter-node)",
-                 f"- training: seq {self.training.seq_len}, global batch {self.training.global_batch}, "
-                 f"compute {self.training.precision.compute}, master {self.training.precision.master_weights}",
-                 f"- search: {self.tuples_considered} degree tuples, {self.configurations_evaluated} configurations "
-                 f"evaluated in {self.search_seconds:.2f} s", "", f"**{self.message}**", ""]
+        lines = [
+            f"# Step 3: parallel plan for `{self.model}`: {j.verdict.upper()}",
+            "",
+            *[f"- {label}: {value}" for label, value in j.headline.items()],
+            *[f"- **{j.verdict}**: {r}" for r in j.reasons],
+            "",
+            f"- cluster: {c.accelerators} accelerators ({c.per_node}/node, {hw.memory_gib:g} GiB, "
+            f"{hw.bf16_tflops:g} bf16 TFLOP/s, {hw.intra_node_bandwidth_gbps:g}/{hw.inter_node_bandwidth_gbps:g} "
+            "GB/s intra/inter-node)",
+            f"- training: seq {self.training.seq_len}, global batch {self.training.global_batch}, "
+            f"compute {self.training.precision.compute}, master {self.training.precision.master_weights}",
+            f"- search: {self.tuples_considered} degree tuples, {self.configurations_evaluated} configurations "
+            f"evaluated in {self.search_seconds:.2f} s",
+            "",
+            f"**{self.message}**",
+            "",
+        ]
         if self.plans or self.closest_infeasible:
             lines += [self.table(top)]
         if self.plans:
-            lines += ["", _memory_section(self.plans[0]), "",
-                      "![memory per accelerator by term](memory.png)", "", _time_section(self.plans[0])]
+            lines += [
+                "",
+                _memory_section(self.plans[0]),
+                "",
+                "![memory per accelerator by term](memory.png)",
+                "",
+                _time_section(self.plans[0]),
+            ]
         if self.infeasible:
             lines += ["", "## Rejected", "", "| reason | tuples |", "|---|---|"]
             lines += [f"| {i.reason} | {i.count} |" for i in self.infeasible[:10]]
         o = self.options
-        lines += ["", f"- assumptions: GEMMs at {o.compute_efficiency:.0%} of peak (saturating with rows), "
-                  f"{'FlashAttention' if o.flash_attention else 'stored attention scores'}, fused norm/SwiGLU kernels, "
-                  f"TP with sequence parallelism, {o.grad_dtype} gradients, {o.optimizer_state_dtype} Adam moments, "
-                  f"{o.fragmentation_fraction:.0%} fragmentation reserve + {o.framework_overhead_gib:g} GiB runtime, "
-                  f"1F1B / interleaved 1F1B pipeline; MFU against the peak of the GEMM dtype"]
+        lines += [
+            "",
+            f"- assumptions: GEMMs at {o.compute_efficiency:.0%} of peak (saturating with rows), "
+            f"{'FlashAttention' if o.flash_attention else 'stored attention scores'}, fused norm/SwiGLU kernels, "
+            f"TP with sequence parallelism, {o.grad_dtype} gradients, {o.optimizer_state_dtype} Adam moments, "
+            f"{o.fragmentation_fraction:.0%} fragmentation reserve + {o.framework_overhead_gib:g} GiB runtime, "
+            f"1F1B / interleaved 1F1B pipeline; MFU against the peak of the GEMM dtype",
+        ]
         lines += [f"- note: {n}" for n in [*self.cluster.notes, *self.notes]]
         return "\n".join(lines) + "\n"
 
 
-_MEMORY_TERMS = [f.name for f in fields(MemoryEstimate) if f.name.endswith("_bytes") and f.name not in (
-    "total_bytes", "capacity_bytes", "activations_per_microbatch_bytes", "host_offload_bytes", "host_capacity_bytes")]
+_MEMORY_TERMS = [
+    f.name
+    for f in fields(MemoryEstimate)
+    if f.name.endswith("_bytes")
+    and f.name
+    not in (
+        "total_bytes",
+        "capacity_bytes",
+        "activations_per_microbatch_bytes",
+        "host_offload_bytes",
+        "host_capacity_bytes",
+    )
+]
 
 
 def _row(rank: str, p: Plan) -> str:
     d, k = p.parallel, p.memory_knobs
-    return (f"| {rank} | {d.tensor_parallel} | {d.pipeline_parallel} | {d.virtual_pipeline_stages} | "
-            f"{d.expert_parallel} | {d.expert_tensor_parallel} | {d.context_parallel} | {d.data_parallel} | "
-            f"{d.micro_batch} | {k.recompute} | {k.zero_stage} | {k.offload} | "
-            f"{p.memory.total_bytes / GIB:.1f} | {p.time.step_s:.2f} | {p.time.tokens_per_s:,.0f} | {p.time.mfu:.1%} |")
+    return (
+        f"| {rank} | {d.tensor_parallel} | {d.pipeline_parallel} | {d.virtual_pipeline_stages} | "
+        f"{d.expert_parallel} | {d.expert_tensor_parallel} | {d.context_parallel} | {d.data_parallel} | "
+        f"{d.micro_batch} | {k.recompute} | {k.zero_stage} | {k.offload} | "
+        f"{p.memory.total_bytes / GIB:.1f} | {p.time.step_s:.2f} | {p.time.tokens_per_s:,.0f} | {p.time.mfu:.1%} |"
+    )
 
 
 def _memory_section(p: Plan) -> str:
     m = p.memory
     rows = [(name.removesuffix("_bytes").replace("_", " "), getattr(m, name)) for name in _MEMORY_TERMS]
     body = "\n".join(f"| {n} | {v / GIB:.2f} |" for n, v in rows)
-    return (f"## Memory of the best plan (stage {m.peak_stage}, {m.inflight_microbatches:g} micro-batches in flight)"
-            f"\n\n| term | GiB |\n|---|---|\n{body}\n| **total** | **{m.total_bytes / GIB:.2f}** of "
-            f"{m.capacity_bytes / GIB:.0f} |")
+    return (
+        f"## Memory of the best plan (stage {m.peak_stage}, {m.inflight_microbatches:g} micro-batches in flight)"
+        f"\n\n| term | GiB |\n|---|---|\n{body}\n| **total** | **{m.total_bytes / GIB:.2f}** of "
+        f"{m.capacity_bytes / GIB:.0f} |"
+    )
 
 
 def _time_section(p: Plan) -> str:
     t = p.time
-    rows = [(f.name.removesuffix("_s").replace("_", " "), getattr(t, f.name)) for f in fields(TimeEstimate)
-            if f.name.endswith("_s") and f.name != "tokens_per_s"]
+    rows = [
+        (f.name.removesuffix("_s").replace("_", " "), getattr(t, f.name))
+        for f in fields(TimeEstimate)
+        if f.name.endswith("_s") and f.name != "tokens_per_s"
+    ]
     body = "\n".join(f"| {n} | {v:.3f} |" for n, v in rows)
-    return f"## Time of the best plan\n\n| term | s |\n|---|---|\n{body}\n\nMFU {t.mfu:.1%}, {t.tokens_per_s:,.0f} tokens/s"
+    return (
+        f"## Time of the best plan\n\n| term | s |\n|---|---|\n{body}\n\n"
+        f"MFU {t.mfu:.1%}, {t.tokens_per_s:,.0f} tokens/s"
+    )
 
 
-def make_plan(ctx: PlanContext, knobs: MemoryKnobs, m: MemoryEstimate, t: TimeEstimate,
-              reason: str | None = None) -> Plan:
+def make_plan(
+    ctx: PlanContext, knobs: MemoryKnobs, m: MemoryEstimate, t: TimeEstimate, reason: str | None = None
+) -> Plan:
     prec = ctx.training.precision
-    return Plan(parallel=ctx.d, memory_knobs=knobs, precision={"master_weights": prec.master_weights,
-                                                               "compute": prec.compute},
-                memory=m, time=t, feasible=m.feasible and reason is None, reason=reason,
-                layers_per_stage=list(ctx.layers_per_rank))
+    return Plan(
+        parallel=ctx.d,
+        memory_knobs=knobs,
+        precision={"master_weights": prec.master_weights, "compute": prec.compute},
+        memory=m,
+        time=t,
+        feasible=m.feasible and reason is None,
+        reason=reason,
+        layers_per_stage=list(ctx.layers_per_rank),
+    )

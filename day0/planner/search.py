@@ -26,8 +26,7 @@ from day0.planner.results import Infeasibility, Plan, PlanReport, make_plan
 from day0.planner.values import OFFLOADS, RECOMPUTES, Degrees, MemoryKnobs
 from day0.spec import ParallelConstraints, TrainingSpec
 
-__all__ = ["best_knobs", "brute_force", "enumerate_degrees", "knob_settings", "min_accelerators",
-           "plan_parallelism"]
+__all__ = ["best_knobs", "brute_force", "enumerate_degrees", "knob_settings", "min_accelerators", "plan_parallelism"]
 
 _MAX_ACCELERATORS = 1 << 18
 
@@ -37,17 +36,28 @@ def _divisors(n: int) -> list[int]:
 
 
 def knob_settings(options: PlannerOptions) -> list[MemoryKnobs]:
-    return [MemoryKnobs(recompute=rc, zero_stage=z, offload=off) for z in sorted(options.zero_stages) for rc in RECOMPUTES if rc in options.recompute
-            for off in OFFLOADS if off in options.offload]
+    return [
+        MemoryKnobs(recompute=rc, zero_stage=z, offload=off)
+        for z in sorted(options.zero_stages)
+        for rc in RECOMPUTES
+        if rc in options.recompute
+        for off in OFFLOADS
+        if off in options.offload
+    ]
 
 
 def _fixed(value: int | None, candidates: list[int]) -> list[int]:
     return [value] if value is not None else candidates
 
 
-def enumerate_degrees(costs: ModelCosts, cluster: ClusterFigures, training: TrainingSpec,
-                      constraints: ParallelConstraints, options: PlannerOptions,
-                      rejected: Counter[str] | None = None) -> Iterator[Degrees]:
+def enumerate_degrees(
+    costs: ModelCosts,
+    cluster: ClusterFigures,
+    training: TrainingSpec,
+    constraints: ParallelConstraints,
+    options: PlannerOptions,
+    rejected: Counter[str] | None = None,
+) -> Iterator[Degrees]:
     """Every degree tuple meeting the structural constraints; counts why others were rejected."""
     rejected = rejected if rejected is not None else Counter()
     c, n, L = constraints, constraints.accelerators or cluster.accelerators, costs.num_layers
@@ -56,10 +66,16 @@ def enumerate_degrees(costs: ModelCosts, cluster: ClusterFigures, training: Trai
         return
     if c.tensor_parallel and c.tensor_parallel > cluster.per_node:
         rejected[f"TP {c.tensor_parallel} exceeds one node ({cluster.per_node} accelerators)"] += 1
-    tps = [t for t in _fixed(c.tensor_parallel, _divisors(cluster.per_node))
-           if t <= cluster.per_node and costs.heads % t == 0]
-    cps = [x for x in _fixed(c.context_parallel, [2**i for i in range(8) if 2**i <= options.max_context_parallel])
-           if x == 1 or training.seq_len % (2 * x) == 0]
+    tps = [
+        t
+        for t in _fixed(c.tensor_parallel, _divisors(cluster.per_node))
+        if t <= cluster.per_node and costs.heads % t == 0
+    ]
+    cps = [
+        x
+        for x in _fixed(c.context_parallel, [2**i for i in range(8) if 2**i <= options.max_context_parallel])
+        if x == 1 or training.seq_len % (2 * x) == 0
+    ]
     mbs = sorted({*options.micro_batches, training.micro_batch})
     for tp in tps:
         for cp in cps:
@@ -78,34 +94,68 @@ def enumerate_degrees(costs: ModelCosts, cluster: ClusterFigures, training: Trai
                 yield from _inner(costs, training, constraints, options, tp, cp, pp, dp, mbs, rejected)
 
 
-def _inner(costs: ModelCosts, training: TrainingSpec, c: ParallelConstraints, options: PlannerOptions,
-           tp: int, cp: int, pp: int, dp: int, mbs: list[int], rejected: Counter[str]) -> Iterator[Degrees]:
+def _inner(
+    costs: ModelCosts,
+    training: TrainingSpec,
+    c: ParallelConstraints,
+    options: PlannerOptions,
+    tp: int,
+    cp: int,
+    pp: int,
+    dp: int,
+    mbs: list[int],
+    rejected: Counter[str],
+) -> Iterator[Degrees]:
     moe = costs.num_experts > 0
-    eps = [e for e in _fixed(c.expert_parallel, _divisors(costs.num_experts) if moe else [1])
-           if (e == 1 or moe) and (not moe or costs.num_experts % e == 0)]
+    eps = [
+        e
+        for e in _fixed(c.expert_parallel, _divisors(costs.num_experts) if moe else [1])
+        if (e == 1 or moe) and (not moe or costs.num_experts % e == 0)
+    ]
     etps = [1, tp] if moe and tp > 1 else [1]
     for mb in mbs:
         if training.global_batch % (dp * mb):
             rejected["global batch not divisible by DP x micro-batch"] += 1
             continue
         m = training.global_batch // (dp * mb)
-        vpps = [v for v in range(1, options.max_virtual_stages + 1)
-                if v == 1 or (pp > 1 and pp * v <= costs.num_layers and m % pp == 0)]
+        vpps = [
+            v
+            for v in range(1, options.max_virtual_stages + 1)
+            if v == 1 or (pp > 1 and pp * v <= costs.num_layers and m % pp == 0)
+        ]
         for ep in eps:
             for etp in etps:
                 if (tp * cp * dp) % (ep * etp):
                     rejected["EP x expert-TP does not divide DP x CP x TP"] += 1
                     continue
                 for vpp in vpps:
-                    yield Degrees(tensor_parallel=tp, pipeline_parallel=pp, virtual_pipeline_stages=vpp,
-                                  expert_parallel=ep, expert_tensor_parallel=etp, context_parallel=cp,
-                                  data_parallel=dp, micro_batch=mb, num_microbatches=m)
+                    yield Degrees(
+                        tensor_parallel=tp,
+                        pipeline_parallel=pp,
+                        virtual_pipeline_stages=vpp,
+                        expert_parallel=ep,
+                        expert_tensor_parallel=etp,
+                        context_parallel=cp,
+                        data_parallel=dp,
+                        micro_batch=mb,
+                        num_microbatches=m,
+                    )
 
 
 def _key(d: Degrees, k: MemoryKnobs, step: float) -> tuple:
-    return (step, d.tensor_parallel, d.pipeline_parallel, d.virtual_pipeline_stages, d.context_parallel,
-            d.expert_parallel, d.expert_tensor_parallel, d.micro_batch, k.zero_stage,
-            RECOMPUTES.index(k.recompute), OFFLOADS.index(k.offload))
+    return (
+        step,
+        d.tensor_parallel,
+        d.pipeline_parallel,
+        d.virtual_pipeline_stages,
+        d.context_parallel,
+        d.expert_parallel,
+        d.expert_tensor_parallel,
+        d.micro_batch,
+        k.zero_stage,
+        RECOMPUTES.index(k.recompute),
+        OFFLOADS.index(k.offload),
+    )
 
 
 def best_knobs(ctx: PlanContext, knobs: list[MemoryKnobs]) -> tuple[tuple, MemoryKnobs] | None:
@@ -121,17 +171,24 @@ def _constraints(constraints: ParallelConstraints | None) -> ParallelConstraints
     return constraints or ParallelConstraints()
 
 
-def plan_parallelism(structure: ModelStructure, cluster: ClusterFigures, training: TrainingSpec,
-                     constraints: ParallelConstraints | None = None, options: PlannerOptions | None = None,
-                     find_min_accelerators: bool = True) -> PlanReport:
+def plan_parallelism(
+    structure: ModelStructure,
+    cluster: ClusterFigures,
+    training: TrainingSpec,
+    constraints: ParallelConstraints | None = None,
+    options: PlannerOptions | None = None,
+    find_min_accelerators: bool = True,
+) -> PlanReport:
     """Ranked feasible plans (best per degree tuple) or, if none fits, why and the accelerators needed."""
     t0 = time.perf_counter()
     options, cons, costs = options or PlannerOptions(), _constraints(constraints), model_costs(structure)
     rejected: Counter[str] = Counter()
     knobs = knob_settings(options)
     bound_of = StaticBound(costs, cluster, training, options)
-    order = sorted((bound_of(d), _key(d, knobs[0], 0.0)[1:], d)
-                   for d in enumerate_degrees(costs, cluster, training, cons, options, rejected))
+    order = sorted(
+        (bound_of(d), _key(d, knobs[0], 0.0)[1:], d)
+        for d in enumerate_degrees(costs, cluster, training, cons, options, rejected)
+    )
     min_mem, evaluated, visited, leanest = math.inf, 0, 0, None
     kept: list[tuple] = []  # heap of negated keys: kept[0] is the worst kept plan
     for bound, _, d in order:
@@ -171,14 +228,22 @@ def _leanest_plan(ctx: PlanContext, knobs: list[MemoryKnobs]) -> Plan:
     """The least-memory knob setting of a tuple, as an infeasible plan that says by how much it misses."""
     k = min(knobs, key=lambda k: (ctx.memory(k).total_bytes, _key(ctx.d, k, 0.0)))
     m = ctx.memory(k)
-    reason = (f"needs {m.total_bytes / GIB:.1f} GiB per accelerator, {m.capacity_bytes / GIB:g} GiB available"
-              if m.total_bytes > m.capacity_bytes else f"needs {m.host_offload_bytes / GIB:.1f} GiB host memory per "
-              f"accelerator, {m.host_capacity_bytes / GIB:g} GiB available")
+    reason = (
+        f"needs {m.total_bytes / GIB:.1f} GiB per accelerator, {m.capacity_bytes / GIB:g} GiB available"
+        if m.total_bytes > m.capacity_bytes
+        else f"needs {m.host_offload_bytes / GIB:.1f} GiB host memory per "
+        f"accelerator, {m.host_capacity_bytes / GIB:g} GiB available"
+    )
     return make_plan(ctx, k, m, ctx.time(k), reason)
 
 
-def brute_force(structure: ModelStructure, cluster: ClusterFigures, training: TrainingSpec,
-                constraints: ParallelConstraints | None = None, options: PlannerOptions | None = None) -> PlanReport:
+def brute_force(
+    structure: ModelStructure,
+    cluster: ClusterFigures,
+    training: TrainingSpec,
+    constraints: ParallelConstraints | None = None,
+    options: PlannerOptions | None = None,
+) -> PlanReport:
     """Every (degree tuple, knob setting) evaluated in full: the reference the pruned search must match."""
     t0 = time.perf_counter()
     options, cons, costs = options or PlannerOptions(), _constraints(constraints), model_costs(structure)
@@ -196,14 +261,18 @@ def brute_force(structure: ModelStructure, cluster: ClusterFigures, training: Tr
             rejected["memory: no ZeRO/recompute/offload setting fits"] += 1
         else:
             ranked.append(best)
-    ranked = sorted(ranked, key=lambda r: r[0])[:options.keep_plans]
+    ranked = sorted(ranked, key=lambda r: r[0])[: options.keep_plans]
     outcome = _Outcome(ranked, rejected, min_mem, tuples, evaluated, time.perf_counter() - t0)
     return _report(structure, cluster, training, cons, options, outcome, False)
 
 
-def min_accelerators(structure: ModelStructure, cluster: ClusterFigures, training: TrainingSpec,
-                     constraints: ParallelConstraints | None = None,
-                     options: PlannerOptions | None = None) -> tuple[int | None, float]:
+def min_accelerators(
+    structure: ModelStructure,
+    cluster: ClusterFigures,
+    training: TrainingSpec,
+    constraints: ParallelConstraints | None = None,
+    options: PlannerOptions | None = None,
+) -> tuple[int | None, float]:
     """(smallest whole-node accelerator count with a feasible plan, or None up to 2^18; model-state bytes
     with every state sharded). Doubles from the model-state floor to the first count that fits, then scans
     the whole-node counts below it (feasibility is not monotone: batch and layer divisibility)."""
@@ -218,19 +287,32 @@ def min_accelerators(structure: ModelStructure, cluster: ClusterFigures, trainin
     nodes = 2 ** math.ceil(math.log2(floor_nodes))
     while nodes * cluster.per_node <= _MAX_ACCELERATORS:
         if _fits(costs, cluster.with_accelerators(nodes * cluster.per_node), training, cons, options, knobs):
-            below = (n for n in range(max(floor_nodes, nodes // 2 + 1), nodes)
-                     if _fits(costs, cluster.with_accelerators(n * cluster.per_node), training, cons, options, knobs))
+            below = (
+                n
+                for n in range(max(floor_nodes, nodes // 2 + 1), nodes)
+                if _fits(costs, cluster.with_accelerators(n * cluster.per_node), training, cons, options, knobs)
+            )
             return next(below, nodes) * cluster.per_node, states
         nodes *= 2
     return None, states
 
 
-def _fits(costs: ModelCosts, cluster: ClusterFigures, training: TrainingSpec, cons: ParallelConstraints,
-          options: PlannerOptions, knobs: list[MemoryKnobs]) -> bool:
+def _fits(
+    costs: ModelCosts,
+    cluster: ClusterFigures,
+    training: TrainingSpec,
+    cons: ParallelConstraints,
+    options: PlannerOptions,
+    knobs: list[MemoryKnobs],
+) -> bool:
     """Whether any degree tuple and knob setting fits (tuples tried leanest first)."""
-    ctxs = sorted((PlanContext(costs, cluster, training, d, options)
-                   for d in enumerate_degrees(costs, cluster, training, cons, options)),
-                  key=lambda c: c.memory_lower_bound())
+    ctxs = sorted(
+        (
+            PlanContext(costs, cluster, training, d, options)
+            for d in enumerate_degrees(costs, cluster, training, cons, options)
+        ),
+        key=lambda c: c.memory_lower_bound(),
+    )
     for ctx in ctxs:
         if ctx.memory_lower_bound() > ctx.capacity:
             return False
@@ -249,24 +331,39 @@ class _Outcome:
     seconds: float
 
 
-def _report(structure: ModelStructure, cluster: ClusterFigures, training: TrainingSpec, cons: ParallelConstraints,
-            options: PlannerOptions, outcome: _Outcome, find_min: bool) -> PlanReport:
+def _report(
+    structure: ModelStructure,
+    cluster: ClusterFigures,
+    training: TrainingSpec,
+    cons: ParallelConstraints,
+    options: PlannerOptions,
+    outcome: _Outcome,
+    find_min: bool,
+) -> PlanReport:
     ranked, rejected, min_mem, tuples = outcome.ranked, outcome.rejected, outcome.min_memory, outcome.tuples
     plans = []
-    for i, (key, k, ctx) in enumerate(ranked, 1):
+    for i, (_key, k, ctx) in enumerate(ranked, 1):
         plan = make_plan(ctx, k, ctx.memory(k), ctx.time(k))
         plans.append(plan.model_copy(update={"rank": i}))
-    infeasible = [Infeasibility(reason=r, count=n, min_memory_gib=round(min_mem / GIB, 2) if r.startswith("memory")
-                                and min_mem < math.inf else None) for r, n in rejected.most_common()]
+    infeasible = [
+        Infeasibility(
+            reason=r,
+            count=n,
+            min_memory_gib=round(min_mem / GIB, 2) if r.startswith("memory") and min_mem < math.inf else None,
+        )
+        for r, n in rejected.most_common()
+    ]
     n_acc, gib = cons.accelerators or cluster.accelerators, cluster.hardware.memory_gib
     need, notes = None, []
     if plans:
         best = plans[0]
-        message = (f"best of {len(plans)} feasible plans: TP{best.parallel.tensor_parallel} "
-                   f"PP{best.parallel.pipeline_parallel} EP{best.parallel.expert_parallel} "
-                   f"CP{best.parallel.context_parallel} DP{best.parallel.data_parallel}, "
-                   f"{best.memory.total_bytes / GIB:.1f} of {gib:g} GiB, "
-                   f"{best.time.step_s:.2f} s/step, MFU {best.time.mfu:.1%}")
+        message = (
+            f"best of {len(plans)} feasible plans: TP{best.parallel.tensor_parallel} "
+            f"PP{best.parallel.pipeline_parallel} EP{best.parallel.expert_parallel} "
+            f"CP{best.parallel.context_parallel} DP{best.parallel.data_parallel}, "
+            f"{best.memory.total_bytes / GIB:.1f} of {gib:g} GiB, "
+            f"{best.time.step_s:.2f} s/step, MFU {best.time.mfu:.1%}"
+        )
     else:
         message = f"infeasible: no plan fits {n_acc} accelerators of {gib:g} GiB"
         if min_mem < math.inf:
@@ -275,17 +372,36 @@ def _report(structure: ModelStructure, cluster: ClusterFigures, training: Traini
             message += "; no parallel layout satisfies the constraints (see rejected)"
         elif find_min:
             need, states = min_accelerators(structure, cluster, training, cons, options)
-            floor = math.ceil(states / usable_bytes(cluster.memory_bytes, options.fragmentation_fraction,
-                                                    options.framework_overhead_gib))
-            message += (f"; needs at least {floor} accelerators of {gib:g} GiB for the model states "
-                        f"alone ({structure.params_total / 1e9:.1f}B parameters x {states / structure.params_total:.0f}"
-                        f" bytes = {states / GIB:,.0f} GiB)")
-            message += (f"; the smallest whole-node count with a feasible plan is {need}" if need else
-                        f"; no count up to {_MAX_ACCELERATORS} fits")
+            floor = math.ceil(
+                states
+                / usable_bytes(cluster.memory_bytes, options.fragmentation_fraction, options.framework_overhead_gib)
+            )
+            message += (
+                f"; needs at least {floor} accelerators of {gib:g} GiB for the model states "
+                f"alone ({structure.params_total / 1e9:.1f}B parameters x {states / structure.params_total:.0f}"
+                f" bytes = {states / GIB:,.0f} GiB)"
+            )
+            message += (
+                f"; the smallest whole-node count with a feasible plan is {need}"
+                if need
+                else f"; no count up to {_MAX_ACCELERATORS} fits"
+            )
     if structure.moe and "deepseek" in structure.model_type:
         notes.append("1F1B schedule assumed; DualPipe (DeepSeek-V3) keeps two weight copies and is not modelled")
-    return PlanReport(model=structure.model, params_total=structure.params_total,
-                      params_active=structure.params_active, cluster=cluster.with_accelerators(n_acc),
-                      training=training, options=options, feasible=bool(plans), message=message, plans=plans,
-                      infeasible=infeasible, min_accelerators=need, tuples_considered=tuples,
-                      configurations_evaluated=outcome.evaluated, search_seconds=outcome.seconds, notes=notes)
+    return PlanReport(
+        model=structure.model,
+        params_total=structure.params_total,
+        params_active=structure.params_active,
+        cluster=cluster.with_accelerators(n_acc),
+        training=training,
+        options=options,
+        feasible=bool(plans),
+        message=message,
+        plans=plans,
+        infeasible=infeasible,
+        min_accelerators=need,
+        tuples_considered=tuples,
+        configurations_evaluated=outcome.evaluated,
+        search_seconds=outcome.seconds,
+        notes=notes,
+    )

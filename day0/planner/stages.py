@@ -26,11 +26,11 @@ class RankGroup:
     counts: tuple[int, ...]
     has_embedding: bool
     has_head: bool
-    work: StageWork        # forward work per token: what the step-time terms read
-    dense: float           # TP-sharded parameters
+    work: StageWork  # forward work per token: what the step-time terms read
+    dense: float  # TP-sharded parameters
     replicated: float
-    expert: float          # routed-expert parameters
-    act_main: tuple[float, float, float]    # stored bytes/token by recompute (none, selective, full)
+    expert: float  # routed-expert parameters
+    act_main: tuple[float, float, float]  # stored bytes/token by recompute (none, selective, full)
     act_expert: tuple[float, float, float]
     act_scores_per_seq: float
 
@@ -70,7 +70,7 @@ def partition(costs: ModelCosts, chunks: int, seq: int) -> tuple[int, ...]:
     sizes = _greedy(lc, hi)
     while len(sizes) < chunks:  # split the largest chunk: never raises the maximum
         i = max(range(len(sizes)), key=lambda j: sizes[j])
-        sizes[i:i + 1] = [sizes[i] - sizes[i] // 2, sizes[i] // 2]
+        sizes[i : i + 1] = [sizes[i] - sizes[i] // 2, sizes[i] // 2]
     return tuple(sizes)
 
 
@@ -78,15 +78,19 @@ def stage_work(costs: ModelCosts, counts: tuple[int, ...], has_head: bool) -> St
     """The forward work per token of `counts[i]` layers of each kind (and the head, if held)."""
     ks = costs.kinds
 
-    def total(f) -> float:  # noqa: ANN001
+    def total(f) -> float:
         return sum(n * f(k) for n, k in zip(counts, ks))
 
-    return StageWork(layers=sum(counts), moe_layers=sum(n for n, k in zip(counts, ks) if k.is_moe),
-                     dense_active=total(lambda k: k.active_params - k.routed_active_params),
-                     routed_active=total(lambda k: k.routed_active_params),
-                     head_flops=costs.head_flops_per_token if has_head else 0.0,
-                     attn_per_seq=total(lambda k: k.attn_flops_per_seq),
-                     selective_flops=total(lambda k: k.selective_flops), cp_kv=total(lambda k: k.cp_kv_bytes))
+    return StageWork(
+        layers=sum(counts),
+        moe_layers=sum(n for n, k in zip(counts, ks) if k.is_moe),
+        dense_active=total(lambda k: k.active_params - k.routed_active_params),
+        routed_active=total(lambda k: k.routed_active_params),
+        head_flops=costs.head_flops_per_token if has_head else 0.0,
+        attn_per_seq=total(lambda k: k.attn_flops_per_seq),
+        selective_flops=total(lambda k: k.selective_flops),
+        cp_kv=total(lambda k: k.cp_kv_bytes),
+    )
 
 
 def layer_counts(costs: ModelCosts) -> tuple[int, ...]:
@@ -97,18 +101,28 @@ def layer_counts(costs: ModelCosts) -> tuple[int, ...]:
 def _group(costs: ModelCosts, rank: int, counts: tuple[int, ...], pp: int) -> RankGroup:
     ks = costs.kinds
 
-    def total(f) -> float:  # noqa: ANN001
+    def total(f) -> float:
         return sum(n * f(k) for n, k in zip(counts, ks))
 
     sums = [kind_activation_sums(k) for k in ks]
+
+    def act(j: int) -> tuple[float, float, float]:  # j: 0 main, 1 expert; by recompute (none, selective, full)
+        none, selective, full = (sum(n * s[j][i] for n, s in zip(counts, sums)) for i in range(3))
+        return none, selective, full
+
     return RankGroup(
-        first_rank=rank, counts=counts, has_embedding=rank == 0, has_head=rank == pp - 1,
+        first_rank=rank,
+        counts=counts,
+        has_embedding=rank == 0,
+        has_head=rank == pp - 1,
         work=stage_work(costs, counts, rank == pp - 1),
-        dense=total(lambda k: k.dense_params), replicated=total(lambda k: k.replicated_params),
+        dense=total(lambda k: k.dense_params),
+        replicated=total(lambda k: k.replicated_params),
         expert=total(lambda k: k.expert_params),
-        act_main=tuple(sum(n * s[0][i] for n, s in zip(counts, sums)) for i in range(3)),
-        act_expert=tuple(sum(n * s[1][i] for n, s in zip(counts, sums)) for i in range(3)),
-        act_scores_per_seq=total(lambda k: k.act_scores_per_seq))
+        act_main=act(0),
+        act_expert=act(1),
+        act_scores_per_seq=total(lambda k: k.act_scores_per_seq),
+    )
 
 
 @lru_cache(maxsize=4096)

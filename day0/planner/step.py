@@ -23,7 +23,11 @@ def plan_for_spec(spec: PipelineSpec, structure: ModelStructure, options: Planne
     return plan_parallelism(structure, cluster_from_spec(spec), spec.training, constraints, options)
 
 
-def optimize_for_spec(spec: PipelineSpec, structure: ModelStructure, report: PlanReport,
-                      options: PlannerOptions | None = None) -> OptimizationReport:
-    return choose_optimizations(structure, report.cluster, spec.training, report.best, options or report.options) \
-        if report.best else OptimizationReport.skipped(structure.model, report.message)
+def optimize_for_spec(
+    spec: PipelineSpec, structure: ModelStructure, report: PlanReport, options: PlannerOptions | None = None
+) -> OptimizationReport:
+    return (
+        choose_optimizations(structure, report.cluster, spec.training, report.best, options or report.options)
+        if report.best
+        else OptimizationReport.skipped(structure.model, report.message)
+    )

@@ -26,9 +26,22 @@ from day0.planner.model import ModelCosts
 from day0.planner.values import Degrees
 from day0.spec import HardwareSpec
 
-__all__ = ["StageTime", "StageWork", "StepRates", "activation_offload_seconds", "dp_exposed_seconds",
-           "dp_sync_seconds", "gemm_peak_flops", "grad_reduce_bytes", "mfu", "model_flops_per_step",
-           "optimizer_params", "optimizer_seconds_per_param", "stage_seconds", "step_rates"]
+__all__ = [
+    "StageTime",
+    "StageWork",
+    "StepRates",
+    "activation_offload_seconds",
+    "dp_exposed_seconds",
+    "dp_sync_seconds",
+    "gemm_peak_flops",
+    "grad_reduce_bytes",
+    "mfu",
+    "model_flops_per_step",
+    "optimizer_params",
+    "optimizer_seconds_per_param",
+    "stage_seconds",
+    "step_rates",
+]
 
 _BYTES = {"fp32": 4, "bf16": 2, "fp8": 1}
 
@@ -39,12 +52,12 @@ class StageWork:
 
     layers: float
     moe_layers: float
-    dense_active: float     # non-routed parameters each token multiplies (2 FLOPs each)
-    routed_active: float    # routed-expert parameters each token multiplies (grouped GEMMs)
-    head_flops: float       # output head FLOPs per token (the last stage only)
-    attn_per_seq: float     # attention FLOPs per token per unit of sequence length (causal)
+    dense_active: float  # non-routed parameters each token multiplies (2 FLOPs each)
+    routed_active: float  # routed-expert parameters each token multiplies (grouped GEMMs)
+    head_flops: float  # output head FLOPs per token (the last stage only)
+    attn_per_seq: float  # attention FLOPs per token per unit of sequence length (causal)
     selective_flops: float  # FLOPs per token that selective recompute repeats
-    cp_kv: float            # K+V bytes per token exchanged by context parallelism
+    cp_kv: float  # K+V bytes per token exchanged by context parallelism
 
     def scaled(self, factor: float) -> StageWork:
         return StageWork(*(getattr(self, f.name) * factor for f in fields(self)))
@@ -54,16 +67,16 @@ class StageWork:
 class StepRates:
     """What one degree tuple fixes: achieved FLOP/s per GEMM kind and the unit communication times."""
 
-    tokens: float          # tokens per rank per micro-batch, gathered over TP (s·b / CP)
-    linear_flops: float    # dense GEMMs: peak of the compute dtype x efficiency at `tokens` rows
-    expert_flops: float    # routed-expert GEMMs: rows = tokens per local expert
+    tokens: float  # tokens per rank per micro-batch, gathered over TP (s·b / CP)
+    linear_flops: float  # dense GEMMs: peak of the compute dtype x efficiency at `tokens` rows
+    expert_flops: float  # routed-expert GEMMs: rows = tokens per local expert
     attention_flops: float  # attention runs at bf16
-    tp_ring_s: float       # one TP all-gather or reduce-scatter of a layer's activations
-    dispatch_s: float      # one MoE all-to-all at the dispatch dtype
-    combine_s: float       # one MoE all-to-all at bf16
-    cp_bandwidth: float    # bytes/s of the CP ring
-    p2p_s: float           # pipeline sends/receives per micro-batch (forward + backward, every chunk)
-    dp_bandwidth: float    # bytes/s of the data-parallel ring
+    tp_ring_s: float  # one TP all-gather or reduce-scatter of a layer's activations
+    dispatch_s: float  # one MoE all-to-all at the dispatch dtype
+    combine_s: float  # one MoE all-to-all at bf16
+    cp_bandwidth: float  # bytes/s of the CP ring
+    p2p_s: float  # pipeline sends/receives per micro-batch (forward + backward, every chunk)
+    dp_bandwidth: float  # bytes/s of the data-parallel ring
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,8 +94,9 @@ class StageTime:
 def gemm_peak_flops(hardware: HardwareSpec, compute: str) -> float:
     """Dense GEMM peak FLOP/s: the platform's fp8 peak when training computes in fp8 and the platform
     states one, its bf16 peak otherwise."""
-    fp8 = compute == "fp8" and hardware.fp8_tflops
-    return (hardware.fp8_tflops if fp8 else hardware.bf16_tflops) * 1e12  # type: ignore[operator]
+    if compute == "fp8" and hardware.fp8_tflops:
+        return hardware.fp8_tflops * 1e12
+    return hardware.bf16_tflops * 1e12
 
 
 def grad_reduce_bytes(comm: CommSettings, pb: ParamBytes) -> int:
@@ -90,32 +104,46 @@ def grad_reduce_bytes(comm: CommSettings, pb: ParamBytes) -> int:
     return _BYTES[comm.grad_reduce_dtype] if comm.grad_reduce_dtype else pb.grad
 
 
-def step_rates(costs: ModelCosts, cluster: ClusterFigures, seq: int, compute: str, options: PlannerOptions,
-               d: Degrees) -> StepRates:
+def step_rates(
+    costs: ModelCosts, cluster: ClusterFigures, seq: int, compute: str, options: PlannerOptions, d: Degrees
+) -> StepRates:
     c, o, hw, n = costs, options, cluster.hardware, cluster.per_node
     tp, ep, etp = d.tensor_parallel, d.expert_parallel, d.expert_tensor_parallel
     tokens = seq * d.micro_batch / d.context_parallel
     tok = tokens / tp
     eff = tm.gemm_efficiency(tokens, o.compute_efficiency, o.gemm_half_tokens)
     peak = gemm_peak_flops(hw, compute)
-    ex_eff = tm.gemm_efficiency(tm.expert_rows(tok, c.top_k, ep, etp, c.num_experts), o.compute_efficiency,
-                                o.gemm_half_tokens)
+    ex_eff = tm.gemm_efficiency(
+        tm.expert_rows(tok, c.top_k, ep, etp, c.num_experts), o.compute_efficiency, o.gemm_half_tokens
+    )
     intra, inter = hw.intra_node_bandwidth_gbps, hw.inter_node_bandwidth_gbps
-    dispatch, combine = (tm.alltoall_seconds(tok * c.top_k * c.hidden * b, ep, etp, n, intra, inter)
-                         for b in (_BYTES[o.comm.dispatch_dtype], 2))
+    dispatch, combine = (
+        tm.alltoall_seconds(tok * c.top_k * c.hidden * b, ep, etp, n, intra, inter)
+        for b in (_BYTES[o.comm.dispatch_dtype], 2)
+    )
     dp_span = tp * d.context_parallel * d.data_parallel
-    p2p = 2 * d.virtual_pipeline_stages * tok * c.hidden * 2 / tm.link_bandwidth(dp_span * 2, n, intra, inter) \
-        if d.pipeline_parallel > 1 else 0.0
-    return StepRates(tokens=tokens, linear_flops=peak * eff, expert_flops=peak * ex_eff,
-                     attention_flops=hw.bf16_tflops * 1e12 * eff,
-                     tp_ring_s=tm.ring_seconds(tokens * c.hidden * 2, tp, intra * 1e9),
-                     dispatch_s=dispatch, combine_s=combine,
-                     cp_bandwidth=tm.link_bandwidth(tp * d.context_parallel, n, intra, inter), p2p_s=p2p,
-                     dp_bandwidth=tm.link_bandwidth(dp_span, n, intra, inter))
+    p2p = (
+        2 * d.virtual_pipeline_stages * tok * c.hidden * 2 / tm.link_bandwidth(dp_span * 2, n, intra, inter)
+        if d.pipeline_parallel > 1
+        else 0.0
+    )
+    return StepRates(
+        tokens=tokens,
+        linear_flops=peak * eff,
+        expert_flops=peak * ex_eff,
+        attention_flops=hw.bf16_tflops * 1e12 * eff,
+        tp_ring_s=tm.ring_seconds(tokens * c.hidden * 2, tp, intra * 1e9),
+        dispatch_s=dispatch,
+        combine_s=combine,
+        cp_bandwidth=tm.link_bandwidth(tp * d.context_parallel, n, intra, inter),
+        p2p_s=p2p,
+        dp_bandwidth=tm.link_bandwidth(dp_span, n, intra, inter),
+    )
 
 
-def stage_seconds(w: StageWork, recompute: str, r: StepRates, seq: int, d: Degrees, comm: CommSettings,
-                  flash_attention: bool) -> StageTime:
+def stage_seconds(
+    w: StageWork, recompute: str, r: StepRates, seq: int, d: Degrees, comm: CommSettings, flash_attention: bool
+) -> StageTime:
     """Forward + backward of one micro-batch on a stage doing `w`: compute 3x forward; selective
     recompute repeats `selective_flops` (and attention without FlashAttention), full recompute the
     whole forward but the head; TP/EP collectives exposed unless overlapped; the CP K/V ring exposed
@@ -132,8 +160,12 @@ def stage_seconds(w: StageWork, recompute: str, r: StepRates, seq: int, d: Degre
     cp_deg = d.context_parallel
     cp = 3 * (cp_deg - 1) * tok * w.cp_kv / r.cp_bandwidth if cp_deg > 1 else 0.0
     busy = compute + extra
-    slot = busy + tm.exposed(tp, busy, comm.tp_overlap) + tm.exposed(ep, busy, comm.ep_overlap) \
+    slot = (
+        busy
+        + tm.exposed(tp, busy, comm.tp_overlap)
+        + tm.exposed(ep, busy, comm.ep_overlap)
         + max(0.0, cp - 3 * attn / r.attention_flops)
+    )
     return StageTime(compute_s=compute, recompute_s=extra, tp_comm_s=tp, ep_comm_s=ep, cp_comm_s=cp, slot_s=slot)
 
 
@@ -143,15 +175,23 @@ def activation_offload_seconds(activation_bytes: float, compute_s: float, host_b
     return max(0.0, 2 * activation_bytes / (host_bandwidth_gbps * 1e9) - compute_s)
 
 
-def dp_sync_seconds(dense_params: float, expert_params: float, zero_stage: int, grad_bytes: int,
-                    weight_bytes: int, d: Degrees, bandwidth: float) -> float:
+def dp_sync_seconds(
+    dense_params: float,
+    expert_params: float,
+    zero_stage: int,
+    grad_bytes: int,
+    weight_bytes: int,
+    d: Degrees,
+    bandwidth: float,
+) -> float:
     """One rank's data-parallel traffic per step: dense parameters over their DP·CP replicas, expert
     parameters over theirs (TP·CP·DP / EP·ETP), each a ring."""
     m = d.num_microbatches
-    return (tm.ring_seconds(tm.dp_sync_bytes(dense_params, grad_bytes, weight_bytes, zero_stage, m),
-                            d.dense_replicas, bandwidth)
-            + tm.ring_seconds(tm.dp_sync_bytes(expert_params, grad_bytes, weight_bytes, zero_stage, m),
-                              d.expert_replicas, bandwidth))
+    return tm.ring_seconds(
+        tm.dp_sync_bytes(dense_params, grad_bytes, weight_bytes, zero_stage, m), d.dense_replicas, bandwidth
+    ) + tm.ring_seconds(
+        tm.dp_sync_bytes(expert_params, grad_bytes, weight_bytes, zero_stage, m), d.expert_replicas, bandwidth
+    )
 
 
 def dp_exposed_seconds(dp_s: float, slot_s: float, zero_stage: int, microbatches: int, overlap: bool) -> float:

@@ -9,8 +9,17 @@ interleaved 1F1B schedule (Narayanan et al. 2021, sec. 2.2); model FLOPs 6·N pe
 
 from __future__ import annotations
 
-__all__ = ["OPTIMIZER_BYTES_TOUCHED", "alltoall_seconds", "dp_sync_bytes", "expert_rows", "exposed",
-           "gemm_efficiency", "link_bandwidth", "pipeline_seconds", "ring_seconds"]
+__all__ = [
+    "OPTIMIZER_BYTES_TOUCHED",
+    "alltoall_seconds",
+    "dp_sync_bytes",
+    "expert_rows",
+    "exposed",
+    "gemm_efficiency",
+    "link_bandwidth",
+    "pipeline_seconds",
+    "ring_seconds",
+]
 
 OPTIMIZER_BYTES_TOUCHED = 2 * 4 + 2 * 8  # fp32 master + two fp32 moments, each read and written per update
 
@@ -39,8 +48,9 @@ def ring_seconds(buffer_bytes: float, group: int, bandwidth: float) -> float:
     return 0.0 if group <= 1 else (group - 1) / group * buffer_bytes / bandwidth
 
 
-def alltoall_seconds(bytes_per_rank: float, group: int, stride: int, per_node: int, intra_gbps: float,
-                     inter_gbps: float) -> float:
+def alltoall_seconds(
+    bytes_per_rank: float, group: int, stride: int, per_node: int, intra_gbps: float, inter_gbps: float
+) -> float:
     """All-to-all where each rank sends `bytes_per_rank` spread evenly over `group` peers placed every
     `stride` ranks: (g-1)/g of it leaves the rank, the off-node share on the NIC, the rest on NVLink,
     both links working at once."""

@@ -45,8 +45,12 @@ class Degrees:
     @property
     def expert_replicas(self) -> int:
         """Replicas of a routed-expert parameter: TP x CP x DP ranks hold EP x expert-TP shards."""
-        return self.tensor_parallel * self.context_parallel * self.data_parallel \
+        return (
+            self.tensor_parallel
+            * self.context_parallel
+            * self.data_parallel
             // (self.expert_parallel * self.expert_tensor_parallel)
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,7 +73,7 @@ class MemoryEstimate:
     gradients_bytes: float
     optimizer_states_bytes: float
     embedding_head_bytes: float  # weights + grads + optimizer of embedding/head on this stage
-    activations_bytes: float     # stored activations of all in-flight micro-batches
+    activations_bytes: float  # stored activations of all in-flight micro-batches
     recompute_working_bytes: float
     logits_bytes: float
     comm_buffers_bytes: float

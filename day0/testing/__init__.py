@@ -4,6 +4,7 @@
   test reach a whole `day0 run` subprocess through the environment (`DAY0_TESTING_TRIAL_FAULTS`).
 - `chaos`: kill a Ray node under a training run and let Ray Train recover.
 - `ray`: `local_head`, a private Ray head (own ports, own process group) for job-submission tests.
+- `webhook`: realistic hub payloads, and `Receiver`, `day0 webhook serve` as a restartable subprocess.
 
 A real run never sets any of these; the spec has no field for them, and a run that had them active
 says so in its step's notes.

@@ -19,7 +19,7 @@ from day0.trial.run import TrainingRun, event_log, run_training
 __all__ = ["run_with_node_kill"]
 
 
-def _wait_for(log, predicate, timeout_s: float) -> dict[str, Any]:  # noqa: ANN001
+def _wait_for(log, predicate, timeout_s: float) -> dict[str, Any]:
     import ray
 
     deadline = time.monotonic() + timeout_s
@@ -31,9 +31,19 @@ def _wait_for(log, predicate, timeout_s: float) -> dict[str, Any]:  # noqa: ANN0
     raise TimeoutError(f"no matching training event within {timeout_s:.0f} s")
 
 
-def run_with_node_kill(cluster, loop: LoopConfig, tokens, *, name: str, storage_uri: str,  # noqa: ANN001
-                       kill_after_checkpoint_step: int, resource: str = "trial_worker",
-                       max_failures: int = 2, timeout_s: float = 600, hooks: LoopHooks | None = None) -> TrainingRun:
+def run_with_node_kill(
+    cluster,
+    loop: LoopConfig,
+    tokens,
+    *,
+    name: str,
+    storage_uri: str,
+    kill_after_checkpoint_step: int,
+    resource: str = "trial_worker",
+    max_failures: int = 2,
+    timeout_s: float = 600,
+    hooks: LoopHooks | None = None,
+) -> TrainingRun:
     """Train one worker on `cluster`; after the checkpoint of `kill_after_checkpoint_step` is persisted,
     hard-kill (no graceful shutdown) the node hosting rank 0; return the recovered run."""
     import ray
@@ -43,22 +53,36 @@ def run_with_node_kill(cluster, loop: LoopConfig, tokens, *, name: str, storage_
 
     def train() -> None:
         try:
-            out.append(run_training(loop, tokens, name=name, storage_uri=storage_uri, workers=1,
-                                    resources_per_worker={"CPU": 1, resource: 1}, max_failures=max_failures,
-                                    log=log, hooks=hooks))
-        except BaseException as exc:  # surfaced in the caller's thread below
+            out.append(
+                run_training(
+                    loop,
+                    tokens,
+                    name=name,
+                    storage_uri=storage_uri,
+                    workers=1,
+                    resources_per_worker={"CPU": 1, resource: 1},
+                    max_failures=max_failures,
+                    log=log,
+                    hooks=hooks,
+                )
+            )
+        except BaseException as exc:  # noqa: BLE001 - surfaced in the caller's thread below
             out.append(exc)
 
     thread = threading.Thread(target=train, name=f"train-{name}", daemon=True)
     thread.start()
     started = _wait_for(log, lambda e: e["kind"] == "started" and e.get("rank") == 0, timeout_s)
-    _wait_for(log, lambda e: e["kind"] == "checkpoint" and (e.get("step") or 0) >= kill_after_checkpoint_step,
-              timeout_s)
+    _wait_for(
+        log, lambda e: e["kind"] == "checkpoint" and (e.get("step") or 0) >= kill_after_checkpoint_step, timeout_s
+    )
     victim = next(n for n in cluster.list_all_nodes() if n.node_id == started["node_id"])
     if victim is cluster.head_node:
         raise RuntimeError("the training worker runs on the head node; give workers a resource only spare nodes have")
-    ray.get(log.record.remote("node_killed", node_id=victim.node_id,
-                              detail=f"remove_node(allow_graceful=False) of {victim.node_id[:12]}"))
+    ray.get(
+        log.record.remote(
+            "node_killed", node_id=victim.node_id, detail=f"remove_node(allow_graceful=False) of {victim.node_id[:12]}"
+        )
+    )
     cluster.remove_node(victim, allow_graceful=False)
     thread.join(timeout_s)
     if not out:

@@ -30,10 +30,16 @@ class TrialFaults(BaseModel, LoopHooks):
     loss_scale: float = Field(1.0, description="Multiply the loss (a wrong loss-scaling bug).")
     lr_multiplier: float = Field(1.0, description="Multiply the learning rate (e.g. x10).")
     skip_optimizer_step: bool = Field(False, description="Never apply the update (a broken optimizer step).")
-    nan_at_step: int | None = Field(None, ge=0, description="Make the loss NaN at this 0-based step (training "
-                                                            "diverges: the weights turn NaN from there on).")
-    crash_at_step: int | None = Field(None, ge=0, description="Raise at this 0-based step if the attempt started "
-                                                              "before it (tests resume-after-crash).")
+    nan_at_step: int | None = Field(
+        None,
+        ge=0,
+        description="Make the loss NaN at this 0-based step (training diverges: the weights turn NaN from there on).",
+    )
+    crash_at_step: int | None = Field(
+        None,
+        ge=0,
+        description="Raise at this 0-based step if the attempt started before it (tests resume-after-crash).",
+    )
     step_delay_s: float = Field(0.0, ge=0, description="Sleep per step (lets a test kill a node mid-run).")
 
     def describe(self) -> str:
@@ -63,5 +69,6 @@ class TestingSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="DAY0_TESTING_")
     __test__: ClassVar[bool] = False  # not a pytest test class, despite the name
 
-    trial_faults: TrialFaults | None = Field(None, description="Faults the trial task injects into the "
-                                                               "candidate's training, e.g. '{\"nan_at_step\": 5}'.")
+    trial_faults: TrialFaults | None = Field(
+        None, description="Faults the trial task injects into the candidate's training, e.g. '{\"nan_at_step\": 5}'."
+    )

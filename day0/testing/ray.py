@@ -40,11 +40,29 @@ def local_head(num_cpus: int = 1, start_timeout_s: float = 120.0) -> Iterator[st
     ray = Path(sys.executable).with_name("ray")
     dash, tmp = free_port(), tempfile.mkdtemp(prefix="d0ray", dir="/tmp")  # short: socket paths
     env = {**os.environ, "RAY_AUTH_MODE": os.environ.get("RAY_AUTH_MODE", "disabled"), "RAY_USAGE_STATS_ENABLED": "0"}
-    ports = {f"--{flag}={free_port()}" for flag in ("port", "dashboard-agent-listen-port", "ray-client-server-port",
-                                                     "metrics-export-port", "runtime-env-agent-port")}
-    cmd = [str(ray), "start", "--head", "--block", f"--num-cpus={num_cpus}", "--include-dashboard=true",
-           "--dashboard-host=127.0.0.1", f"--dashboard-port={dash}", f"--temp-dir={tmp}",
-           "--disable-usage-stats", *sorted(ports)]
+    ports = {
+        f"--{flag}={free_port()}"
+        for flag in (
+            "port",
+            "dashboard-agent-listen-port",
+            "ray-client-server-port",
+            "metrics-export-port",
+            "runtime-env-agent-port",
+        )
+    }
+    cmd = [
+        str(ray),
+        "start",
+        "--head",
+        "--block",
+        f"--num-cpus={num_cpus}",
+        "--include-dashboard=true",
+        "--dashboard-host=127.0.0.1",
+        f"--dashboard-port={dash}",
+        f"--temp-dir={tmp}",
+        "--disable-usage-stats",
+        *sorted(ports),
+    ]
     proc = subprocess.Popen(cmd, env=env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         address = f"http://127.0.0.1:{dash}"

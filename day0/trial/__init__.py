@@ -16,5 +16,15 @@ from day0.trial.loop import LoopConfig, LoopHooks
 from day0.trial.results import TrialCurve, TrialResult
 from day0.trial.step import MemoryEstimate, TrialPlan, TrialTrainingError, run_trial
 
-__all__ = ["AlignmentReport", "LoopConfig", "LoopHooks", "MemoryEstimate", "TrialCurve", "TrialPlan", "TrialResult",
-           "TrialTrainingError", "compare_curves", "run_trial"]
+__all__ = [
+    "AlignmentReport",
+    "LoopConfig",
+    "LoopHooks",
+    "MemoryEstimate",
+    "TrialCurve",
+    "TrialPlan",
+    "TrialResult",
+    "TrialTrainingError",
+    "compare_curves",
+    "run_trial",
+]

@@ -35,8 +35,13 @@ def main(argv: list[str] | None = None) -> int:
         spec = spec.model_copy(update={"trial": spec.trial.model_copy(update=updates)})
         ctx = RunContext.create(spec)
         store = ctx.store()
-        result = run_trial(spec, resolve_model(spec.model), checkpoint_uri=store.url(ctx.key("trial", "checkpoints")),
-                           ray_address=args.address, progress=lambda msg: print(f"trial: {msg}", flush=True))
+        result = run_trial(
+            spec,
+            resolve_model(spec.model),
+            checkpoint_uri=store.url(ctx.key("trial", "checkpoints")),
+            ray_address=args.address,
+            progress=lambda msg: print(f"trial: {msg}", flush=True),
+        )
     except Day0Error as exc:
         print(f"error: {exc}", file=sys.stderr)
         return exc.exit_code

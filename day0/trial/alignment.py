@@ -60,10 +60,14 @@ def _mean(values: Sequence[float]) -> float:
     return sum(values) / len(values) if values else 0.0
 
 
-def compare_curves(reference: Sequence[float], candidate: Sequence[float], *,
-                   reference_grad_norm: Sequence[float] | None = None,
-                   candidate_grad_norm: Sequence[float] | None = None,
-                   tolerance: TrialTolerance | None = None) -> AlignmentReport:
+def compare_curves(
+    reference: Sequence[float],
+    candidate: Sequence[float],
+    *,
+    reference_grad_norm: Sequence[float] | None = None,
+    candidate_grad_norm: Sequence[float] | None = None,
+    tolerance: TrialTolerance | None = None,
+) -> AlignmentReport:
     """Compare two per-step loss curves (index 0 = step 1) against `tolerance` (default: public practice)."""
     th = tolerance or TrialTolerance()
     failures: list[str] = []
@@ -72,8 +76,10 @@ def compare_curves(reference: Sequence[float], candidate: Sequence[float], *,
     if n == 0:
         raise ValueError("compare_curves: both curves need at least one step")
     if len(reference) != len(candidate):
-        failures.append(f"curves differ in length: reference has {len(reference)} steps, candidate "
-                        f"{len(candidate)}; compared the first {n}")
+        failures.append(
+            f"curves differ in length: reference has {len(reference)} steps, candidate "
+            f"{len(candidate)}; compared the first {n}"
+        )
     ref, cand = [float(x) for x in reference[:n]], [float(x) for x in candidate[:n]]
     if (bad := _first_non_finite(cand)) is not None:
         failures.append(f"candidate loss is not finite at step {bad + 1} ({cand[bad]}): training diverged")
@@ -92,25 +98,40 @@ def compare_curves(reference: Sequence[float], candidate: Sequence[float], *,
     mean_ok = mean_rel < th.loss_mean_rel
     if not mean_ok:
         w = start + max(range(len(window)), key=window.__getitem__)
-        failures.append(f"mean relative loss error from step {start + 1} on is {mean_rel:.2%}, over the "
-                        f"{th.loss_mean_rel:.2%} tolerance (worst at step {w + 1}: reference {ref[w]:.4f}, "
-                        f"candidate {cand[w]:.4f})")
+        failures.append(
+            f"mean relative loss error from step {start + 1} on is {mean_rel:.2%}, over the "
+            f"{th.loss_mean_rel:.2%} tolerance (worst at step {w + 1}: reference {ref[w]:.4f}, "
+            f"candidate {cand[w]:.4f})"
+        )
     first_abs, first_rel = abs_diffs[0], rel[0]
     first_ok = first_abs < th.first_step_abs or first_rel < th.first_step_rel
     if not first_ok:
-        failures.append(f"first-step loss differs by {first_abs:.4g} ({first_rel:.2%}): reference {ref[0]:.4f}, "
-                        f"candidate {cand[0]:.4f}; tolerance {th.first_step_abs} absolute or "
-                        f"{th.first_step_rel:.2%} relative (the forward pass or loss scaling disagrees)")
+        failures.append(
+            f"first-step loss differs by {first_abs:.4g} ({first_rel:.2%}): reference {ref[0]:.4f}, "
+            f"candidate {cand[0]:.4f}; tolerance {th.first_step_abs} absolute or "
+            f"{th.first_step_rel:.2%} relative (the forward pass or loss scaling disagrees)"
+        )
 
     grad_rel = None
     if reference_grad_norm is not None and candidate_grad_norm is not None:
         m = min(n, len(reference_grad_norm), len(candidate_grad_norm))
         g = relative_errors(reference_grad_norm[:m], candidate_grad_norm[:m])
-        g = [x for x in g[min(start, m - 1):] if math.isfinite(x)] if m else []
+        g = [x for x in g[min(start, m - 1) :] if math.isfinite(x)] if m else []
         grad_rel = _mean(g) if g else None
     return AlignmentReport(
-        steps_compared=n, mean_window_start=start + 1, loss_mean_rel_error=mean_rel,
-        loss_max_abs_diff=abs_diffs[worst], loss_max_abs_diff_step=worst + 1,
-        first_step_abs_diff=first_abs, first_step_rel_diff=first_rel, final_loss_diff=cand[-1] - ref[-1],
-        grad_norm_mean_rel_error=grad_rel, tolerance=th, loss_mean_ok=mean_ok, first_step_ok=first_ok,
-        passed=not failures, failures=failures, notes=notes)
+        steps_compared=n,
+        mean_window_start=start + 1,
+        loss_mean_rel_error=mean_rel,
+        loss_max_abs_diff=abs_diffs[worst],
+        loss_max_abs_diff_step=worst + 1,
+        first_step_abs_diff=first_abs,
+        first_step_rel_diff=first_rel,
+        final_loss_diff=cand[-1] - ref[-1],
+        grad_norm_mean_rel_error=grad_rel,
+        tolerance=th,
+        loss_mean_ok=mean_ok,
+        first_step_ok=first_ok,
+        passed=not failures,
+        failures=failures,
+        notes=notes,
+    )

@@ -14,6 +14,7 @@ import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import urlparse
 
 import numpy as np
@@ -21,8 +22,18 @@ import torch
 
 from day0.errors import UsageError
 
-__all__ = ["DEFAULT_DATASET", "TokenData", "batch_for_step", "cache_dir", "load_text", "prepare_data",
-           "train_tokenizer"]
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerFast
+
+__all__ = [
+    "DEFAULT_DATASET",
+    "TokenData",
+    "batch_for_step",
+    "cache_dir",
+    "load_text",
+    "prepare_data",
+    "train_tokenizer",
+]
 
 DEFAULT_DATASET = "pydoc_data.topics"
 EOS_TOKEN = "<|endoftext|>"
@@ -49,7 +60,7 @@ def load_text(dataset: str | None) -> tuple[str, str]:
     return path.read_text(encoding="utf-8", errors="replace"), dataset
 
 
-def train_tokenizer(text: str, vocab_size: int, directory: Path):  # noqa: ANN201 - PreTrainedTokenizerFast
+def train_tokenizer(text: str, vocab_size: int, directory: Path) -> PreTrainedTokenizerFast:
     """A byte-level BPE trained on `text`, saved as a normal HF tokenizer in `directory` (reused if there)."""
     from transformers import PreTrainedTokenizerFast
 
@@ -60,8 +71,12 @@ def train_tokenizer(text: str, vocab_size: int, directory: Path):  # noqa: ANN20
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=[EOS_TOKEN], show_progress=False,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=[EOS_TOKEN],
+        show_progress=False,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )
     tok.train_from_iterator([text], trainer=trainer)
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token=EOS_TOKEN, bos_token=EOS_TOKEN)
     tmp = directory.with_name(directory.name + f".tmp{os.getpid()}")
@@ -75,11 +90,11 @@ def train_tokenizer(text: str, vocab_size: int, directory: Path):  # noqa: ANN20
 
 @dataclass(frozen=True)
 class TokenData:
-    tokens: np.ndarray        # int32 token ids of the whole text
-    vocab_size: int           # tokenizer vocabulary (the scaled model's vocab)
+    tokens: np.ndarray  # int32 token ids of the whole text
+    vocab_size: int  # tokenizer vocabulary (the scaled model's vocab)
     eos_token_id: int
-    dataset: str              # label of the text source
-    text_sha: str             # sha256 of the text, first 12 hex digits
+    dataset: str  # label of the text source
+    text_sha: str  # sha256 of the text, first 12 hex digits
     tokenizer_dir: Path
 
 
@@ -100,8 +115,14 @@ def prepare_data(dataset: str | None = None, vocab_size: int = 512) -> TokenData
         tmp = root / f".tokens.{os.getpid()}.npy"
         np.save(tmp, tokens)
         os.replace(tmp, ids_path)
-    return TokenData(tokens=tokens, vocab_size=len(tokenizer), eos_token_id=int(tokenizer.eos_token_id),
-                     dataset=label, text_sha=sha, tokenizer_dir=root)
+    return TokenData(
+        tokens=tokens,
+        vocab_size=len(tokenizer),
+        eos_token_id=int(tokenizer.eos_token_id),
+        dataset=label,
+        text_sha=sha,
+        tokenizer_dir=root,
+    )
 
 
 def batch_for_step(tokens: torch.Tensor, step: int, global_batch: int, seq_len: int, seed: int) -> torch.Tensor:
@@ -110,4 +131,4 @@ def batch_for_step(tokens: torch.Tensor, step: int, global_batch: int, seq_len: 
         raise UsageError(f"dataset has {tokens.numel()} tokens, fewer than seq_len + 2 = {seq_len + 2}")
     gen = torch.Generator().manual_seed(seed * 1_000_003 + step)
     starts = torch.randint(0, tokens.numel() - seq_len - 1, (global_batch,), generator=gen)
-    return torch.stack([tokens[s:s + seq_len + 1] for s in starts.tolist()]).long()
+    return torch.stack([tokens[s : s + seq_len + 1] for s in starts.tolist()]).long()

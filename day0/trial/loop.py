@@ -18,7 +18,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import torch
 import torch.nn.functional as F
@@ -28,9 +28,13 @@ from day0.core.dtypes import DTYPES
 from day0.trial.data import batch_for_step
 from day0.trial.model import build_model
 
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
+
 __all__ = ["LoopConfig", "LoopHooks", "StepRecord", "lr_at", "run_steps", "train_loop"]
 
 TrainDtype = Literal["fp32", "bf16", "fp16"]  # what the loop trains at (autocast below fp32)
+_CPU = torch.device("cpu")
 _EXTRA_KEYS = ("tokens", "event_log", "hooks")  # train_loop's config entries that are not LoopConfig fields
 
 
@@ -107,11 +111,12 @@ def _peak_memory_bytes(device: torch.device) -> int:
     return int(rss if sys.platform == "darwin" else rss * 1024)
 
 
-def _parallelize(model: torch.nn.Module, cfg: LoopConfig, world: int, device: torch.device) -> torch.nn.Module:
+def _parallelize(model: PreTrainedModel, cfg: LoopConfig, world: int, device: torch.device) -> torch.nn.Module:
     """Apply step 4's choices: activation checkpointing, then DDP or FSDP2 (per decoder layer + root)."""
     if cfg.recompute != "none":  # full: every decoder layer; selective: every other layer
-        model.activation_checkpointing_enable({"use_reentrant": False},
-                                              every_n_layers=1 if cfg.recompute == "full" else 2)
+        model.activation_checkpointing_enable(
+            {"use_reentrant": False}, every_n_layers=1 if cfg.recompute == "full" else 2
+        )
     if world == 1:
         return model
     if cfg.sharding == "fsdp":
@@ -119,7 +124,8 @@ def _parallelize(model: torch.nn.Module, cfg: LoopConfig, world: int, device: to
 
         for layer in model.model.layers:
             fully_shard(layer)
-        return fully_shard(model)
+        fully_shard(model)  # in place: the same module, its class swapped to an FSDPModule subclass
+        return model
     from torch.nn.parallel import DistributedDataParallel
 
     return DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
@@ -139,8 +145,13 @@ def _load_state(model, optimizer, directory: Path, distributed: bool) -> list[di
     if distributed:
         from torch.distributed.checkpoint.state_dict import StateDictOptions, set_state_dict
 
-        set_state_dict(model, optimizer, model_state_dict=model_sd, optim_state_dict=optim_sd,
-                       options=StateDictOptions(full_state_dict=True))
+        set_state_dict(
+            model,
+            optimizer,
+            model_state_dict=model_sd,
+            optim_state_dict=optim_sd,
+            options=StateDictOptions(full_state_dict=True),
+        )
     else:
         model.load_state_dict(model_sd)
         optimizer.load_state_dict(optim_sd)
@@ -173,22 +184,45 @@ def train_loop(config: dict[str, Any]) -> list[dict[str, Any]]:
     + optional `event_log` (an EventLog actor handle) and `hooks` (LoopHooks). Returns rank 0's
     history (StepRecord dicts)."""
     import ray.train
+    import ray.train.torch
 
     tokens, events, hooks = config["tokens"], config.get("event_log"), config.get("hooks")
     cfg = LoopConfig.model_validate({k: v for k, v in config.items() if k not in _EXTRA_KEYS})
     ctx = ray.train.get_context()
     rank, world = ctx.get_world_rank(), ctx.get_world_size()
     node = ray.get_runtime_context().get_node_id()
-    log = (lambda kind, **kw: events.record.remote(kind, rank=rank, node_id=node, **kw)) if events else (
-        lambda kind, **kw: None)
-    return run_steps(cfg, tokens, rank=rank, world=world, distributed=torch.distributed.is_initialized(),
-                     device=ray.train.torch.get_device() if cfg.device_type != "cpu" else torch.device("cpu"),
-                     checkpoint=ray.train.get_checkpoint(), report=ray.train.report, log=log, hooks=hooks)
+    log = (
+        (lambda kind, **kw: events.record.remote(kind, rank=rank, node_id=node, **kw))
+        if events
+        else (lambda kind, **kw: None)
+    )
+    return run_steps(
+        cfg,
+        tokens,
+        rank=rank,
+        world=world,
+        distributed=torch.distributed.is_initialized(),
+        device=ray.train.torch.get_device() if cfg.device_type != "cpu" else torch.device("cpu"),
+        checkpoint=ray.train.get_checkpoint(),
+        report=ray.train.report,
+        log=log,
+        hooks=hooks,
+    )
 
 
-def run_steps(cfg: LoopConfig, tokens: torch.Tensor, *, rank: int = 0, world: int = 1, distributed: bool = False,
-              device: torch.device = torch.device("cpu"), checkpoint=None, report=None,
-              log=lambda kind, **kw: None, hooks: LoopHooks | None = None) -> list[dict[str, Any]]:
+def run_steps(
+    cfg: LoopConfig,
+    tokens: torch.Tensor,
+    *,
+    rank: int = 0,
+    world: int = 1,
+    distributed: bool = False,
+    device: torch.device = _CPU,
+    checkpoint=None,
+    report=None,
+    log=lambda kind, **kw: None,
+    hooks: LoopHooks | None = None,
+) -> list[dict[str, Any]]:
     """The loop itself; `report`/`checkpoint` are Ray Train's (None when run bare by the benchmark)."""
     hooks = hooks or LoopHooks()
     torch.set_num_threads(cfg.num_threads)
@@ -196,17 +230,22 @@ def run_steps(cfg: LoopConfig, tokens: torch.Tensor, *, rank: int = 0, world: in
     _import_model_code(cfg.model_config_dict)
     baseline_mem = _peak_memory_bytes(device)  # after imports: the rest is the model, optimizer, activations
     if cfg.global_batch % (cfg.micro_batch * world):
-        raise ValueError(f"global batch {cfg.global_batch} is not a multiple of micro_batch {cfg.micro_batch} "
-                         f"x workers {world}")
+        raise ValueError(
+            f"global batch {cfg.global_batch} is not a multiple of micro_batch {cfg.micro_batch} x workers {world}"
+        )
     accum = cfg.global_batch // (cfg.micro_batch * world)
 
-    model = build_model(cfg.model_config_dict, seed=cfg.seed, experts_implementation=cfg.experts_implementation,
-                        device=device)
-    model.train()
-    model = _parallelize(model, cfg, world, device)
+    built = build_model(
+        cfg.model_config_dict, seed=cfg.seed, experts_implementation=cfg.experts_implementation, device=device
+    )
+    built.train()
+    model = _parallelize(built, cfg, world, device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.learning_rate, weight_decay=cfg.weight_decay)
-    autocast = (torch.autocast(device.type, dtype=DTYPES[cfg.compute_dtype]) if cfg.compute_dtype != "fp32"
-                else contextlib.nullcontext())
+    autocast = (
+        torch.autocast(device.type, dtype=DTYPES[cfg.compute_dtype])
+        if cfg.compute_dtype != "fp32"
+        else contextlib.nullcontext()
+    )
 
     history: list[dict[str, Any]] = []
     if checkpoint is not None:
@@ -223,10 +262,10 @@ def run_steps(cfg: LoopConfig, tokens: torch.Tensor, *, rank: int = 0, world: in
         for group in optimizer.param_groups:
             group["lr"] = lr
         batch = batch_for_step(tokens, step, cfg.global_batch, cfg.seq_len, cfg.seed)
-        mine = batch[rank * accum * cfg.micro_batch:(rank + 1) * accum * cfg.micro_batch].to(device)
+        mine = batch[rank * accum * cfg.micro_batch : (rank + 1) * accum * cfg.micro_batch].to(device)
         loss_sum = torch.zeros((), device=device)
         for i in range(accum):
-            micro = mine[i * cfg.micro_batch:(i + 1) * cfg.micro_batch]
+            micro = mine[i * cfg.micro_batch : (i + 1) * cfg.micro_batch]
             sync = i == accum - 1
             no_sync = getattr(model, "no_sync", None)  # DDP all-reduces on the last micro-batch only
             with no_sync() if (not sync and no_sync) else contextlib.nullcontext():
@@ -245,9 +284,17 @@ def run_steps(cfg: LoopConfig, tokens: torch.Tensor, *, rank: int = 0, world: in
             loss_sum /= world
         hooks.after_step(step)
         now = time.perf_counter()
-        history.append(StepRecord(step=step + 1, loss=float(loss_sum), grad_norm=grad_norm, lr=lr,
-                                  tokens=cfg.global_batch * cfg.seq_len, step_time_s=now - last,
-                                  compute_time_s=now - t0).model_dump())
+        history.append(
+            StepRecord(
+                step=step + 1,
+                loss=float(loss_sum),
+                grad_norm=grad_norm,
+                lr=lr,
+                tokens=cfg.global_batch * cfg.seq_len,
+                step_time_s=now - last,
+                compute_time_s=now - t0,
+            ).model_dump()
+        )
         if step == start:
             log("first_step", step=step + 1)
         if report is not None and ((step + 1) % cfg.checkpoint_every == 0 or step + 1 == cfg.steps):

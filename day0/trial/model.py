@@ -17,24 +17,32 @@ from __future__ import annotations
 import copy
 import math
 import warnings
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from day0.errors import ModelError
 from day0.spec import TrialScale
 
+if TYPE_CHECKING:
+    from transformers import PreTrainedConfig, PreTrainedModel
+
 __all__ = ["EXPERT_KEYS", "MAX_TRIAL_PARAMS", "build_model", "count_parameters", "scale_config"]
 
 EXPERT_KEYS = ("n_routed_experts", "num_experts", "num_local_experts")
-_WIDTH_KEYS = ("intermediate_size", "moe_intermediate_size", "shared_expert_intermediate_size",
-               "q_lora_rank", "kv_lora_rank")
+_WIDTH_KEYS = (
+    "intermediate_size",
+    "moe_intermediate_size",
+    "shared_expert_intermediate_size",
+    "q_lora_rank",
+    "kv_lora_rank",
+)
 _DROP_KEYS = ("quantization_config", "auto_map", "_name_or_path", "transformers_version", "torch_dtype", "dtype")
 MAX_TRIAL_PARAMS = 2_000_000_000  # a trial larger than this is a spec mistake (forgot trial.scale)
 
 
 def _round8(x: float) -> int:
-    return max(8, int(math.ceil(x / 8)) * 8)
+    return max(8, math.ceil(x / 8) * 8)
 
 
 def _scale_heads(cfg: dict[str, Any], hidden: int) -> None:
@@ -66,8 +74,9 @@ def _scale_experts(cfg: dict[str, Any], experts: int) -> None:
         cfg["num_experts_per_tok"] = max(1, min(per_tok, cap))
 
 
-def scale_config(config: dict[str, Any], scale: TrialScale, *, vocab_size: int, seq_len: int,
-                 eos_token_id: int = 0) -> dict[str, Any]:
+def scale_config(
+    config: dict[str, Any], scale: TrialScale, *, vocab_size: int, seq_len: int, eos_token_id: int = 0
+) -> dict[str, Any]:
     """A copy of the HF `config` dict scaled as `scale` says (see the module docstring)."""
     cfg = {k: v for k, v in copy.deepcopy(config).items() if k not in _DROP_KEYS}
     text = cfg.pop("text_config", None)
@@ -79,7 +88,7 @@ def scale_config(config: dict[str, Any], scale: TrialScale, *, vocab_size: int, 
             cfg["first_k_dense_replace"] = min(cfg["first_k_dense_replace"], max(scale.layers - 1, 0))
         for key in ("layer_types", "mlp_layer_types"):
             if isinstance(cfg.get(key), list):
-                cfg[key] = cfg[key][:scale.layers]
+                cfg[key] = cfg[key][: scale.layers]
     if scale.hidden and cfg.get("hidden_size"):
         factor = scale.hidden / cfg["hidden_size"]
         cfg["hidden_size"] = scale.hidden
@@ -98,19 +107,23 @@ def scale_config(config: dict[str, Any], scale: TrialScale, *, vocab_size: int, 
     return cfg
 
 
-def _hf_config(config: dict[str, Any]):  # noqa: ANN202 - a transformers PretrainedConfig
+def _hf_config(config: dict[str, Any]) -> PreTrainedConfig:
     from transformers import AutoConfig
 
     model_type = config.get("model_type")
     try:
         return AutoConfig.for_model(**config)
     except (KeyError, ValueError) as exc:
-        raise ModelError(str(model_type), "model_type",
-                         f"not a built-in transformers architecture, cannot build the trial model: {exc}") from None
+        raise ModelError(
+            str(model_type),
+            "model_type",
+            f"not a built-in transformers architecture, cannot build the trial model: {exc}",
+        ) from None
 
 
-def build_model(config: dict[str, Any], *, seed: int, experts_implementation: str | None = None,
-                device: str | torch.device = "cpu") -> torch.nn.Module:
+def build_model(
+    config: dict[str, Any], *, seed: int, experts_implementation: str | None = None, device: str | torch.device = "cpu"
+) -> PreTrainedModel:
     """The causal LM for `config`, initialised from `seed` in fp32 (master weights)."""
     from transformers import AutoModelForCausalLM
 
@@ -118,9 +131,12 @@ def build_model(config: dict[str, Any], *, seed: int, experts_implementation: st
     with torch.device("meta"):
         n = count_parameters(AutoModelForCausalLM.from_config(hf))
     if n > MAX_TRIAL_PARAMS:
-        raise ModelError(str(config.get("model_type")), "trial.scale",
-                         f"the trial model would have {n / 1e9:.1f}B parameters (> {MAX_TRIAL_PARAMS / 1e9:.0f}B); "
-                         "set trial.scale {layers, hidden, experts} to scale it down")
+        raise ModelError(
+            str(config.get("model_type")),
+            "trial.scale",
+            f"the trial model would have {n / 1e9:.1f}B parameters (> {MAX_TRIAL_PARAMS / 1e9:.0f}B); "
+            "set trial.scale {layers, hidden, experts} to scale it down",
+        )
     torch.manual_seed(seed)
     kwargs = {"experts_implementation": experts_implementation} if experts_implementation else {}
     with warnings.catch_warnings():

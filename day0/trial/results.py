@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 import statistics
+from itertools import pairwise
 from typing import ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -19,8 +20,16 @@ from day0.trial.alignment import AlignmentReport
 from day0.trial.loop import StepRecord
 from day0.trial.run import RunEvent, TrainingRun
 
-__all__ = ["MemoryComparison", "Recovery", "RunSummary", "TrialCurve", "TrialResult", "recoveries",
-           "steady_tokens_per_s", "summarize_run"]
+__all__ = [
+    "MemoryComparison",
+    "Recovery",
+    "RunSummary",
+    "TrialCurve",
+    "TrialResult",
+    "recoveries",
+    "steady_tokens_per_s",
+    "summarize_run",
+]
 
 
 class TrialCurve(BaseModel):
@@ -43,8 +52,14 @@ class TrialCurve(BaseModel):
 
     def describe(self) -> str:
         """Where and how it ran, e.g. `cpu bf16 x2 (ddp)`."""
-        extra = ", ".join(x for x in (self.sharding if self.workers > 1 else "",
-                                      f"recompute {self.recompute}" if self.recompute != "none" else "") if x)
+        extra = ", ".join(
+            x
+            for x in (
+                self.sharding if self.workers > 1 else "",
+                f"recompute {self.recompute}" if self.recompute != "none" else "",
+            )
+            if x
+        )
         return f"{self.device} {self.compute_dtype} x{self.workers}" + (f" ({extra})" if extra else "")
 
 
@@ -89,26 +104,42 @@ def recoveries(events: list[RunEvent]) -> list[Recovery]:
     out: list[Recovery] = []
     starts = [e for e in events if e.kind == "started" and e.rank == 0]
     failures = [e for e in events if e.kind in ("node_killed", "failure")]
-    for prev, start in zip(starts, starts[1:]):
+    for prev, start in pairwise(starts):
         before = [f for f in failures if prev.time <= f.time <= start.time]
         if not before:
             continue
         first = next((e.time for e in events if e.kind == "first_step" and e.rank == 0 and e.time >= start.time), None)
         failed = before[0]
-        out.append(Recovery(failed_at=failed.time, restarted_at=start.time, resumed_from_step=start.from_step or 0,
-                            first_step_at=first, recovery_s=(first - failed.time) if first else None,
-                            detail="; ".join(f"{f.kind}: {f.detail or ''}".strip() for f in before)))
+        out.append(
+            Recovery(
+                failed_at=failed.time,
+                restarted_at=start.time,
+                resumed_from_step=start.from_step or 0,
+                first_step_at=first,
+                recovery_s=(first - failed.time) if first else None,
+                detail="; ".join(f"{f.kind}: {f.detail or ''}".strip() for f in before),
+            )
+        )
     return out
 
 
 def summarize_run(role: Literal["reference", "candidate"], run: TrainingRun) -> RunSummary:
-    return RunSummary(role=role, name=run.name, storage_uri=run.storage_uri, steps_executed=run.steps_executed,
-                      resumed_from_step=run.resumed_from_step, attempts=len(run.starts), wall_s=run.wall_s,
-                      error=run.error, checkpoint_path=run.checkpoint_path, events=run.events)
+    return RunSummary(
+        role=role,
+        name=run.name,
+        storage_uri=run.storage_uri,
+        steps_executed=run.steps_executed,
+        resumed_from_step=run.resumed_from_step,
+        attempts=len(run.starts),
+        wall_s=run.wall_s,
+        error=run.error,
+        checkpoint_path=run.checkpoint_path,
+        events=run.events,
+    )
 
 
 def _t(ts: float) -> str:
-    return dt.datetime.fromtimestamp(ts, dt.timezone.utc).strftime("%H:%M:%S.%f")[:-3] + "Z"
+    return dt.datetime.fromtimestamp(ts, dt.UTC).strftime("%H:%M:%S.%f")[:-3] + "Z"
 
 
 def _mib(n: float | None) -> str:
@@ -138,59 +169,108 @@ class TrialResult(StepResult):
     def judge(self) -> Judgement:
         a, ref, cand = self.alignment, self.reference, self.candidate
         errors = [f"{r.role} training failed after {r.attempts} attempt(s): {r.error}" for r in self.runs if r.error]
-        reasons = [*a.failures, *errors, *_passed_checks(a),
-                   f"final loss: reference {ref.loss[-1]:.4f} ({ref.describe()}), candidate {cand.loss[-1]:.4f} "
-                   f"({cand.describe()}), difference {a.final_loss_diff:+.4f}"]
-        headline = {"loss mean rel error": f"{a.loss_mean_rel_error:.3%} (< {a.tolerance.loss_mean_rel:.2%})",
-                    "final loss": f"reference {ref.loss[-1]:.4f}, candidate {cand.loss[-1]:.4f}",
-                    "reference": ref.describe(), "candidate": cand.describe(),
-                    "recoveries": str(len(self.recoveries))}
+        reasons = [
+            *a.failures,
+            *errors,
+            *_passed_checks(a),
+            f"final loss: reference {ref.loss[-1]:.4f} ({ref.describe()}), candidate {cand.loss[-1]:.4f} "
+            f"({cand.describe()}), difference {a.final_loss_diff:+.4f}",
+        ]
+        headline = {
+            "loss mean rel error": f"{a.loss_mean_rel_error:.3%} (< {a.tolerance.loss_mean_rel:.2%})",
+            "final loss": f"reference {ref.loss[-1]:.4f}, candidate {cand.loss[-1]:.4f}",
+            "reference": ref.describe(),
+            "candidate": cand.describe(),
+            "recoveries": str(len(self.recoveries)),
+        }
         if errors or not a.passed:
             return Judgement(verdict="fail", reasons=reasons, headline=headline)
         if a.loss_max_abs_diff == 0:
-            reasons.insert(0, f"the two curves are identical at all {a.steps_compared} steps: the comparison proves "
-                              "nothing (candidate and reference ran the same numerics)")
+            reasons.insert(
+                0,
+                f"the two curves are identical at all {a.steps_compared} steps: the comparison proves "
+                "nothing (candidate and reference ran the same numerics)",
+            )
             return Judgement(verdict="warn", reasons=reasons, headline=headline)
         return Judgement(verdict="pass", reasons=reasons, headline=headline)
 
     def files(self) -> dict[str, bytes]:
         from day0.plots import line_overlay
 
-        return {"loss.png": line_overlay(
-            f"{self.model} trial: loss, {self.reference.label} vs {self.candidate.label}",
-            {self.reference.label: (self.reference.steps, self.reference.loss),
-             self.candidate.label: (self.candidate.steps, self.candidate.loss)}, "step", "loss")}
+        return {
+            "loss.png": line_overlay(
+                f"{self.model} trial: loss, {self.reference.label} vs {self.candidate.label}",
+                {
+                    self.reference.label: (self.reference.steps, self.reference.loss),
+                    self.candidate.label: (self.candidate.steps, self.candidate.loss),
+                },
+                "step",
+                "loss",
+            )
+        }
 
     def to_markdown(self) -> str:
         s = self.scaled
-        lines = [f"# Step 5: trial training of `{self.model}`: **{self.verdict.upper()}**", "",
-                 *[f"- {r}" for r in self.reasons], "",
-                 f"- trial model: {s.get('layers')} layers, hidden {s.get('hidden')}, {s.get('experts')} experts, "
-                 f"vocab {s.get('vocab')}, {s.get('parameters') or 0:,} parameters",
-                 f"- data: {self.dataset}, {self.steps} steps x {self.global_batch} sequences x {self.seq_len} tokens "
-                 "(the same sequences in the same order for both curves)",
-                 *[f"- note: {n}" for n in self.alignment.notes + self.notes], "",
-                 "![loss curves](loss.png)", "", *_curves_table(self.reference, self.candidate), "",
-                 *_alignment_table(self.alignment), "", *self._runs_section()]
+        lines = [
+            f"# Step 5: trial training of `{self.model}`: **{self.verdict.upper()}**",
+            "",
+            *[f"- {r}" for r in self.reasons],
+            "",
+            f"- trial model: {s.get('layers')} layers, hidden {s.get('hidden')}, {s.get('experts')} experts, "
+            f"vocab {s.get('vocab')}, {s.get('parameters') or 0:,} parameters",
+            f"- data: {self.dataset}, {self.steps} steps x {self.global_batch} sequences x {self.seq_len} tokens "
+            "(the same sequences in the same order for both curves)",
+            *[f"- note: {n}" for n in self.alignment.notes + self.notes],
+            "",
+            "![loss curves](loss.png)",
+            "",
+            *_curves_table(self.reference, self.candidate),
+            "",
+            *_alignment_table(self.alignment),
+            "",
+            *self._runs_section(),
+        ]
         if self.recoveries:
-            lines += ["", "## Failures and recoveries", "", "| failed at | restarted at | resumed from step | "
-                      "recovery | what |", "|---|---|---:|---:|---|"]
-            lines += [f"| {_t(r.failed_at)} | {_t(r.restarted_at)} | {r.resumed_from_step} | "
-                      f"{'-' if r.recovery_s is None else f'{r.recovery_s:.1f} s'} | {r.detail or ''} |"
-                      for r in self.recoveries]
+            lines += [
+                "",
+                "## Failures and recoveries",
+                "",
+                "| failed at | restarted at | resumed from step | recovery | what |",
+                "|---|---|---:|---:|---|",
+            ]
+            lines += [
+                f"| {_t(r.failed_at)} | {_t(r.restarted_at)} | {r.resumed_from_step} | "
+                f"{'-' if r.recovery_s is None else f'{r.recovery_s:.1f} s'} | {r.detail or ''} |"
+                for r in self.recoveries
+            ]
         if self.memory:
-            lines += ["", "## Peak memory per candidate worker", "", "| rank | measured peak | training part | "
-                      "estimate | estimate from |", "|---:|---:|---:|---:|---|"]
-            lines += [f"| {m.rank} | {_mib(m.measured_peak_bytes)} | {_mib(m.measured_training_bytes)} | "
-                      f"{_mib(m.estimate_bytes)} | {m.estimate_source} |" for m in self.memory]
+            lines += [
+                "",
+                "## Peak memory per candidate worker",
+                "",
+                "| rank | measured peak | training part | estimate | estimate from |",
+                "|---:|---:|---:|---:|---|",
+            ]
+            lines += [
+                f"| {m.rank} | {_mib(m.measured_peak_bytes)} | {_mib(m.measured_training_bytes)} | "
+                f"{_mib(m.estimate_bytes)} | {m.estimate_source} |"
+                for m in self.memory
+            ]
         return "\n".join(lines) + "\n"
 
     def _runs_section(self) -> list[str]:
         speed = {"reference": self.reference.tokens_per_s, "candidate": self.candidate.tokens_per_s}
-        lines = ["## Runs", "", "| run | steps executed | resumed from | attempts | wall | tokens/s | error |",
-                 "|---|---:|---:|---:|---:|---:|---|"]
-        lines += [f"| {r.role} (`{r.name}`) | {r.steps_executed} | {r.resumed_from_step} | {r.attempts} | "
-                  f"{r.wall_s:.0f} s | {speed[r.role] or 0:,.0f} | {r.error or ''} |" for r in self.runs]
+        lines = [
+            "## Runs",
+            "",
+            "| run | steps executed | resumed from | attempts | wall | tokens/s | error |",
+            "|---|---:|---:|---:|---:|---:|---|",
+        ]
+        lines += [
+            f"| {r.role} (`{r.name}`) | {r.steps_executed} | {r.resumed_from_step} | {r.attempts} | "
+            f"{r.wall_s:.0f} s | {speed[r.role] or 0:,.0f} | {r.error or ''} |"
+            for r in self.runs
+        ]
         paths = ", ".join(f"`{r.checkpoint_path}`" for r in self.runs if r.checkpoint_path)
         return [*lines, "", f"Checkpoints: {paths or 'none'}"]
 
@@ -199,28 +279,40 @@ def _passed_checks(a: AlignmentReport) -> list[str]:
     """One line with the numbers for each alignment check that passed (failed ones are in `failures`)."""
     tol, out = a.tolerance, []
     if a.loss_mean_ok:
-        out.append(f"mean relative loss error from step {a.mean_window_start} on is {a.loss_mean_rel_error:.3%}, "
-                   f"within the {tol.loss_mean_rel:.2%} tolerance")
+        out.append(
+            f"mean relative loss error from step {a.mean_window_start} on is {a.loss_mean_rel_error:.3%}, "
+            f"within the {tol.loss_mean_rel:.2%} tolerance"
+        )
     if a.first_step_ok:
-        out.append(f"first-step loss differs by {a.first_step_abs_diff:.4g} ({a.first_step_rel_diff:.3%}), within "
-                   f"{tol.first_step_abs:g} absolute or {tol.first_step_rel:.2%} relative")
+        out.append(
+            f"first-step loss differs by {a.first_step_abs_diff:.4g} ({a.first_step_rel_diff:.3%}), within "
+            f"{tol.first_step_abs:g} absolute or {tol.first_step_rel:.2%} relative"
+        )
     return out
 
 
 def _curves_table(*curves: TrialCurve) -> list[str]:
-    lines = ["| curve | platform | device | compute dtype | workers | sharding | recompute | final loss |",
-             "|---|---|---|---|---:|---|---|---:|"]
-    return lines + [f"| {c.label} | {c.platform} | {c.device} | {c.compute_dtype} | {c.workers} | {c.sharding} | "
-                    f"{c.recompute} | {c.loss[-1]:.4f} |" for c in curves]
+    lines = [
+        "| curve | platform | device | compute dtype | workers | sharding | recompute | final loss |",
+        "|---|---|---|---|---:|---|---|---:|",
+    ]
+    return lines + [
+        f"| {c.label} | {c.platform} | {c.device} | {c.compute_dtype} | {c.workers} | {c.sharding} | "
+        f"{c.recompute} | {c.loss[-1]:.4f} |"
+        for c in curves
+    ]
 
 
 def _alignment_table(a: AlignmentReport) -> list[str]:
     grad = "-" if a.grad_norm_mean_rel_error is None else f"{a.grad_norm_mean_rel_error:.3%}"
-    return ["| metric | value | tolerance |", "|---|---:|---:|",
-            f"| mean relative loss error (step {a.mean_window_start}+) | {a.loss_mean_rel_error:.3%} | "
-            f"< {a.tolerance.loss_mean_rel:.2%} |",
-            f"| first-step difference | {a.first_step_abs_diff:.5f} ({a.first_step_rel_diff:.3%}) | "
-            f"< {a.tolerance.first_step_abs} or {a.tolerance.first_step_rel:.2%} |",
-            f"| max abs loss difference | {a.loss_max_abs_diff:.5f} (step {a.loss_max_abs_diff_step}) | |",
-            f"| final-loss difference | {a.final_loss_diff:+.5f} | |",
-            f"| grad-norm mean relative error | {grad} | |"]
+    return [
+        "| metric | value | tolerance |",
+        "|---|---:|---:|",
+        f"| mean relative loss error (step {a.mean_window_start}+) | {a.loss_mean_rel_error:.3%} | "
+        f"< {a.tolerance.loss_mean_rel:.2%} |",
+        f"| first-step difference | {a.first_step_abs_diff:.5f} ({a.first_step_rel_diff:.3%}) | "
+        f"< {a.tolerance.first_step_abs} or {a.tolerance.first_step_rel:.2%} |",
+        f"| max abs loss difference | {a.loss_max_abs_diff:.5f} (step {a.loss_max_abs_diff_step}) | |",
+        f"| final-loss difference | {a.final_loss_diff:+.5f} | |",
+        f"| grad-norm mean relative error | {grad} | |",
+    ]

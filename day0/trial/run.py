@@ -12,13 +12,17 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import urlparse
 
 from pydantic import BaseModel, Field
 
 from day0.settings import StoreSettings
 from day0.trial.loop import LoopConfig, LoopHooks, StepRecord, train_loop
+
+if TYPE_CHECKING:
+    from pyarrow.fs import FileSystem
+    from ray.actor import ActorHandle
 
 __all__ = ["EventLog", "RunEvent", "TrainingRun", "event_log", "ray_storage", "run_training"]
 
@@ -50,28 +54,31 @@ class EventLog:
         return list(self._events)
 
 
-def event_log():  # noqa: ANN201 - an ActorHandle[EventLog]
+def event_log() -> ActorHandle[EventLog]:
     """An EventLog actor on the driver's node (0 CPUs), so a worker-node kill cannot take it down."""
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     here = NodeAffinitySchedulingStrategy(node_id=ray.get_runtime_context().get_node_id(), soft=False)
-    return ray.remote(num_cpus=0, scheduling_strategy=here)(EventLog).remote()
+    # ray's overloads type scheduling_strategy without NodeAffinitySchedulingStrategy, which it accepts
+    return ray.remote(num_cpus=0, scheduling_strategy=here)(EventLog).remote()  # type: ignore[call-overload]
 
 
-def _callback(log):  # noqa: ANN001, ANN202
+def _callback(log):
     from ray.train import UserCallback
 
     class _Events(UserCallback):
         """Runs in the Train controller: records failures and persisted checkpoints."""
 
-        def after_report(self, run_context, metrics, checkpoint):  # noqa: ANN001
+        def after_report(self, run_context, metrics, checkpoint):
             if checkpoint is not None:
                 log.record.remote("checkpoint", step=metrics[0].get("step"), detail=checkpoint.path)
 
-        def after_exception(self, run_context, worker_exceptions):  # noqa: ANN001
-            detail = "; ".join(f"rank {r}: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
-                               for r, e in worker_exceptions.items())
+        def after_exception(self, run_context, worker_exceptions):
+            detail = "; ".join(
+                f"rank {r}: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+                for r, e in worker_exceptions.items()
+            )
             log.record.remote("failure", detail=detail[:500])
 
     return _Events()
@@ -97,11 +104,14 @@ class TrainingRun(BaseModel):
 
     @property
     def peak_memory_bytes(self) -> dict[int, int]:
-        return {e.rank: e.peak_bytes for e in self.events if e.kind == "memory" and e.rank is not None
-                and e.peak_bytes is not None}
+        return {
+            e.rank: e.peak_bytes
+            for e in self.events
+            if e.kind == "memory" and e.rank is not None and e.peak_bytes is not None
+        }
 
 
-def ray_storage(uri: str, settings: StoreSettings | None = None):  # noqa: ANN201 - (str, FileSystem | None)
+def ray_storage(uri: str, settings: StoreSettings | None = None) -> tuple[str, FileSystem | None]:
     """(storage_path, storage_filesystem) for Ray Train's RunConfig from a store URI."""
     parsed = urlparse(uri)
     if parsed.scheme == "file" or not parsed.scheme:
@@ -120,10 +130,21 @@ def ray_storage(uri: str, settings: StoreSettings | None = None):  # noqa: ANN20
     return f"{parsed.netloc}{parsed.path}".rstrip("/"), fs.S3FileSystem(**{k: v for k, v in kwargs.items() if v})
 
 
-def run_training(loop: LoopConfig, tokens, *, name: str, storage_uri: str, workers: int = 1,  # noqa: ANN001
-                 use_gpu: bool = False, resources_per_worker: dict[str, float] | None = None,
-                 max_failures: int = 2, backend: str = "gloo", log=None,
-                 store_settings: StoreSettings | None = None, hooks: LoopHooks | None = None) -> TrainingRun:
+def run_training(
+    loop: LoopConfig,
+    tokens,
+    *,
+    name: str,
+    storage_uri: str,
+    workers: int = 1,
+    use_gpu: bool = False,
+    resources_per_worker: dict[str, float] | None = None,
+    max_failures: int = 2,
+    backend: str = "gloo",
+    log=None,
+    store_settings: StoreSettings | None = None,
+    hooks: LoopHooks | None = None,
+) -> TrainingRun:
     """Run (or resume) `loop` on `workers` Ray Train workers (with `hooks` in every step, if given);
     never raises for training errors (the returned run carries `error`), so a caller can still
     report what was done."""
@@ -135,13 +156,18 @@ def run_training(loop: LoopConfig, tokens, *, name: str, storage_uri: str, worke
     storage_path, filesystem = ray_storage(storage_uri, store_settings)
     resources = resources_per_worker or {"CPU": loop.num_threads}
     trainer = TorchTrainer(
-        train_loop,
+        train_loop,  # type: ignore[arg-type]  # its return value is kept (Result.return_value); ray types it None
         train_loop_config={**loop.model_dump(), "tokens": torch.as_tensor(tokens), "event_log": log, "hooks": hooks},
         torch_config=TorchConfig(backend=backend),
         scaling_config=ScalingConfig(num_workers=workers, use_gpu=use_gpu, resources_per_worker=resources),
-        run_config=RunConfig(name=name, storage_path=storage_path, storage_filesystem=filesystem,
-                             failure_config=FailureConfig(max_failures=max_failures),
-                             checkpoint_config=CheckpointConfig(num_to_keep=2), callbacks=[_callback(log)]),
+        run_config=RunConfig(
+            name=name,
+            storage_path=storage_path,
+            storage_filesystem=filesystem,
+            failure_config=FailureConfig(max_failures=max_failures),
+            checkpoint_config=CheckpointConfig(num_to_keep=2),
+            callbacks=[_callback(log)],
+        ),
     )
     t0 = time.time()
     try:
@@ -151,7 +177,7 @@ def run_training(loop: LoopConfig, tokens, *, name: str, storage_uri: str, worke
     return _collect(result, error, log, filesystem, name=name, storage_uri=storage_uri, workers=workers, t0=t0)
 
 
-def _last_checkpoint_history(events: list[RunEvent], filesystem) -> tuple[list[StepRecord], str | None]:  # noqa: ANN001
+def _last_checkpoint_history(events: list[RunEvent], filesystem) -> tuple[list[StepRecord], str | None]:
     import json
 
     from ray.train import Checkpoint
@@ -164,8 +190,7 @@ def _last_checkpoint_history(events: list[RunEvent], filesystem) -> tuple[list[S
     return [StepRecord.model_validate(h) for h in raw], saved[-1]
 
 
-def _collect(result, error, log, filesystem, *, name: str, storage_uri: str, workers: int,  # noqa: ANN001
-             t0: float) -> TrainingRun:
+def _collect(result, error, log, filesystem, *, name: str, storage_uri: str, workers: int, t0: float) -> TrainingRun:
     import ray
 
     events = [RunEvent.model_validate(e) for e in ray.get(log.events.remote()) if e["time"] >= t0]
@@ -177,9 +202,18 @@ def _collect(result, error, log, filesystem, *, name: str, storage_uri: str, wor
     starts = [e for e in events if e.kind == "started" and e.rank == 0]
     resumed = (starts[0].from_step or 0) if starts else 0
     executed = sum(_steps_until_next(starts, i, len(history)) for i in range(len(starts)))
-    return TrainingRun(name=name, storage_uri=storage_uri, workers=workers, history=history, events=events,
-                       steps_executed=executed, resumed_from_step=resumed, wall_s=time.time() - t0,
-                       checkpoint_path=checkpoint_path, error=_error_line(error))
+    return TrainingRun(
+        name=name,
+        storage_uri=storage_uri,
+        workers=workers,
+        history=history,
+        events=events,
+        steps_executed=executed,
+        resumed_from_step=resumed,
+        wall_s=time.time() - t0,
+        checkpoint_path=checkpoint_path,
+        error=_error_line(error),
+    )
 
 
 def _error_line(error: BaseException | None) -> str | None:

@@ -35,8 +35,15 @@ from day0.trial.alignment import compare_curves
 from day0.trial.data import TokenData, prepare_data
 from day0.trial.loop import LoopConfig, LoopHooks, TrainDtype
 from day0.trial.model import EXPERT_KEYS, scale_config
-from day0.trial.results import (MemoryComparison, RunSummary, TrialCurve, TrialResult, recoveries,
-                                steady_tokens_per_s, summarize_run)
+from day0.trial.results import (
+    MemoryComparison,
+    RunSummary,
+    TrialCurve,
+    TrialResult,
+    recoveries,
+    steady_tokens_per_s,
+    summarize_run,
+)
 from day0.trial.run import TrainingRun, event_log, run_training
 
 __all__ = ["TRIAL_VOCAB", "MemoryEstimate", "TrialPlan", "TrialTrainingError", "run_trial"]
@@ -82,9 +89,19 @@ def _load_curve(uri: str, settings: StoreSettings | None) -> TrialCurve:
 
 def _curve(label: str, platform: str, loop: LoopConfig, workers: int, run: TrainingRun) -> TrialCurve:
     h = run.history
-    return TrialCurve(label=label, platform=platform, device=loop.device_type, compute_dtype=loop.compute_dtype,
-                      workers=workers, sharding=loop.sharding, recompute=loop.recompute, steps=[r.step for r in h],
-                      loss=[r.loss for r in h], grad_norm=[r.grad_norm for r in h], tokens_per_s=steady_tokens_per_s(h))
+    return TrialCurve(
+        label=label,
+        platform=platform,
+        device=loop.device_type,
+        compute_dtype=loop.compute_dtype,
+        workers=workers,
+        sharding=loop.sharding,
+        recompute=loop.recompute,
+        steps=[r.step for r in h],
+        loss=[r.loss for r in h],
+        grad_norm=[r.grad_norm for r in h],
+        tokens_per_s=steady_tokens_per_s(h),
+    )
 
 
 def _scaled_summary(cfg: dict[str, Any], data: TokenData) -> dict[str, int | None]:
@@ -95,9 +112,13 @@ def _scaled_summary(cfg: dict[str, Any], data: TokenData) -> dict[str, int | Non
 
     with torch.device("meta"):
         params = count_parameters(AutoModelForCausalLM.from_config(_hf_config(cfg)))
-    return {"layers": cfg.get("num_hidden_layers"), "hidden": cfg.get("hidden_size"),
-            "experts": next((cfg[k] for k in EXPERT_KEYS if cfg.get(k)), None), "vocab": data.vocab_size,
-            "parameters": params}
+    return {
+        "layers": cfg.get("num_hidden_layers"),
+        "hidden": cfg.get("hidden_size"),
+        "experts": next((cfg[k] for k in EXPERT_KEYS if cfg.get(k)), None),
+        "vocab": data.vocab_size,
+        "parameters": params,
+    }
 
 
 def _loops(spec: PipelineSpec, cfg: dict[str, Any], plan: TrialPlan, notes: list[str]) -> tuple[LoopConfig, LoopConfig]:
@@ -106,33 +127,59 @@ def _loops(spec: PipelineSpec, cfg: dict[str, Any], plan: TrialPlan, notes: list
     trial, (compute, fp8_note) = spec.trial, host_compute_dtype(spec.training.precision.compute)
     notes += [fp8_note] if fp8_note else []
     global_batch = trial.micro_batch * trial.workers
-    candidate = LoopConfig(model_config_dict=cfg, seed=trial.seed, steps=trial.steps, global_batch=global_batch,
-                           micro_batch=trial.micro_batch, seq_len=trial.seq_len, learning_rate=trial.learning_rate,
-                           lr_warmup_steps=min(10, trial.steps // 10), checkpoint_every=trial.checkpoint_every,
-                           compute_dtype=cast(TrainDtype, compute), recompute=plan.recompute, sharding=plan.sharding,
-                           device_type=spec.platform.device_type)
-    reference = candidate.model_copy(update={"micro_batch": global_batch, "compute_dtype": "fp32", "recompute": "none",
-                                             "sharding": "ddp", "device_type": "cpu"})
+    candidate = LoopConfig(
+        model_config_dict=cfg,
+        seed=trial.seed,
+        steps=trial.steps,
+        global_batch=global_batch,
+        micro_batch=trial.micro_batch,
+        seq_len=trial.seq_len,
+        learning_rate=trial.learning_rate,
+        lr_warmup_steps=min(10, trial.steps // 10),
+        checkpoint_every=trial.checkpoint_every,
+        compute_dtype=cast(TrainDtype, compute),
+        recompute=plan.recompute,
+        sharding=plan.sharding,
+        device_type=spec.platform.device_type,
+    )
+    reference = candidate.model_copy(
+        update={
+            "micro_batch": global_batch,
+            "compute_dtype": "fp32",
+            "recompute": "none",
+            "sharding": "ddp",
+            "device_type": "cpu",
+        }
+    )
     return reference, candidate
 
 
 def _memory(run: TrainingRun, estimate: float | None, source: str) -> list[MemoryComparison]:
     baselines = {e.rank: e.baseline_bytes or 0 for e in run.events if e.kind == "memory"}
-    return [MemoryComparison(rank=r, measured_peak_bytes=b, measured_training_bytes=b - baselines.get(r, 0),
-                             estimate_bytes=estimate, estimate_source=source)
-            for r, b in sorted(run.peak_memory_bytes.items())]
+    return [
+        MemoryComparison(
+            rank=r,
+            measured_peak_bytes=b,
+            measured_training_bytes=b - baselines.get(r, 0),
+            estimate_bytes=estimate,
+            estimate_source=source,
+        )
+        for r, b in sorted(run.peak_memory_bytes.items())
+    ]
 
 
 def _raise_failed(runs: list[RunSummary], checkpoint_uri: str) -> None:
     failed = [r for r in runs if r.error]
     if failed:
-        raise TrialTrainingError("; ".join(
-            f"{r.role} training failed after {r.attempts} attempt(s): {r.error}" for r in failed)
-            + f". Checkpoints are kept under {checkpoint_uri}: rerun the same spec to resume.")
+        raise TrialTrainingError(
+            "; ".join(f"{r.role} training failed after {r.attempts} attempt(s): {r.error}" for r in failed)
+            + f". Checkpoints are kept under {checkpoint_uri}: rerun the same spec to resume."
+        )
 
 
-def _reference(spec: PipelineSpec, loop: LoopConfig, tokens: Any, common: dict[str, Any], notes: list[str],
-               say: Progress) -> tuple[TrialCurve, TrainingRun | None]:
+def _reference(
+    spec: PipelineSpec, loop: LoopConfig, tokens: Any, common: dict[str, Any], notes: list[str], say: Progress
+) -> tuple[TrialCurve, TrainingRun | None]:
     """The reference curve: trained here (`cpu-fp32`), or loaded from a saved curve."""
     if spec.trial.reference != "cpu-fp32":
         notes.append(f"reference curve loaded from {spec.trial.reference}")
@@ -142,11 +189,21 @@ def _reference(spec: PipelineSpec, loop: LoopConfig, tokens: Any, common: dict[s
     return _curve("reference cpu-fp32 x1", "cpu", loop, 1, run), run
 
 
-def run_trial(spec: PipelineSpec, model: ResolvedModel, *, checkpoint_uri: str, plan: TrialPlan | None = None,
-              hooks: LoopHooks | None = None, max_failures: int = 2, progress: Progress | None = None,
-              memory_estimate: MemoryEstimate | None = None, store_settings: StoreSettings | None = None,
-              ray_address: str | None = None, resources_per_worker: dict[str, float] | None = None,
-              log=None) -> TrialResult:  # noqa: ANN001
+def run_trial(
+    spec: PipelineSpec,
+    model: ResolvedModel,
+    *,
+    checkpoint_uri: str,
+    plan: TrialPlan | None = None,
+    hooks: LoopHooks | None = None,
+    max_failures: int = 2,
+    progress: Progress | None = None,
+    memory_estimate: MemoryEstimate | None = None,
+    store_settings: StoreSettings | None = None,
+    ray_address: str | None = None,
+    resources_per_worker: dict[str, float] | None = None,
+    log=None,
+) -> TrialResult:
     """Run step 5 for `spec` on step 1's `model` (see the module docstring). `hooks` go to the
     candidate's loop only (tests inject faults with them) and are named in the result's notes."""
     from day0.backends.local import connect
@@ -156,31 +213,66 @@ def run_trial(spec: PipelineSpec, model: ResolvedModel, *, checkpoint_uri: str, 
     notes: list[str] = []
     connect(ray_address or spec.cluster.address)
     data = prepare_data(trial.dataset, TRIAL_VOCAB)
-    cfg = scale_config(model.config, trial.scale, vocab_size=data.vocab_size, seq_len=trial.seq_len,
-                       eos_token_id=data.eos_token_id)
+    cfg = scale_config(
+        model.config, trial.scale, vocab_size=data.vocab_size, seq_len=trial.seq_len, eos_token_id=data.eos_token_id
+    )
     ref_loop, cand_loop = _loops(spec, cfg, plan, notes)
-    common: dict[str, Any] = {"storage_uri": checkpoint_uri, "max_failures": max_failures, "log": log or event_log(),
-                              "store_settings": store_settings}
+    common: dict[str, Any] = {
+        "storage_uri": checkpoint_uri,
+        "max_failures": max_failures,
+        "log": log or event_log(),
+        "store_settings": store_settings,
+    }
     reference, ref_run = _reference(spec, ref_loop, data.tokens, common, notes, say)
     if hooks is not None:
         notes.append(f"test-only training hooks were active in the candidate: {hooks.describe()}")
-    say(f"candidate: {trial.steps} steps on {trial.workers} {spec.platform.name} worker(s), "
-        f"{cand_loop.compute_dtype}, {plan.sharding}, recompute {plan.recompute}")
-    cand_run = run_training(cand_loop, data.tokens, name="candidate", workers=trial.workers, hooks=hooks,
-                            use_gpu=spec.platform.device_type == "cuda", backend=spec.platform.distributed_backend,
-                            resources_per_worker=resources_per_worker, **common)
+    say(
+        f"candidate: {trial.steps} steps on {trial.workers} {spec.platform.name} worker(s), "
+        f"{cand_loop.compute_dtype}, {plan.sharding}, recompute {plan.recompute}"
+    )
+    cand_run = run_training(
+        cand_loop,
+        data.tokens,
+        name="candidate",
+        workers=trial.workers,
+        hooks=hooks,
+        use_gpu=spec.platform.device_type == "cuda",
+        backend=spec.platform.distributed_backend,
+        resources_per_worker=resources_per_worker,
+        **common,
+    )
     runs = ([summarize_run("reference", ref_run)] if ref_run else []) + [summarize_run("candidate", cand_run)]
     _raise_failed(runs, checkpoint_uri)
-    candidate = _curve(f"candidate {spec.platform.name}-{cand_loop.compute_dtype} x{trial.workers}",
-                       spec.platform.name, cand_loop, trial.workers, cand_run)
-    alignment = compare_curves(reference.loss, candidate.loss, reference_grad_norm=reference.grad_norm,
-                               candidate_grad_norm=candidate.grad_norm, tolerance=trial.tolerance)
+    candidate = _curve(
+        f"candidate {spec.platform.name}-{cand_loop.compute_dtype} x{trial.workers}",
+        spec.platform.name,
+        cand_loop,
+        trial.workers,
+        cand_run,
+    )
+    alignment = compare_curves(
+        reference.loss,
+        candidate.loss,
+        reference_grad_norm=reference.grad_norm,
+        candidate_grad_norm=candidate.grad_norm,
+        tolerance=trial.tolerance,
+    )
     estimate = memory_estimate(cfg, plan, cand_loop, trial.workers) if memory_estimate else None
     if plan.source != "default":
         notes.append(f"the candidate applies the {plan.source}: recompute {plan.recompute}, sharding {plan.sharding}")
-    return TrialResult(model=model.source, scaled=_scaled_summary(cfg, data), dataset=data.dataset,
-                       seq_len=trial.seq_len, global_batch=cand_loop.global_batch, steps=trial.steps,
-                       reference=reference, candidate=candidate, alignment=alignment, runs=runs,
-                       recoveries=recoveries(cand_run.events),
-                       memory=_memory(cand_run, estimate, memory_estimate.source if memory_estimate else "none"),
-                       notes=notes, seconds=time.time() - t0)
+    return TrialResult(
+        model=model.source,
+        scaled=_scaled_summary(cfg, data),
+        dataset=data.dataset,
+        seq_len=trial.seq_len,
+        global_batch=cand_loop.global_batch,
+        steps=trial.steps,
+        reference=reference,
+        candidate=candidate,
+        alignment=alignment,
+        runs=runs,
+        recoveries=recoveries(cand_run.events),
+        memory=_memory(cand_run, estimate, memory_estimate.source if memory_estimate else "none"),
+        notes=notes,
+        seconds=time.time() - t0,
+    )

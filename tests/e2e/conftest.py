@@ -23,13 +23,15 @@ REPO = Path(__file__).resolve().parents[2]
 K8S = REPO / "k8s"
 NAMESPACE = "day0"
 _spec = importlib.util.spec_from_file_location("fake_nodes", K8S / "fake_nodes.py")
-fake_nodes = importlib.util.module_from_spec(_spec)  # type: ignore[arg-type]
-_spec.loader.exec_module(fake_nodes)  # type: ignore[union-attr]
+assert _spec is not None and _spec.loader is not None
+fake_nodes = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(fake_nodes)
 
 
 def _kubeconfig() -> str:
-    return subprocess.run([str(K8S / "e2e-up.sh"), "--kubeconfig"], check=True, text=True,
-                          capture_output=True).stdout.strip()
+    return subprocess.run(
+        [str(K8S / "e2e-up.sh"), "--kubeconfig"], check=True, text=True, capture_output=True
+    ).stdout.strip()
 
 
 def _healthy(kubeconfig: str) -> bool:
@@ -41,7 +43,7 @@ def _healthy(kubeconfig: str) -> bool:
         api = config.new_client_from_config(kubeconfig)
         client.VersionApi(api).get_code(_request_timeout=5)
         return True
-    except Exception:
+    except Exception:  # noqa: BLE001 - any failure to reach the API server means "not up"
         return False
 
 
@@ -71,7 +73,8 @@ def api() -> Iterator[Any]:
     api = config.new_client_from_config(kubeconfig)
     yield api
     left = client.CustomObjectsApi(api).list_cluster_custom_object(
-        "ray.io", "v1", "rayclusters", label_selector="app.kubernetes.io/managed-by=day0")["items"]
+        "ray.io", "v1", "rayclusters", label_selector="app.kubernetes.io/managed-by=day0"
+    )["items"]
     if not _bring_up["was_up"] and not os.environ.get("DAY0_E2E_KEEP"):
         subprocess.run([str(K8S / "e2e-down.sh")], check=False, timeout=300)
     assert not left, f"leaked RayClusters: {[i['metadata']['name'] for i in left]}"
@@ -92,8 +95,13 @@ def node_pools(api: Any, request: pytest.FixtureRequest) -> Iterator[Callable[..
 
     def make(kind: str, count: int, *, gpus: int = 8, taints: list[str] | None = None) -> str:
         pool = f"{stem}-{kind}"
-        for manifest in fake_nodes.pool_nodes(pool, count, resource="nvidia.com/gpu", per_node=gpus,
-                                              taints=taints or ["nvidia.com/gpu=present:NoSchedule"]):
+        for manifest in fake_nodes.pool_nodes(
+            pool,
+            count,
+            resource="nvidia.com/gpu",
+            per_node=gpus,
+            taints=taints or ["nvidia.com/gpu=present:NoSchedule"],
+        ):
             core.create_node(manifest)
             made.append(manifest["metadata"]["name"])
         _wait_nodes_ready(core, made)
@@ -111,8 +119,11 @@ def node_pools(api: Any, request: pytest.FixtureRequest) -> Iterator[Callable[..
 def _wait_nodes_ready(core: Any, names: list[str], timeout_s: float = 60) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        ready = {n.metadata.name for n in core.list_node().items
-                 if any(c.type == "Ready" and c.status == "True" for c in n.status.conditions or [])}
+        ready = {
+            n.metadata.name
+            for n in core.list_node().items
+            if any(c.type == "Ready" and c.status == "True" for c in n.status.conditions or [])
+        }
         if set(names) <= ready:
             return
         time.sleep(0.5)

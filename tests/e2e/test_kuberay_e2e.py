@@ -25,12 +25,23 @@ HEAD_ON_CPU = {"day0.io/role": "cpu"}
 
 def spec(fixed: str, elastic: str, *, nodes: int, elastic_max: int, timeout_s: float = 90) -> ClusterSpec:
     gpu = {"resource": "nvidia.com/gpu", "per_node": 8, "memory_gib": 80}
-    return ClusterSpec.model_validate({
-        "backend": "kuberay", "namespace": "day0", "ready_timeout_s": timeout_s, "node_pools": [
-            {"name": "fixed", "accelerator": gpu, "nodes": nodes, "node_selector": {"day0.io/pool": fixed}},
-            {"name": "elastic", "accelerator": gpu, "elastic": {"min": 0, "max": elastic_max},
-             "node_selector": {"day0.io/pool": elastic},
-             "tolerations": [{"key": "day0.io/elastic", "operator": "Exists", "effect": "NoSchedule"}]}]})
+    return ClusterSpec.model_validate(
+        {
+            "backend": "kuberay",
+            "namespace": "day0",
+            "ready_timeout_s": timeout_s,
+            "node_pools": [
+                {"name": "fixed", "accelerator": gpu, "nodes": nodes, "node_selector": {"day0.io/pool": fixed}},
+                {
+                    "name": "elastic",
+                    "accelerator": gpu,
+                    "elastic": {"min": 0, "max": elastic_max},
+                    "node_selector": {"day0.io/pool": elastic},
+                    "tolerations": [{"key": "day0.io/elastic", "operator": "Exists", "effect": "NoSchedule"}],
+                },
+            ],
+        }
+    )
 
 
 def placement(rc: KubeRayCluster, api: Any) -> dict[str, list[str]]:
@@ -61,8 +72,13 @@ def pools(node_pools: Callable[..., str]) -> tuple[str, str]:
 
 def test_two_pools_become_ready_on_matching_nodes(api: Any, pools: tuple[str, str]) -> None:
     fixed, elastic = pools
-    with raycluster_session(spec(fixed, elastic, nodes=3, elastic_max=2), "e2e ready", api_client=api,
-                            workers={"fixed": 3, "elastic": 1}, head_node_selector=HEAD_ON_CPU) as rc:
+    with raycluster_session(
+        spec(fixed, elastic, nodes=3, elastic_max=2),
+        "e2e ready",
+        api_client=api,
+        workers={"fixed": 3, "elastic": 1},
+        head_node_selector=HEAD_ON_CPU,
+    ) as rc:
         where = placement(rc, api)
         assert where == {"head": ["cpu"], "fixed": [fixed] * 3, "elastic": [elastic]}
         assert [e.kind for e in rc.events] == ["created", "ready"]
@@ -76,8 +92,13 @@ def test_two_pools_become_ready_on_matching_nodes(api: Any, pools: tuple[str, st
 def test_overflow_lands_on_the_elastic_pool(api: Any, pools: tuple[str, str]) -> None:
     fixed, elastic = pools
     plan = {"tensor_parallel": 8, "data_parallel": 5}  # 40 GPUs: 3 fixed nodes + 2 elastic
-    with raycluster_session(spec(fixed, elastic, nodes=3, elastic_max=2), "e2e overflow", api_client=api,
-                            plan=plan, head_node_selector=HEAD_ON_CPU) as rc:
+    with raycluster_session(
+        spec(fixed, elastic, nodes=3, elastic_max=2),
+        "e2e overflow",
+        api_client=api,
+        plan=plan,
+        head_node_selector=HEAD_ON_CPU,
+    ) as rc:
         where = placement(rc, api)
         assert sorted(where["fixed"]) == [fixed] * 3 and sorted(where["elastic"]) == [elastic] * 2
     assert_gone(rc)
@@ -86,10 +107,13 @@ def test_overflow_lands_on_the_elastic_pool(api: Any, pools: tuple[str, str]) ->
 def test_full_elastic_pool_stays_pending_with_a_clear_report(api: Any, pools: tuple[str, str]) -> None:
     fixed, elastic = pools
     cluster = spec(fixed, elastic, nodes=3, elastic_max=4, timeout_s=20)  # the spec allows 4, 2 exist
-    with pytest.raises(ClusterError) as err:
-        with raycluster_session(cluster, "e2e full", api_client=api, workers={"fixed": 3, "elastic": 4},
-                                head_node_selector=HEAD_ON_CPU):
-            pass
+    with (
+        pytest.raises(ClusterError) as err,
+        raycluster_session(
+            cluster, "e2e full", api_client=api, workers={"fixed": 3, "elastic": 4}, head_node_selector=HEAD_ON_CPU
+        ),
+    ):
+        pass
     message = str(err.value)
     print(message)
     assert "not Ready after 20 s" in message and "pool 'elastic': 2/4 Ready" in message, message
@@ -104,8 +128,13 @@ def test_node_failure_is_detected_and_recovered(api: Any, pools: tuple[str, str]
 
     core = client.CoreV1Api(api)
     fixed, elastic = pools
-    with raycluster_session(spec(fixed, elastic, nodes=3, elastic_max=2), f"e2e fail {failure}", api_client=api,
-                            workers={"fixed": 2, "elastic": 0}, head_node_selector=HEAD_ON_CPU) as rc:
+    with raycluster_session(
+        spec(fixed, elastic, nodes=3, elastic_max=2),
+        f"e2e fail {failure}",
+        api_client=api,
+        workers={"fixed": 2, "elastic": 0},
+        head_node_selector=HEAD_ON_CPU,
+    ) as rc:
         rc.start_monitor()
         victim = next(p for p in rc.pods() if p.metadata.labels.get("ray.io/group") == "fixed")
         dead = victim.spec.node_name
@@ -113,9 +142,23 @@ def test_node_failure_is_detected_and_recovered(api: Any, pools: tuple[str, str]
             core.delete_node(dead)
         else:  # kwok stops heartbeating an unannotated node; report it NotReady as a dead kubelet would
             core.patch_node(dead, {"metadata": {"annotations": {"kwok.x-k8s.io/node": None}}})
-            core.patch_node_status(dead, {"status": {"conditions": [
-                {"type": "Ready", "status": "False", "reason": "KubeletDown", "message": "test: kubelet stopped",
-                 "lastHeartbeatTime": None, "lastTransitionTime": None}]}})
+            core.patch_node_status(
+                dead,
+                {
+                    "status": {
+                        "conditions": [
+                            {
+                                "type": "Ready",
+                                "status": "False",
+                                "reason": "KubeletDown",
+                                "message": "test: kubelet stopped",
+                                "lastHeartbeatTime": None,
+                                "lastTransitionTime": None,
+                            }
+                        ]
+                    }
+                },
+            )
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and not {"node-lost", "pod-replaced"} <= {e.kind for e in rc.events}:
             time.sleep(0.5)
@@ -135,20 +178,27 @@ def test_node_failure_is_detected_and_recovered(api: Any, pools: tuple[str, str]
 @pytest.mark.parametrize("exc", [RuntimeError, KeyboardInterrupt], ids=["error", "cancel"])
 def test_teardown_after_a_failure_on_purpose(api: Any, pools: tuple[str, str], exc: type[BaseException]) -> None:
     fixed, elastic = pools
-    with pytest.raises(exc, match="on purpose"):
-        with raycluster_session(spec(fixed, elastic, nodes=3, elastic_max=2), f"e2e boom {exc.__name__}",
-                                api_client=api, workers={"fixed": 1, "elastic": 1},
-                                head_node_selector=HEAD_ON_CPU) as rc:
-            assert len(rc.pods()) == 3
-            raise exc("failing on purpose")
+    with (
+        pytest.raises(exc, match="on purpose"),
+        raycluster_session(
+            spec(fixed, elastic, nodes=3, elastic_max=2),
+            f"e2e boom {exc.__name__}",
+            api_client=api,
+            workers={"fixed": 1, "elastic": 1},
+            head_node_selector=HEAD_ON_CPU,
+        ) as rc,
+    ):
+        assert len(rc.pods()) == 3
+        raise exc("failing on purpose")
     assert_gone(rc)
 
 
 def test_keep_cluster_is_honoured(api: Any, pools: tuple[str, str]) -> None:
     fixed, elastic = pools
     cluster = spec(fixed, elastic, nodes=3, elastic_max=2).model_copy(update={"keep_cluster": True})
-    with raycluster_session(cluster, "e2e keep", api_client=api, workers={"fixed": 1, "elastic": 0},
-                            head_node_selector=HEAD_ON_CPU) as rc:
+    with raycluster_session(
+        cluster, "e2e keep", api_client=api, workers={"fixed": 1, "elastic": 0}, head_node_selector=HEAD_ON_CPU
+    ) as rc:
         pass
     try:
         assert rc.get() is not None and len(rc.pods()) == 2
@@ -167,10 +217,17 @@ def test_bad_manifest_is_rejected_by_the_crd(api: Any) -> None:
 
 def test_unschedulable_head_and_workers_are_reported(api: Any) -> None:
     cluster = spec("no-such-pool", "no-such-pool-2", nodes=1, elastic_max=1, timeout_s=5)
-    with pytest.raises(ClusterError) as err:
-        with raycluster_session(cluster, "e2e nowhere", api_client=api, workers={"fixed": 1, "elastic": 0},
-                                head_node_selector={"day0.io/role": "no-such-node"}):
-            pass
+    with (
+        pytest.raises(ClusterError) as err,
+        raycluster_session(
+            cluster,
+            "e2e nowhere",
+            api_client=api,
+            workers={"fixed": 1, "elastic": 0},
+            head_node_selector={"day0.io/role": "no-such-node"},
+        ),
+    ):
+        pass
     message = str(err.value)
     print(message)
     assert_gone(KubeRayCluster.attach(cluster_name("e2e nowhere"), "day0", api_client=api))
@@ -186,14 +243,20 @@ def test_node_lost_during_a_job_is_in_the_result(api: Any, pools: tuple[str, str
     from kubernetes import client
 
     fixed, elastic = pools
-    with local_head() as head, raycluster_session(spec(fixed, elastic, nodes=3, elastic_max=2), "e2e job",
-                                                  api_client=api, workers={"fixed": 2, "elastic": 0},
-                                                  head_node_selector=HEAD_ON_CPU) as rc:
+    with (
+        local_head() as head,
+        raycluster_session(
+            spec(fixed, elastic, nodes=3, elastic_max=2),
+            "e2e job",
+            api_client=api,
+            workers={"fixed": 2, "elastic": 0},
+            head_node_selector=HEAD_ON_CPU,
+        ) as rc,
+    ):
         victim = next(p for p in rc.pods() if p.metadata.labels.get("ray.io/group") == "fixed")
         killer = threading.Timer(3.0, client.CoreV1Api(api).delete_node, args=(victim.spec.node_name,))
         killer.start()
-        result = rc.run_job("python -c \"import time; time.sleep(15); print('job done')\"", timeout_s=120,
-                            address=head)
+        result = rc.run_job("python -c \"import time; time.sleep(15); print('job done')\"", timeout_s=120, address=head)
         killer.join()
         rc.wait_recovered(60)
     assert result.job.ok and "job done" in result.job.logs_tail

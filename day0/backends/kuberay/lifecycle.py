@@ -122,22 +122,38 @@ class KubeRayCluster:
         return f"http://{self.name}-head-svc.{self.namespace}.svc.cluster.local:8265"
 
     def _watch_self(self, deadline: float) -> ResourceWatch:
-        return ResourceWatch(self._custom.list_namespaced_custom_object, GROUP, VERSION, self.namespace, PLURAL,
-                             field_selector=f"metadata.name={self.name}", deadline=deadline)
+        return ResourceWatch(
+            self._custom.list_namespaced_custom_object,
+            GROUP,
+            VERSION,
+            self.namespace,
+            PLURAL,
+            field_selector=f"metadata.name={self.name}",
+            deadline=deadline,
+        )
 
     def _watch_pods(self, deadline: float) -> ResourceWatch:
-        return ResourceWatch(self._core.list_namespaced_pod, self.namespace,
-                             label_selector=f"{CLUSTER_LABEL}={self.name}", deadline=deadline)
+        return ResourceWatch(
+            self._core.list_namespaced_pod,
+            self.namespace,
+            label_selector=f"{CLUSTER_LABEL}={self.name}",
+            deadline=deadline,
+        )
 
     # -- lifecycle --
     def create(self) -> None:
         try:
             self._custom.create_namespaced_custom_object(GROUP, VERSION, self.namespace, PLURAL, self.manifest)
         except ApiException as exc:
-            hint = {404: f"namespace {self.namespace!r} or the RayCluster CRD ({GROUP}/{VERSION}) is missing: "
-                         "install KubeRay's CRDs", 409: "a RayCluster of that name already exists",
-                    422: "the API server rejected the manifest"}.get(exc.status, f"HTTP {exc.status}")
-            raise ClusterError(f"creating RayCluster {self.namespace}/{self.name}: {hint}: {_api_message(exc)}") from exc
+            hint = {
+                404: f"namespace {self.namespace!r} or the RayCluster CRD ({GROUP}/{VERSION}) is missing: "
+                "install KubeRay's CRDs",
+                409: "a RayCluster of that name already exists",
+                422: "the API server rejected the manifest",
+            }.get(exc.status, f"HTTP {exc.status}")
+            raise ClusterError(
+                f"creating RayCluster {self.namespace}/{self.name}: {hint}: {_api_message(exc)}"
+            ) from exc
         self.events.append(ClusterEvent(kind="created", message=f"{self.desired_workers()} workers requested"))
 
     def _ready_by(self, deadline: float) -> bool:
@@ -156,10 +172,14 @@ class KubeRayCluster:
         On timeout, `ClusterError` names each pool that is short and the resource it lacks."""
         start = time.monotonic()
         if not self._ready_by(start + timeout_s):
-            raise ClusterError(f"RayCluster {self.namespace}/{self.name} not Ready after {timeout_s:.0f} s: "
-                               + "; ".join(str(r) for r in self.pool_reports()))
+            raise ClusterError(
+                f"RayCluster {self.namespace}/{self.name} not Ready after {timeout_s:.0f} s: "
+                + "; ".join(str(r) for r in self.pool_reports())
+            )
         took = time.monotonic() - start
-        self.events.append(ClusterEvent(kind="ready", message=f"{self.desired_workers()} workers Ready in {took:.1f} s"))
+        self.events.append(
+            ClusterEvent(kind="ready", message=f"{self.desired_workers()} workers Ready in {took:.1f} s")
+        )
         return took
 
     def wait_recovered(self, timeout_s: float) -> float:
@@ -168,10 +188,14 @@ class KubeRayCluster:
         start = time.monotonic()
         deadline = start + timeout_s
         pods = self._watch_pods(deadline)
-        if not (_watch_until(pods, lambda w: not pool_reports(w.objects.values(), self.manifest))
-                and self._ready_by(deadline)):
-            raise ClusterError(f"RayCluster {self.name} not recovered after {timeout_s:.0f} s: "
-                               + "; ".join(map(str, pool_reports(pods.objects.values(), self.manifest))))
+        if not (
+            _watch_until(pods, lambda w: not pool_reports(w.objects.values(), self.manifest))
+            and self._ready_by(deadline)
+        ):
+            raise ClusterError(
+                f"RayCluster {self.name} not recovered after {timeout_s:.0f} s: "
+                + "; ".join(map(str, pool_reports(pods.objects.values(), self.manifest)))
+            )
         took = time.monotonic() - start
         self.events.append(ClusterEvent(kind="recovered", message=f"all workers Ready again in {took:.1f} s"))
         return took
@@ -201,14 +225,16 @@ class KubeRayCluster:
         return RunResult(job=outcome, events=self.events[first:])
 
     def _gone_by(self, deadline: float) -> bool:
-        return _watch_until(self._watch_self(deadline), lambda w: not w.objects) and \
-            _watch_until(self._watch_pods(deadline), lambda w: not w.objects)
+        return _watch_until(self._watch_self(deadline), lambda w: not w.objects) and _watch_until(
+            self._watch_pods(deadline), lambda w: not w.objects
+        )
 
     def delete(self, timeout_s: float = 120.0) -> None:
         """Delete the RayCluster and wait until it and its pods are gone; force-delete stragglers."""
         try:
-            self._custom.delete_namespaced_custom_object(GROUP, VERSION, self.namespace, PLURAL, self.name,
-                                                         propagation_policy="Background")
+            self._custom.delete_namespaced_custom_object(
+                GROUP, VERSION, self.namespace, PLURAL, self.name, propagation_policy="Background"
+            )
         except ApiException as exc:
             if exc.status != 404:
                 raise ClusterError(f"deleting RayCluster {self.name}: {_api_message(exc)}") from exc
@@ -217,8 +243,9 @@ class KubeRayCluster:
                 self._force_delete(pod.metadata.name)
             if not self._gone_by(time.monotonic() + 30):
                 pods = [p.metadata.name for p in self.pods()]
-                raise ClusterError(f"RayCluster {self.name} not gone after {timeout_s:.0f} s: "
-                                   f"{len(pods)} pods left: {pods[:5]}")
+                raise ClusterError(
+                    f"RayCluster {self.name} not gone after {timeout_s:.0f} s: {len(pods)} pods left: {pods[:5]}"
+                )
         self.events.append(ClusterEvent(kind="deleted"))
 
     def _force_delete(self, pod: str) -> None:
@@ -233,8 +260,12 @@ def delete_run_clusters(namespace: str, run_id: str | None = None, *, api_client
     """Delete every day0 RayCluster in `namespace` (of one run, if given): the leak sweeper."""
     selector = "app.kubernetes.io/managed-by=day0" + (f",{RUN_ID_LABEL}={label_value(run_id)}" if run_id else "")
     api = _api_client(api_client)
-    listed = cast(dict[str, Any], client.CustomObjectsApi(api).list_namespaced_custom_object(
-        GROUP, VERSION, namespace, PLURAL, label_selector=selector))
+    listed = cast(
+        dict[str, Any],
+        client.CustomObjectsApi(api).list_namespaced_custom_object(
+            GROUP, VERSION, namespace, PLURAL, label_selector=selector
+        ),
+    )
     names = [item["metadata"]["name"] for item in listed["items"]]
     for name in names:
         KubeRayCluster.attach(name, namespace, api_client=api).delete()
@@ -242,8 +273,9 @@ def delete_run_clusters(namespace: str, run_id: str | None = None, *, api_client
 
 
 @contextmanager
-def raycluster_session(cluster: ClusterSpec, run_id: str, *, api_client: Any = None, wait: bool = True,
-                       **build: Any) -> Iterator[KubeRayCluster]:
+def raycluster_session(
+    cluster: ClusterSpec, run_id: str, *, api_client: Any = None, wait: bool = True, **build: Any
+) -> Iterator[KubeRayCluster]:
     """Create, wait Ready, yield; always delete on exit (error, cancellation too) unless `keep_cluster`."""
     rc = KubeRayCluster(build_raycluster(cluster, run_id, **build), api_client=api_client)
     try:

@@ -24,8 +24,16 @@ from day0.backends.kuberay.status import ClusterError
 from day0.spec import ClusterSpec, NodePool
 
 __all__ = [
-    "GROUP", "PLURAL", "RUN_ID_LABEL", "VERSION",
-    "build_raycluster", "cluster_name", "label_value", "labels", "plan_accelerators", "workers_per_pool",
+    "GROUP",
+    "PLURAL",
+    "RUN_ID_LABEL",
+    "VERSION",
+    "build_raycluster",
+    "cluster_name",
+    "label_value",
+    "labels",
+    "plan_accelerators",
+    "workers_per_pool",
 ]
 
 GROUP, VERSION, PLURAL = "ray.io", "v1", "rayclusters"
@@ -34,6 +42,7 @@ MAX_NAME = 40  # KubeRay derives `<name>-head-svc` and pod names from it; keep r
 
 
 # --- names and labels --------------------------------------------------------------------------
+
 
 def _digest(text: str, n: int = 6) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:n]
@@ -57,18 +66,26 @@ def cluster_name(run_id: str, prefix: str = "day0") -> str:
 
 def labels(run_id: str, name: str, component: str = "ray-cluster") -> dict[str, str]:
     """Standard `app.kubernetes.io/*` labels plus the flow run id."""
-    return {"app.kubernetes.io/name": "day0", "app.kubernetes.io/instance": name,
-            "app.kubernetes.io/component": component, "app.kubernetes.io/part-of": "day0",
-            "app.kubernetes.io/managed-by": "day0", RUN_ID_LABEL: label_value(run_id)}
+    return {
+        "app.kubernetes.io/name": "day0",
+        "app.kubernetes.io/instance": name,
+        "app.kubernetes.io/component": component,
+        "app.kubernetes.io/part-of": "day0",
+        "app.kubernetes.io/managed-by": "day0",
+        RUN_ID_LABEL: label_value(run_id),
+    }
 
 
 # --- sizing from the plan ----------------------------------------------------------------------
 
+
 def plan_accelerators(plan: Any) -> int:
     """World size of a parallel plan (TP x PP x CP x DP; EP shards within DP): a mapping or object."""
+
     def get(key: str) -> int:
         value = plan.get(key) if isinstance(plan, Mapping) else getattr(plan, key, None)
         return int(value or 1)
+
     return math.prod(get(k) for k in ("tensor_parallel", "pipeline_parallel", "context_parallel", "data_parallel"))
 
 
@@ -91,12 +108,15 @@ def workers_per_pool(cluster: ClusterSpec, accelerators: int | None = None) -> d
         left -= take * pool.accelerator.per_node
     if left > 0:
         have = ", ".join(f"{p.name}: {p.max_nodes} x {p.accelerator.per_node}" for p in cluster.node_pools)
-        raise ClusterError(f"the plan needs {accelerators} accelerators; the node pools hold only "
-                           f"{accelerators - left} ({have or 'no node pools'})")
+        raise ClusterError(
+            f"the plan needs {accelerators} accelerators; the node pools hold only "
+            f"{accelerators - left} ({have or 'no node pools'})"
+        )
     return {p.name: out[p.name] for p in cluster.node_pools}
 
 
 # --- the builder -------------------------------------------------------------------------------
+
 
 def _resources(cpus: float, memory_gib: float, extra: Mapping[str, int] | None = None) -> dict[str, Any]:
     amounts: dict[str, Any] = {"cpu": str(cpus), "memory": f"{int(memory_gib)}Gi", **(extra or {})}
@@ -131,30 +151,51 @@ def _worker_group(pool: NodePool, replicas: int, image: str, meta: dict[str, str
     cpus = max(1, pool.cpus_per_node - 2)  # leave room for daemonsets on the node
     extra = {acc.resource: acc.per_node} if acc.resource != "cpu" else None
     pod_spec: dict[str, Any] = {
-        "containers": [{"name": "ray-worker", "image": image,
-                        "resources": _resources(cpus, pool.memory_gib_per_node * 0.9, extra)}],
+        "containers": [
+            {"name": "ray-worker", "image": image, "resources": _resources(cpus, pool.memory_gib_per_node * 0.9, extra)}
+        ],
         "nodeSelector": dict(pool.node_selector),
         "tolerations": _tolerations(pool),
     }
-    return {"groupName": pool.name, "replicas": replicas, "minReplicas": low, "maxReplicas": high,
-            "rayStartParams": _ray_start_params(pool, cpus),
-            "template": {"metadata": {"labels": {**meta, "day0.io/pool": pool.name}}, "spec": pod_spec}}
+    return {
+        "groupName": pool.name,
+        "replicas": replicas,
+        "minReplicas": low,
+        "maxReplicas": high,
+        "rayStartParams": _ray_start_params(pool, cpus),
+        "template": {"metadata": {"labels": {**meta, "day0.io/pool": pool.name}}, "spec": pod_spec},
+    }
 
 
-def _head_group(image: str, meta: dict[str, str], node_selector: Mapping[str, str],
-                cpus: int, memory_gib: int) -> dict[str, Any]:
-    ports = [{"containerPort": 6379, "name": "gcs"}, {"containerPort": 8265, "name": "dashboard"},
-             {"containerPort": 10001, "name": "client"}]
+def _head_group(
+    image: str, meta: dict[str, str], node_selector: Mapping[str, str], cpus: int, memory_gib: int
+) -> dict[str, Any]:
+    ports = [
+        {"containerPort": 6379, "name": "gcs"},
+        {"containerPort": 8265, "name": "dashboard"},
+        {"containerPort": 10001, "name": "client"},
+    ]
     container = {"name": "ray-head", "image": image, "ports": ports, "resources": _resources(cpus, memory_gib)}
-    return {"rayStartParams": {"dashboard-host": "0.0.0.0", "num-cpus": "0"},
-            "template": {"metadata": {"labels": {**meta, "app.kubernetes.io/component": "ray-head"}},
-                         "spec": {"nodeSelector": dict(node_selector), "containers": [container]}}}
+    return {
+        "rayStartParams": {"dashboard-host": "0.0.0.0", "num-cpus": "0"},
+        "template": {
+            "metadata": {"labels": {**meta, "app.kubernetes.io/component": "ray-head"}},
+            "spec": {"nodeSelector": dict(node_selector), "containers": [container]},
+        },
+    }
 
 
-def build_raycluster(cluster: ClusterSpec, run_id: str, *, plan: Any = None,
-                     workers: Mapping[str, int] | None = None, image: str | None = None,
-                     head_node_selector: Mapping[str, str] | None = None,
-                     head_cpus: int = 2, head_memory_gib: int = 8) -> dict[str, Any]:
+def build_raycluster(
+    cluster: ClusterSpec,
+    run_id: str,
+    *,
+    plan: Any = None,
+    workers: Mapping[str, int] | None = None,
+    image: str | None = None,
+    head_node_selector: Mapping[str, str] | None = None,
+    head_cpus: int = 2,
+    head_memory_gib: int = 8,
+) -> dict[str, Any]:
     """The RayCluster manifest for one run. `workers` (per pool) overrides sizing from `plan`."""
     if not cluster.node_pools:
         raise ClusterError("cluster.node_pools is empty: the kuberay backend needs at least one pool")
@@ -173,12 +214,22 @@ def build_raycluster(cluster: ClusterSpec, run_id: str, *, plan: Any = None,
     }
     if any(p.elastic is not None for p in cluster.node_pools):
         spec["enableInTreeAutoscaling"] = True
-        spec["autoscalerOptions"] = {"upscalingMode": "Default", "idleTimeoutSeconds": 120,
-                                     "resources": _resources(1, 1)}
-    return {"apiVersion": f"{GROUP}/{VERSION}", "kind": "RayCluster",
-            "metadata": {"name": name, "namespace": cluster.namespace, "labels": meta,
-                         "annotations": {RUN_ID_LABEL: run_id}},
-            "spec": spec}
+        spec["autoscalerOptions"] = {
+            "upscalingMode": "Default",
+            "idleTimeoutSeconds": 120,
+            "resources": _resources(1, 1),
+        }
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "RayCluster",
+        "metadata": {
+            "name": name,
+            "namespace": cluster.namespace,
+            "labels": meta,
+            "annotations": {RUN_ID_LABEL: run_id},
+        },
+        "spec": spec,
+    }
 
 
 def _default_image() -> str:

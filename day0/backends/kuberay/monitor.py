@@ -47,8 +47,9 @@ Handler = Callable[[EventType, Any], None]
 class ClusterMonitor:
     """`ClusterMonitor(core, "day0", "day0-run-1-ab12cd", events).start()`; `.stop()` when the job is done."""
 
-    def __init__(self, core: Any, namespace: str, cluster: str, events: list[ClusterEvent], *,
-                 recover: bool = True) -> None:
+    def __init__(
+        self, core: Any, namespace: str, cluster: str, events: list[ClusterEvent], *, recover: bool = True
+    ) -> None:
         self._core, self._namespace, self._cluster = core, namespace, cluster
         self.events = events
         self._recover = recover
@@ -66,22 +67,42 @@ class ClusterMonitor:
     # -- running --
     def start(self, timeout_s: float = 60.0) -> None:
         streams = {
-            "pods": (ResourceWatch(self._core.list_namespaced_pod, self._namespace, on_error=self._resuming("pods"),
-                                   label_selector=f"{CLUSTER_LABEL}={self._cluster}"), self._on_pod),
+            "pods": (
+                ResourceWatch(
+                    self._core.list_namespaced_pod,
+                    self._namespace,
+                    on_error=self._resuming("pods"),
+                    label_selector=f"{CLUSTER_LABEL}={self._cluster}",
+                ),
+                self._on_pod,
+            ),
             "nodes": (ResourceWatch(self._core.list_node, on_error=self._resuming("nodes")), self._on_node),
-            "events": (ResourceWatch(self._core.list_namespaced_event, self._namespace,
-                                     on_error=self._resuming("events"), field_selector="type=Warning"), self._on_event),
+            "events": (
+                ResourceWatch(
+                    self._core.list_namespaced_event,
+                    self._namespace,
+                    on_error=self._resuming("events"),
+                    field_selector="type=Warning",
+                ),
+                self._on_event,
+            ),
         }
         for stream, (watcher, handler) in streams.items():
-            thread = threading.Thread(target=self._follow, args=(stream, watcher, handler),
-                                      name=f"watch-{stream}-{self._cluster}", daemon=True)
+            thread = threading.Thread(
+                target=self._follow,
+                args=(stream, watcher, handler),
+                name=f"watch-{stream}-{self._cluster}",
+                daemon=True,
+            )
             self._watches.append(watcher)
             self._threads.append(thread)
             thread.start()
         if not self._baselined.wait(timeout_s):
             self.stop()
-            raise ClusterError(f"monitor of RayCluster {self._cluster}: pods and nodes not listed in "
-                               f"{timeout_s:.0f} s: {[e.message for e in self.events if e.kind == 'warning'][-3:]}")
+            raise ClusterError(
+                f"monitor of RayCluster {self._cluster}: pods and nodes not listed in "
+                f"{timeout_s:.0f} s: {[e.message for e in self.events if e.kind == 'warning'][-3:]}"
+            )
 
     def stop(self) -> None:
         for watcher in self._watches:
@@ -99,9 +120,9 @@ class ClusterMonitor:
                             self._on_synced(stream)
                         else:
                             handler(kind, obj)
-                    except Exception as exc:  # an API hiccup (a failed force-delete) must not kill the monitor
+                    except Exception as exc:  # noqa: BLE001 - an API hiccup (a failed force-delete) must not kill the monitor
                         self._add("warning", message=f"{stream}: handling {kind} failed: {exc}")
-        except Exception as exc:  # not an API or connection error (those resume): say that the stream ended
+        except Exception as exc:  # noqa: BLE001 - not an API or connection error (those resume): say that the stream ended
             with self._lock:
                 self._add("warning", message=f"watch of {stream} stopped: {exc!r}")
 
@@ -109,6 +130,7 @@ class ClusterMonitor:
         def report(exc: Exception) -> None:
             with self._lock:
                 self._add("warning", message=f"watch of {stream} failed, resuming: {exc}")
+
         return report
 
     # -- reconciling --
@@ -154,14 +176,21 @@ class ClusterMonitor:
     def _on_event(self, kind: EventType, event: Any) -> None:
         """Warning Events created after the first list, about this RayCluster or its pods."""
         about = event.involved_object
-        ours = (about.kind == "RayCluster" and about.name == self._cluster) or \
-            (about.kind == "Pod" and (about.name or "").startswith(f"{self._cluster}-"))
+        ours = (about.kind == "RayCluster" and about.name == self._cluster) or (
+            about.kind == "Pod" and (about.name or "").startswith(f"{self._cluster}-")
+        )
         if kind != "ADDED" or "events" not in self._synced or not ours:
             return
         when: datetime | None = event.last_timestamp or event.event_time or event.first_timestamp
-        self.events.append(_event("warning", f"{event.reason}: {event.message}", self._pods.get(about.uid or ""),
-                                  name=about.name if about.kind == "Pod" else None,
-                                  at=when.timestamp() if when else None))
+        self.events.append(
+            _event(
+                "warning",
+                f"{event.reason}: {event.message}",
+                self._pods.get(about.uid or ""),
+                name=about.name if about.kind == "Pod" else None,
+                at=when.timestamp() if when else None,
+            )
+        )
 
     def _check(self, pod: Pod) -> bool:
         """Report (and recover) a pod whose node is lost or that Failed; True if it was."""
@@ -203,10 +232,15 @@ class ClusterMonitor:
         self.events.append(_event(kind, message, pod))
 
 
-def _event(kind: EventKind, message: str, pod: Pod | None, *, name: str | None = None,
-           at: float | None = None) -> ClusterEvent:
+def _event(
+    kind: EventKind, message: str, pod: Pod | None, *, name: str | None = None, at: float | None = None
+) -> ClusterEvent:
     """An event about `pod` (or a pod called `name` that is not, or no longer, in the cache)."""
-    return ClusterEvent(kind=kind, message=message, at=time.time() if at is None else at,
-                        pod=pod.metadata.name if pod is not None else name,
-                        node=pod.spec.node_name if pod is not None else None,
-                        pool=(pod.metadata.labels or {}).get(GROUP_LABEL) if pod is not None else None)
+    return ClusterEvent(
+        kind=kind,
+        message=message,
+        at=time.time() if at is None else at,
+        pod=pod.metadata.name if pod is not None else name,
+        node=pod.spec.node_name if pod is not None else None,
+        pool=(pod.metadata.labels or {}).get(GROUP_LABEL) if pod is not None else None,
+    )

@@ -22,9 +22,21 @@ from pydantic import BaseModel, Field
 from day0.errors import Day0Error
 
 __all__ = [
-    "CLUSTER_LABEL", "GROUP_LABEL", "NODE_TYPE_LABEL", "ClusterError", "ClusterEvent", "EventKind", "Node", "Pod",
+    "CLUSTER_LABEL",
+    "GROUP_LABEL",
+    "NODE_TYPE_LABEL",
+    "ClusterError",
+    "ClusterEvent",
+    "EventKind",
+    "Node",
+    "Pod",
     "PoolReport",
-    "node_ready", "pod_group", "pod_ready", "pool_reports", "raycluster_ready", "unschedulable",
+    "node_ready",
+    "pod_group",
+    "pod_ready",
+    "pool_reports",
+    "raycluster_ready",
+    "unschedulable",
 ]
 
 # kubernetes.client.V1Pod and V1Node, read as the API server fills them (the models type every field optional).
@@ -122,12 +134,21 @@ def pool_reports(pods: Iterable[Pod], manifest: Mapping[str, Any]) -> list[PoolR
         namespace = manifest.get("metadata", {}).get("namespace")
         why = f"KubeRay created no pods: is the operator running and watching namespace {namespace!r}?"
         return [PoolReport(pool="head", desired=1, pods=0, ready=0, pending=0, reasons=[why])]
-    groups = [("head", 1)] + [(g["groupName"], int(g.get("replicas", 0)))
-                              for g in manifest.get("spec", {}).get("workerGroupSpecs", [])]
+    groups = [("head", 1)] + [
+        (g["groupName"], int(g.get("replicas", 0))) for g in manifest.get("spec", {}).get("workerGroupSpecs", [])
+    ]
     reports = []
     for group, desired in groups:
         mine = [p for p in pods if pod_group(p) == group]
         reasons = sorted({r for p in mine if (r := unschedulable(p))})
-        reports.append(PoolReport(pool=group, desired=desired, pods=len(mine), ready=sum(map(pod_ready, mine)),
-                                  pending=sum(p.status.phase == "Pending" for p in mine), reasons=reasons))
+        reports.append(
+            PoolReport(
+                pool=group,
+                desired=desired,
+                pods=len(mine),
+                ready=sum(map(pod_ready, mine)),
+                pending=sum(p.status.phase == "Pending" for p in mine),
+                reasons=reasons,
+            )
+        )
     return [r for r in reports if r.ready < r.desired or r.reasons]

@@ -46,9 +46,16 @@ def _uid(obj: Any) -> str:
 class ResourceWatch:
     """`for kind, obj in ResourceWatch(core.list_namespaced_pod, "day0", label_selector=...)`."""
 
-    def __init__(self, list_fn: Callable[..., Any], *args: Any, label_selector: str | None = None,
-                 field_selector: str | None = None, deadline: float | None = None, window_s: int = 60,
-                 on_error: Callable[[Exception], None] | None = None) -> None:
+    def __init__(
+        self,
+        list_fn: Callable[..., Any],
+        *args: Any,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+        deadline: float | None = None,
+        window_s: int = 60,
+        on_error: Callable[[Exception], None] | None = None,
+    ) -> None:
         self._list, self._args = list_fn, args
         self._kwargs = {k: v for k, v in (("label_selector", label_selector), ("field_selector", field_selector)) if v}
         self._deadline, self._window_s, self._on_error = deadline, window_s, on_error
@@ -82,7 +89,7 @@ class ResourceWatch:
                 if self._on_error is None or not isinstance(exc, ApiException | HTTPError | OSError):
                     raise
                 self._on_error(exc)  # the API or the connection failed: resume from our version
-                self._stop.wait(min(0.5 * 2 ** failures, 30.0, max(self._left(), 0.0)))
+                self._stop.wait(min(0.5 * 2**failures, 30.0, max(self._left(), 0.0)))
                 failures += 1
 
     def _relist(self) -> Iterator[tuple[EventType, Any]]:
@@ -105,9 +112,15 @@ class ResourceWatch:
     def _follow(self) -> Iterator[tuple[EventType, Any]]:
         window = int(max(1, min(self._window_s, self._left())))
         self._watch = current = watch.Watch()
-        stream = current.stream(self._list, *self._args, resource_version=self.resource_version,
-                                timeout_seconds=window, allow_watch_bookmarks=True,
-                                _request_timeout=window + 30, **self._kwargs)
+        stream = current.stream(
+            self._list,
+            *self._args,
+            resource_version=self.resource_version,
+            timeout_seconds=window,
+            allow_watch_bookmarks=True,
+            _request_timeout=window + 30,
+            **self._kwargs,
+        )
         try:
             for event in stream:
                 version = _meta(event["raw_object"], "resourceVersion")

@@ -35,7 +35,7 @@ def _lowprec_mm(a: torch.Tensor, b: torch.Tensor, chunk: int = 8) -> torch.Tenso
     acc = torch.zeros(a.shape[0], b.shape[1], dtype=torch.bfloat16)
     a16, b16 = a.to(torch.bfloat16), b.to(torch.bfloat16)
     for k in range(0, a.shape[1], chunk):
-        acc = (acc.float() + a16[:, k:k + chunk].float() @ b16[k:k + chunk].float()).to(torch.bfloat16)
+        acc = (acc.float() + a16[:, k : k + chunk].float() @ b16[k : k + chunk].float()).to(torch.bfloat16)
     return acc.to(a.dtype)
 
 
@@ -50,13 +50,19 @@ def sigmoid_wrong_fp32(table: KernelTable) -> None:
 def plugin_grouped_mm(table: KernelTable) -> None:
     """A correct vendor kernel for aten::_grouped_mm with offsets, from plain matmuls: 2D x 3D (groups
     of rows, the MoE forward) and 2D x 2D (groups along K, the weight gradient)."""
-    def grouped_mm(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor | None = None, bias=None, out_dtype=None):  # noqa: ANN001
+
+    def grouped_mm(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor | None = None, bias=None, out_dtype=None):
         bounds = [0, *offs.tolist()]
         if b.dim() == 3:
             out = a.new_zeros(a.shape[0], b.shape[-1])
             for g in range(len(bounds) - 1):
-                out[bounds[g]:bounds[g + 1]] = (a[bounds[g]:bounds[g + 1]].float() @ b[g].float()).to(a.dtype)
+                out[bounds[g] : bounds[g + 1]] = (a[bounds[g] : bounds[g + 1]].float() @ b[g].float()).to(a.dtype)
             return out
-        return torch.stack([(a[:, bounds[g]:bounds[g + 1]].float() @ b[bounds[g]:bounds[g + 1]].float()).to(a.dtype)
-                            for g in range(len(bounds) - 1)])
+        return torch.stack(
+            [
+                (a[:, bounds[g] : bounds[g + 1]].float() @ b[bounds[g] : bounds[g + 1]].float()).to(a.dtype)
+                for g in range(len(bounds) - 1)
+            ]
+        )
+
     table.register("aten::_grouped_mm", grouped_mm)

@@ -7,28 +7,28 @@ import functools
 from importlib.metadata import EntryPoint
 
 from day0.analysis.inventory import capture_operators
-from day0.core.ops import OpInventory
-from day0.core.model_source import resolve_model_source
-from day0.analysis.structure import analyze_structure
-from day0.core.modeling import build_meta_model, load_hf_config
 from day0.analysis.results import AnalyzeResult
 from day0.analysis.step import analyze_model
+from day0.analysis.structure import analyze_structure
+from day0.core.model_source import resolve_model_source
+from day0.core.modeling import build_meta_model, load_hf_config
+from day0.core.ops import OpInventory
 from day0.numerics.layers import WholeModel
 from day0.numerics.platform_kernels import ENTRY_POINT_GROUP, Platform
-from day0.spec import ModelSpec, PlatformSpec, load_yaml
 from day0.paths import CONFIGS_DIR
+from day0.spec import ModelSpec, PlatformSpec, load_yaml
 
 MODEL = "tiny-deepseek-v3"
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def tiny_inventory(dtype: str = "fp32") -> OpInventory:
     model = build_meta_model(load_hf_config(resolve_model_source(MODEL)), MODEL, dtype)
     structure = analyze_structure(model, MODEL)
     return capture_operators(model, structure.attention_kind, dtype)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _tiny_analysis() -> AnalyzeResult:
     return analyze_model(ModelSpec(source=MODEL), cpu_spec(), "fp32")
 

@@ -1,0 +1,50 @@
+"""`day0 webhook serve`: the Hugging Face release webhook receiver on uvicorn.
+
+    DAY0_WEBHOOK_SECRET=... day0 webhook serve                       # 127.0.0.1:8765, configs/webhook/watch.yaml
+    day0 webhook serve --host 0.0.0.0 --port 8080 --watch my-watch.yaml --store s3://bucket/day0
+
+Every other setting comes from DAY0_WEBHOOK_* (see day0.webhook.settings); runs are triggered on the
+Prefect server at PREFECT_API_URL. Exit 2 when the secret or the watch config is missing or invalid.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from day0.errors import UsageError
+
+__all__ = ["add_webhook_command", "cmd_webhook_serve"]
+
+
+def add_webhook_command(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser("webhook", help="the Hugging Face release webhook receiver")
+    sub = p.add_subparsers(dest="webhook_command", required=True)
+    s = sub.add_parser("serve", help="serve the receiver (FastAPI on uvicorn)")
+    s.add_argument("--host", help="bind address (default DAY0_WEBHOOK_HOST or 127.0.0.1)")
+    s.add_argument("--port", type=int, help="port (default DAY0_WEBHOOK_PORT or 8765)")
+    s.add_argument("--watch", type=Path, help="watch config YAML (default configs/webhook/watch.yaml)")
+    s.add_argument("--store", help="artifact store URI for the dedupe records (default file://.day0)")
+    s.set_defaults(func=cmd_webhook_serve)
+
+
+def cmd_webhook_serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from day0.webhook import WebhookSettings, create_app
+
+    overrides: dict[str, Any] = {k: v for k in ("host", "port", "watch", "store") if (v := getattr(args, k))}
+    try:
+        settings = WebhookSettings(**overrides)
+    except ValidationError as exc:
+        fields = ", ".join(f"DAY0_WEBHOOK_{'.'.join(map(str, e['loc'])).upper()}: {e['msg']}" for e in exc.errors())
+        raise UsageError(f"webhook settings: {fields}") from None
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per Prefect API call otherwise
+    app = create_app(settings)
+    uvicorn.run(app, host=settings.host, port=settings.port, log_level="warning", access_log=False)
+    return 0

@@ -1,0 +1,54 @@
+"""Plausibility bounds on a model's config.json, checked before anything builds from it.
+
+Contract: `check_config(source, config)` raises `ModelError` naming the field, the bound and the
+value, so a config with 10^9 layers, zero experts or top-k above the expert count is refused in
+microseconds instead of building forever or crashing inside transformers. The bounds are generous
+(several times the largest published model) and only catch nonsense.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from day0.errors import ModelError, shorten
+
+__all__ = ["BOUNDS", "EXPERT_KEYS", "TOP_K_KEYS", "check_config"]
+
+# field -> (least, most). Largest published figures for scale: 126 layers (Llama 3.1 405B),
+# hidden 16384, 384 routed experts (Kimi K2), vocabularies around 256k.
+BOUNDS: dict[str, tuple[int, int]] = {
+    "num_hidden_layers": (1, 1024),
+    "hidden_size": (1, 131_072),
+    "intermediate_size": (1, 1_048_576),
+    "moe_intermediate_size": (1, 1_048_576),
+    "num_attention_heads": (1, 4096),
+    "num_key_value_heads": (1, 4096),
+    "vocab_size": (1, 10_000_000),
+    "max_position_embeddings": (1, 100_000_000),
+}
+EXPERT_KEYS = ("n_routed_experts", "num_experts", "num_local_experts")
+TOP_K_KEYS = ("num_experts_per_tok", "moe_topk")
+_MOST_EXPERTS = 65_536
+
+
+def _integer(source: str, key: str, value: Any, least: int, most: int) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or not least <= value <= most:
+        raise ModelError(source, key, f"expected an integer from {least} to {most}, got {shorten(value, 40)}")
+    return value
+
+
+def check_config(source: str, config: dict[str, Any]) -> None:
+    """Refuse implausible sizes in `config` (see the module contract); absent or null fields pass."""
+    for key, (least, most) in BOUNDS.items():
+        if config.get(key) is not None:
+            _integer(source, key, config[key], least, most)
+    experts = next(((k, config[k]) for k in EXPERT_KEYS if config.get(k) is not None), None)
+    if experts is not None:
+        _integer(source, experts[0], experts[1], 1, _MOST_EXPERTS)
+    for key in TOP_K_KEYS:
+        if config.get(key) is None:
+            continue
+        most = experts[1] if experts is not None else _MOST_EXPERTS
+        if experts is not None and isinstance(config[key], int) and config[key] > most:
+            raise ModelError(source, key, f"top-k {config[key]} is above the {most} experts ({experts[0]})")
+        _integer(source, key, config[key], 1, most)

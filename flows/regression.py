@@ -1,0 +1,130 @@
+"""The regression flow: rerun the validation layers of each watched model on the current stack and
+compare them with the baselines in the artifact store.
+
+    python -m flows.regression configs/regression/watch.yaml [--update-baseline]
+    prefect deployment run regression/nightly                  # prefect.yaml, nightly on a cron
+
+Contract: each model's spec runs as an `adapt` subflow with `fresh=True` for the steps its entry lists
+(numerical: step 2's op errors and first divergent layer; convergence: step 5's loss curve and
+throughput). Baselines change only with `update_baseline=True`. One model's failure (a regression,
+no baseline, a step that raised) does not stop the others; the flow run fails at the end naming
+every regression with its numbers. A trend table over the stored history is published as a Prefect
+table artifact and returned.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any, Literal
+
+from prefect import flow, get_run_logger
+from prefect.artifacts import create_table_artifact
+from pydantic import BaseModel, ConfigDict, Field
+
+from day0.errors import RunFailed
+from day0.numerics.results import OperatorsResult
+from day0.regression import RegressionStore, RegressionTolerance, Snapshot, compare, trend_rows
+from day0.spec import load_yaml, spec_from_dict
+from day0.store import open_store
+from day0.trial.results import TrialResult
+from flows.adapt import adapt
+
+__all__ = ["RegressionFailed", "RegressionWatch", "regression"]
+
+
+class WatchedModel(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(pattern=r"^[a-z0-9][a-z0-9-]*$", description="Baseline name in the store.")
+    spec: Path = Field(description="Pipeline spec YAML (relative to the watch file).")
+    steps: list[Literal["analyze", "operators", "trial"]] = Field(["analyze", "operators"])
+
+
+class RegressionWatch(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    storage: str = Field("file://.day0", pattern=r"^(file|s3)://.+")
+    models: list[WatchedModel]
+    tolerance: RegressionTolerance = Field(default_factory=RegressionTolerance)
+
+
+class RegressionFailed(Exception):
+    pass
+
+
+def _load_watch(path: Path) -> RegressionWatch:
+    watch = RegressionWatch.model_validate(load_yaml(path))
+    for m in watch.models:
+        m.spec = (path.parent / m.spec).resolve()
+    return watch
+
+
+def _rerun(model: WatchedModel) -> Snapshot:
+    """Run the model's validation steps afresh; read step 2's and step 5's results from its store."""
+    raw = load_yaml(model.spec)
+    try:
+        summary = adapt(spec=raw, only=[str(s) for s in model.steps], fresh=True)
+    except RunFailed as exc:  # a failed verdict still leaves its results: compare them
+        summary = exc.summary
+    store = open_store(spec_from_dict(raw, str(model.spec)).storage)
+    prefix = summary["prefix"]
+
+    def read(step: str, kind: type[OperatorsResult] | type[TrialResult]) -> Any:
+        if step not in model.steps:
+            return None
+        key = f"{prefix}/{step}/result.json"
+        if not store.exists(key):  # the step raised: nothing to compare, and never a baseline
+            raise RegressionFailed(f"{step} left no result: {'; '.join(summary['failed'].get(step, ['not run']))}")
+        return kind.model_validate(store.get_json(key))
+
+    return Snapshot.from_results(model.name, read("operators", OperatorsResult), read("trial", TrialResult))
+
+
+@flow(name="regression", log_prints=True)
+def regression(watch: str = "configs/regression/watch.yaml", update_baseline: bool = False) -> dict[str, Any]:
+    """Compare every watched model with its baseline; returns {model: [findings]} and the trend rows."""
+    log, config = get_run_logger(), _load_watch(Path(watch))
+    history = RegressionStore(open_store(config.storage))
+    outcome: dict[str, list[str]] = {}
+    failures: list[str] = []
+    for model in config.models:
+        try:
+            snapshot = _rerun(model)
+        except Exception as exc:  # noqa: BLE001 - one model's failure must not stop the others
+            failures.append(f"{model.name}: rerun failed: {type(exc).__name__}: {' '.join(str(exc).split())}")
+            continue
+        history.append(snapshot)
+        baseline = history.baseline(model.name)
+        if update_baseline:
+            log.info("%s: baseline accepted at %s", model.name, history.accept(snapshot))
+            outcome[model.name] = ["baseline updated"]
+        elif baseline is None:
+            failures.append(f"{model.name}: no baseline yet (run with update_baseline=True / --update-baseline)")
+        else:
+            findings = compare(baseline, snapshot, config.tolerance)
+            outcome[model.name] = [str(f) for f in findings if f.regressed]
+            failures += [f"regressed: {f}" for f in findings if f.regressed]
+            log.info("%s: %d quantities compared, %d regressed", model.name, len(findings), len(outcome[model.name]))
+    rows = [row for m in config.models for row in trend_rows(history.history(m.name))]
+    create_table_artifact(key="regression-trend", table=rows, description="Validation layers per run, per model")
+    if failures:
+        raise RegressionFailed(f"{len(failures)} regression finding(s): " + " | ".join(failures))
+    return {"models": outcome, "trend": rows}
+
+
+def _main(argv: list[str]) -> int:
+    args = [a for a in argv if a != "--update-baseline"]
+    try:
+        result = regression(
+            watch=args[0] if args else "configs/regression/watch.yaml", update_baseline="--update-baseline" in argv
+        )
+    except RegressionFailed as exc:
+        print(f"FAIL {exc}", file=sys.stderr)
+        return 1
+    print(result["models"])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_main(sys.argv[1:]))
