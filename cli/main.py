@@ -1,13 +1,17 @@
 """The `day0` command line: the outermost layer (cli -> flows -> tasks -> day0).
 
-    day0 validate configs/pipelines/tiny-local.yaml
+    day0 validate configs/pipelines/tiny-local.yaml [--check-store]
     day0 run configs/pipelines/tiny-local.yaml [--only analyze,parallel] [--fresh] [--json]
     day0 analyze deepseek-v3 [--platform ascend-910b] [--dtype bf16] [--json]
     day0 plan configs/pipelines/deepseek-v3-on-npu.yaml [--json]
     day0 schema > day0-spec.schema.json
 
+    day0 --debug run ...                                 # tracebacks of unexpected errors
+
 Exit codes: 0 success (every requested step passed; warnings allowed), 1 a failed step or a failure
-while running, 2 bad input (spec, model, arguments).
+while running (an unreachable store, the same spec already running, an unexpected error: one line,
+the traceback only with --debug), 2 bad input (spec, model, arguments). Input files are bounded by
+`DAY0_LIMITS_*` (`day0.settings.LimitsSettings`). Whatever `run` starts dies with it (`cli.reaper`).
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ from rich.markup import escape
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from cli.preflight import check_spec, parse_only
+from cli.preflight import check_parameters, check_spec, parse_only
 from cli.reaper import start_reaper
 from day0.errors import Day0Error, RunFailed, UsageError, shorten
 from day0.spec import STEPS, PipelineSpec, load_platform, load_spec, load_yaml
@@ -55,6 +59,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
     spec = load_spec(args.spec)
     check_spec(spec, check_store=args.check_store)
+    check_parameters(args.spec)
     run = RunContext.create(spec)
     out.print(
         f"[green]ok[/]: {escape(args.spec)} is a valid {spec.kind}; results go to {escape(spec.storage)}/{run.prefix}"
@@ -111,7 +116,6 @@ _PREFECT_STARTUP_DEFAULT = "120"
 
 
 def _run_flow(spec_path: str, only: list[str] | None, fresh: bool) -> dict:
-    os.environ.setdefault(_PREFECT_STARTUP, _PREFECT_STARTUP_DEFAULT)
     start_reaper()  # before Prefect or Ray start anything: they die with this process
     from flows.adapt import adapt
 
@@ -133,6 +137,7 @@ class _PrefectUnavailable(Exception):
 def cmd_run(args: argparse.Namespace) -> int:
     spec = load_spec(args.spec)  # all spec errors before Prefect starts
     only = parse_only(args.only)
+    os.environ.setdefault(_PREFECT_STARTUP, _PREFECT_STARTUP_DEFAULT)  # before Prefect reads its settings
     from flows.adapt import TASKS, check_runnable, plan_steps
 
     steps, unavailable = plan_steps(spec, only)
@@ -142,8 +147,13 @@ def cmd_run(args: argparse.Namespace) -> int:
         )
     check_runnable(spec)
     check_spec(spec, check_store=True)
+    check_parameters(args.spec)
+    from day0.runlock import hold_run
+    from day0.runs import RunContext
+
     try:
-        summary = _run_flow(args.spec, only, args.fresh)
+        with hold_run(RunContext.create(spec)):  # a second run of this spec refuses (exit 1)
+            summary = _run_flow(args.spec, only, args.fresh)
     except RunFailed as exc:
         summary = exc.summary
     except _PrefectUnavailable as exc:

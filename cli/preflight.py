@@ -9,14 +9,19 @@ store did not answer) when the store is checked and unreachable. Nothing here wr
 from __future__ import annotations
 
 import argparse
+import json
+from pathlib import Path
 
 from day0.core.model_source import resolve_model
 from day0.core.plausible import check_config
 from day0.errors import UsageError
-from day0.spec import STEPS, PipelineSpec
+from day0.spec import STEPS, PipelineSpec, load_yaml
 from day0.store import open_store
 
-__all__ = ["check_spec", "parse_only", "positive_int"]
+__all__ = ["PREFECT_MAX_PARAMETER_BYTES", "check_parameters", "check_spec", "parse_only", "positive_int"]
+
+# Prefect's default PREFECT_SERVER_API_MAX_PARAMETER_SIZE: a flow run's parameters, JSON-serialised.
+PREFECT_MAX_PARAMETER_BYTES = 524_288
 
 
 def parse_only(value: str | None) -> list[str] | None:
@@ -38,6 +43,14 @@ def positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {value}")
     return value
+
+
+def check_parameters(path: str) -> None:
+    """The spec, as the flow's parameter, fits Prefect's parameter size limit."""
+    size = len(json.dumps(load_yaml(Path(path))))
+    if size > PREFECT_MAX_PARAMETER_BYTES:
+        raise UsageError(f"{path}: the spec is {size} bytes as JSON; Prefect takes flow parameters up to "
+                         f"{PREFECT_MAX_PARAMETER_BYTES} bytes (PREFECT_SERVER_API_MAX_PARAMETER_SIZE)")
 
 
 def check_spec(spec: PipelineSpec, check_store: bool) -> None:

@@ -68,7 +68,8 @@ class ModelError(Day0Error):
     def __init__(self, model: str, field: str | None, message: str):
         self.model, self.field = model, field
         where = f" (field {field!r})" if field else ""
-        super().__init__(f"model {model}{where}: {message}")
+        shown = model if len(model) <= 200 else f"{model[:197]}..."
+        super().__init__(f"model {shown}{where}: {message}")
 
 
 class StoreError(Day0Error):

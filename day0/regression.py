@@ -20,7 +20,15 @@ from day0.numerics.results import OperatorsResult
 from day0.store import ArtifactStore
 from day0.trial.results import TrialResult
 
-__all__ = ["Finding", "RegressionStore", "RegressionTolerance", "Snapshot", "compare", "trend_rows"]
+__all__ = [
+    "Finding",
+    "RegressionStore",
+    "RegressionTolerance",
+    "Snapshot",
+    "compare",
+    "trend_report",
+    "trend_rows",
+]
 
 
 class RegressionTolerance(BaseModel):
@@ -199,10 +207,38 @@ def trend_rows(history: list[Snapshot]) -> list[dict[str, Any]]:
                 "taken_at": snap.taken_at.isoformat(timespec="seconds"),
                 "worst_op": worst,
                 "worst_op_error": max(errors) if errors else None,
-                "failing_ops": sum(s != "pass" for s in snap.op_status.values()),
+                "wrong_kernels": sum(s in ("fail", "error", "wrong_numbers") for s in snap.op_status.values()),
                 "first_divergent": snap.first_divergent,
                 "final_loss": snap.loss[-1] if snap.loss else None,
                 "tokens_per_s": snap.tokens_per_s,
             }
         )
     return rows
+
+
+def trend_report(model: str, history: list[Snapshot], findings: list[str]) -> tuple[str, bytes]:
+    """The report section for one model (Markdown naming each regression, the trend table) and its plot."""
+    from day0.plots import line_overlay
+
+    rows = trend_rows(history)
+    runs = list(range(1, len(rows) + 1))
+    series = {"worst op rel. RMS error": (runs, [r["worst_op_error"] or 0.0 for r in rows])}
+    series["platform kernels with wrong numbers"] = (runs, [float(r["wrong_kernels"]) for r in rows])
+    png = line_overlay(f"{model}: validation over stored runs", series, "run", "value")
+    cols = ["taken_at", "worst_op", "worst_op_error", "wrong_kernels", "first_divergent", "final_loss", "tokens_per_s"]
+    lines = [
+        f"## Regression: {model}",
+        "",
+        *(f"- **regressed**: {f}" for f in findings),
+        *([] if findings else ["- no regression against the baseline"]),
+        "",
+        f"![trend]({model}.png)",
+        "",
+        "| " + " | ".join(cols) + " |",
+        "|" + "---|" * len(cols),
+        *(
+            "| " + " | ".join(f"{r[c]:.3g}" if isinstance(r[c], float) else str(r[c]) for c in cols) + " |"
+            for r in rows
+        ),
+    ]
+    return "\n".join(lines) + "\n", png

@@ -108,13 +108,13 @@ class PlatformSpec(_UserModel):
 
 class Accelerator(_UserModel):
     resource: str = Field("nvidia.com/gpu", description="Kubernetes extended resource name.")
-    per_node: int = Field(ge=1, description="Accelerators per node.")
+    per_node: int = Field(ge=1, le=1024, description="Accelerators per node.")
     memory_gib: float = Field(gt=0, description="Memory per accelerator, GiB.")
 
 
 class ElasticRange(_UserModel):
     min: int = Field(0, ge=0, description="Fewest nodes the autoscaler keeps.")
-    max: int = Field(ge=1, description="Most nodes the autoscaler may add.")
+    max: int = Field(ge=1, le=1_000_000, description="Most nodes the autoscaler may add.")
 
     @model_validator(mode="after")
     def _ordered(self) -> ElasticRange:
@@ -138,7 +138,7 @@ class NodePool(_UserModel):
         description="Pool name (a DNS label): the RayCluster worker group's name.",
     )
     accelerator: Accelerator = Field(description="The accelerator each node carries.")
-    nodes: int | None = Field(None, ge=0, description="Fixed node count (omit for elastic pools).")
+    nodes: int | None = Field(None, ge=0, le=1_000_000, description="Fixed node count (omit for elastic pools).")
     elastic: ElasticRange | None = Field(None, description="Elastic pool range, scaled by the Ray autoscaler.")
     cpus_per_node: int = Field(16, ge=1, description="CPUs per node.")
     memory_gib_per_node: float = Field(256, gt=0, description="Host memory per node, GiB.")
@@ -183,8 +183,8 @@ class Precision(_UserModel):
 
 
 class TrainingSpec(_UserModel):
-    seq_len: int = Field(4096, ge=1, description="Sequence length, tokens.")
-    global_batch: int = Field(1024, ge=1, description="Sequences per optimizer step.")
+    seq_len: int = Field(4096, ge=1, le=100_000_000, description="Sequence length, tokens.")
+    global_batch: int = Field(1024, ge=1, le=1_000_000_000, description="Sequences per optimizer step.")
     micro_batch: int = Field(1, ge=1, description="Sequences per micro-batch per data-parallel rank.")
     precision: Precision = Field(default_factory=Precision, description="Compute and master-weight dtypes.")
 
@@ -202,9 +202,9 @@ class ParallelConstraints(_UserModel):
 
 
 class TrialScale(_UserModel):
-    layers: int | None = Field(None, ge=1, description="Decoder layers of the scaled-down trial model.")
-    hidden: int | None = Field(None, ge=8, description="Hidden size of the scaled-down trial model.")
-    experts: int | None = Field(None, ge=1, description="Routed experts of the scaled-down trial model.")
+    layers: int | None = Field(None, ge=1, le=1024, description="Decoder layers of the scaled-down trial model.")
+    hidden: int | None = Field(None, ge=8, le=131_072, description="Hidden size of the scaled-down trial model.")
+    experts: int | None = Field(None, ge=1, le=65_536, description="Routed experts of the scaled-down trial model.")
 
 
 class TrialTolerance(_UserModel):
@@ -223,9 +223,9 @@ class TrialSpec(_UserModel):
     scale: TrialScale = Field(
         default_factory=TrialScale, description="How the trial model is scaled down (same architecture)."
     )
-    steps: int = Field(50, ge=1, description="Optimizer steps of each trial training.")
-    workers: int = Field(1, ge=1, description="Data-parallel workers of the candidate.")
-    seq_len: int = Field(128, ge=8, description="Trial sequence length, tokens.")
+    steps: int = Field(50, ge=1, le=10_000_000, description="Optimizer steps of each trial training.")
+    workers: int = Field(1, ge=1, le=4096, description="Data-parallel workers of the candidate.")
+    seq_len: int = Field(128, ge=8, le=1_000_000, description="Trial sequence length, tokens.")
     micro_batch: int = Field(4, ge=1, description="Sequences per worker per step.")
     learning_rate: float = Field(3e-4, gt=0, description="Peak learning rate (AdamW, linear warm-up).")
     checkpoint_every: int = Field(10, ge=1, description="Steps between checkpoints (resume and recovery points).")

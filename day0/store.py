@@ -80,6 +80,10 @@ class ArtifactStore(ABC):
     def check(self) -> None:  # noqa: B027 - optional: a store that is always reachable keeps this no-op
         """Raise `StoreUnavailable` when the store cannot be reached (cheap: no listing)."""
 
+    @abstractmethod
+    def create(self, key: str, data: bytes) -> bool:
+        """Store `data` under `key` only if nothing is there, atomically; False when something was."""
+
     def put_text(self, key: str, text: str, content_type: str = "text/plain; charset=utf-8") -> str:
         return self.put_bytes(key, text.encode(), content_type)
 
@@ -104,6 +108,13 @@ class FileStore(ArtifactStore):
     def put_bytes(self, key: str, data: bytes, content_type: str = "application/octet-stream") -> str:
         write_atomically(self._path(key), data)
         return self.url(key)
+
+    def create(self, key: str, data: bytes) -> bool:
+        try:
+            write_atomically(self._path(key), data, replace=False)
+        except FileExistsError:
+            return False
+        return True
 
     def get_bytes(self, key: str) -> bytes:
         try:
@@ -161,6 +172,19 @@ class S3Store(ArtifactStore):
         except (BotoCoreError, ClientError) as exc:
             raise StoreError(f"cannot write {self.url(key)}: {exc}") from None
         return self.url(key)
+
+    def create(self, key: str, data: bytes) -> bool:
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        try:  # a conditional write: S3 answers 412 when the key exists
+            self.client.put_object(Bucket=self.bucket, Key=self._key(key), Body=data, IfNoneMatch="*")
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") in ("PreconditionFailed", "412"):
+                return False
+            raise StoreError(f"cannot write {self.url(key)}: {exc}") from None
+        except BotoCoreError as exc:
+            raise StoreUnavailable(f"storage {self.uri}: cannot reach the store: {exc}") from None
+        return True
 
     def get_bytes(self, key: str) -> bytes:
         from botocore.exceptions import ClientError

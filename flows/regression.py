@@ -9,7 +9,8 @@ Contract: each model's spec runs as an `adapt` subflow with `fresh=True` for the
 throughput). Baselines change only with `update_baseline=True`. One model's failure (a regression,
 no baseline, a step that raised) does not stop the others; the flow run fails at the end naming
 every regression with its numbers. A trend table over the stored history is published as a Prefect
-table artifact and returned.
+table artifact and returned, and per model as a report section with a plot
+(`regression/report/<model>.md`, `.png` in the store; a Markdown artifact).
 """
 
 from __future__ import annotations
@@ -19,12 +20,12 @@ from pathlib import Path
 from typing import Any, Literal
 
 from prefect import flow, get_run_logger
-from prefect.artifacts import create_table_artifact
+from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from pydantic import BaseModel, ConfigDict, Field
 
 from day0.errors import RunFailed
 from day0.numerics.results import OperatorsResult
-from day0.regression import RegressionStore, RegressionTolerance, Snapshot, compare, trend_rows
+from day0.regression import RegressionStore, RegressionTolerance, Snapshot, compare, trend_report, trend_rows
 from day0.spec import load_yaml, spec_from_dict
 from day0.store import open_store
 from day0.trial.results import TrialResult
@@ -107,6 +108,11 @@ def regression(watch: str = "configs/regression/watch.yaml", update_baseline: bo
             failures += [f"regressed: {f}" for f in findings if f.regressed]
             log.info("%s: %d quantities compared, %d regressed", model.name, len(findings), len(outcome[model.name]))
     rows = [row for m in config.models for row in trend_rows(history.history(m.name))]
+    for model in config.models:
+        markdown, png = trend_report(model.name, history.history(model.name), outcome.get(model.name, []))
+        history.store.put_bytes(f"regression/report/{model.name}.png", png, "image/png")
+        history.store.put_text(f"regression/report/{model.name}.md", markdown, "text/markdown")
+        create_markdown_artifact(key=f"regression-{model.name}", markdown=markdown)
     create_table_artifact(key="regression-trend", table=rows, description="Validation layers per run, per model")
     if failures:
         raise RegressionFailed(f"{len(failures)} regression finding(s): " + " | ".join(failures))

@@ -119,6 +119,9 @@ CASES = [
         {"s.yaml": spec() + "# padding\n" * 30},
         {"DAY0_LIMITS_MAX_FILE_BYTES": "200"},
     ),
+    *(Case(f"over-prefect-parameter-limit-{cmd}", [cmd, "{tmp}/s.yaml"], 2, ["524288 bytes", "Prefect"],
+           {"s.yaml": spec().replace("{name: bad}", "{name: bad, labels: {a: " + "x" * 600_000 + "}}")},
+           {"DAY0_LIMITS_MAX_FILE_BYTES": "2000000"}) for cmd in ("validate", "run")),
     # --- numbers: strict, and plausible ------------------------------------------------------------
     Case(
         "bool-as-int",
@@ -176,6 +179,18 @@ CASES = [
         ["vocab_size"],
         {"s.yaml": spec(model="{tmp}/m"), "m/config.json": config(vocab_size=10**12)},
     ),
+    Case("implausible-seq-len", ["validate", "{tmp}/s.yaml"], 2, ["training.seq_len", "less than or equal to"],
+         {"s.yaml": spec(extra="training: {seq_len: 1000000000000}\n")}),
+    Case("implausible-trial-workers", ["run", "{tmp}/s.yaml"], 2, ["trial.workers", "4096"],
+         {"s.yaml": spec(extra="trial: {workers: 1000000}\n")}),
+    Case("non-utf8-model-config", ["analyze", "{tmp}/m"], 2, ["config.json", "not UTF-8"],
+         {"m/config.json": b'{"model_type": "\xff"}'}),
+    Case("dir-as-model-config", ["analyze", "{tmp}/m"], 2, ["config.json", "not a file"], {"m/config.json/x": ""}),
+    Case("huge-model-config", ["analyze", "{tmp}/m"], 2, ["config.json", "at most 1000 bytes"],
+         {"m/config.json": config(padding="x" * 2000)}, {"DAY0_LIMITS_MAX_FILE_BYTES": "1000"}),
+    Case("long-model-name", ["analyze", "y" * 300], 2, ["model.source", "not a directory"]),
+    Case("long-model-source", ["validate", "{tmp}/s.yaml"], 2, ["model.source", "..."],
+         {"s.yaml": spec(model="x" * 100_000)}),
     Case(
         "missing-model-validate",
         ["validate", "{tmp}/s.yaml"],

@@ -64,3 +64,14 @@ def test_probe_of_a_device_without_kernels_reports_missing(tiny: OpInventory) ->
     report = probe_device(tiny, "npu", "bare-npu")  # no vendor plugin loaded: PrivateUse1 has no kernels
     assert report.counts["missing"] > 0
     assert "aten::mm" in {o.op for o in report.by_status("missing")}
+
+
+def test_optimizer_ops_are_in_the_diff(tiny: OpInventory) -> None:
+    """The NPU library declares no foreach kernels: AdamW's are gaps, named as optimizer ops."""
+    platform = spec_from_dict(
+        {"metadata": {"name": "x"}, "model": "tiny-deepseek-v3", "platform": "ascend-910b"}
+    ).platform
+    missing = {o.op: o for o in diff_declared(tiny, platform.operator_library, platform.name).by_status("missing")}
+    lerp = missing["aten::_foreach_lerp_.Scalar"]
+    assert lerp.phases == ["optimizer"] and lerp.modules == ["optimizer: AdamW"] and lerp.dtypes_needed == ["fp32"]
+    assert probe_device(tiny, "cpu", "cpu").counts["missing"] == 0  # the CPU has them all

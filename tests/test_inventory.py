@@ -73,3 +73,86 @@ def test_dtype_restricted_kernel_is_reported_not_fatal() -> None:
     assert y.dtype == torch.float32
     [constraint] = recorder.constraints.values()
     assert constraint.op == "day0test::bf16_only" and constraint.dtype == "fp32" and "BFloat16" in constraint.message
+
+
+def test_optimizer_step_is_captured_as_the_trial_runs_it() -> None:
+    """Clipping and the AdamW update, foreach kernels, on fp32 master weights of a bf16 model."""
+    inv = inventory("tiny-deepseek-v3", "bf16")
+    ops = inv.by_name()
+    optimizer = {r.op for r in inv.ops if "optimizer" in r.phases}
+    assert {
+        "aten::_foreach_norm.Scalar",
+        "aten::_foreach_mul_.Tensor",
+        "aten::_foreach_lerp_.Scalar",
+        "aten::_foreach_addcmul_.Scalar",
+        "aten::_foreach_sqrt",
+        "aten::_foreach_addcdiv_.ScalarList",
+    } <= optimizer
+    lerp = ops["aten::_foreach_lerp_.Scalar"]
+    assert lerp.phases == ["optimizer"] and lerp.modules == ["optimizer: AdamW"] and lerp.dtypes == ["fp32"]
+    assert ops["aten::_foreach_norm.Scalar"].modules == ["optimizer: gradient clipping"]
+    exp_avgs, grads, weight = lerp.examples[0]
+    assert len(exp_avgs) == len(grads) > 10 and weight == pytest.approx(0.1)  # one tensor per parameter, 1 - beta1
+    assert {"shape": [4096, 256], "dtype": "fp32"} in exp_avgs  # the embedding's fp32 master copy
+    # the scalar add of clipping (norm + 1e-6) is kept as an example of its own
+    add = ops["aten::add.Tensor"]
+    assert "optimizer" in add.phases and [{"shape": [], "dtype": "fp32"}, 1e-06] in add.examples
+    # host-side step counters and profiler markers are not device kernels
+    assert "aten::_foreach_add_.Tensor" not in ops and not any(op.startswith("profiler::") for op in ops)
+    assert ops["aten::nll_loss_forward"].modules == ["loss"]  # the trial's loss, not the model's own
+
+
+def test_captured_optimizer_ops_are_those_a_real_step_runs(tiny: OpInventory) -> None:
+    """No drift between the capture and what the trial's optimizer runs: the same functions on real
+    CPU tensors run the captured ops, plus only the host-side step-counter bookkeeping."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from day0.core.ops import op_name
+    from day0.core.training import clip_gradients, make_optimizer
+
+    class Names(TorchDispatchMode):
+        def __init__(self) -> None:
+            super().__init__()
+            self.ops: set[str] = set()
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.ops.add(op_name(func))
+            return func(*args, **(kwargs or {}))
+
+    params = [torch.nn.Parameter(torch.randn(8, 4)) for _ in range(3)]
+    for p in params:
+        p.grad = torch.randn_like(p)
+    optimizer, names = make_optimizer(params, 3e-4), Names()
+    with names:
+        clip_gradients(params)
+        optimizer.step()
+    captured = {r.op for r in tiny.ops if "optimizer" in r.phases}
+    host = {"aten::_foreach_add_.Tensor", "aten::lift_fresh", "aten::_local_scalar_dense"}
+    real = {op for op in names.ops if not op.startswith("profiler::")}
+    assert captured == real - host, captured ^ (real - host)
+
+
+def test_cli_analyze_json_lists_optimizer_ops() -> None:
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    proc = subprocess.run(
+        [sys.executable, "-m", "cli", "analyze", "tiny-deepseek-v3", "--json"],
+        cwd=Path(__file__).resolve().parent.parent,
+        env={**os.environ, "HF_HUB_OFFLINE": "1", "COLUMNS": "200"},
+        text=True,
+        capture_output=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout)
+    optimizer = {r["op"] for r in result["inventory"]["ops"] if "optimizer" in r["phases"]}
+    assert {
+        "aten::_foreach_lerp_.Scalar",
+        "aten::_foreach_addcdiv_.ScalarList",
+        "aten::_foreach_norm.Scalar",
+    } <= optimizer
+    assert {o["op"] for o in result["coverage"]["ops"] if "optimizer" in o["phases"]} == optimizer

@@ -3,6 +3,7 @@ alarms over the whole tiny DeepSeek-V3 inventory for several seeds."""
 
 from __future__ import annotations
 
+import math
 import sys
 from pathlib import Path
 
@@ -100,3 +101,36 @@ def test_huge_outputs_from_small_inputs_are_shrunk() -> None:
     )
     check = check_op(rec, Platform("cpu"), "bf16", ValidationSpec(), max_elements=1 << 20)
     assert check.status == "pass" and "shrunk" in check.reason and check.examples == 1
+
+
+def test_foreach_calls_are_rebuilt_and_compared_on_what_they_write() -> None:
+    """A foreach op takes tensor lists and an in-place one returns nothing: the check rebuilds the
+    lists from the example and compares the tensors the op updated (a kernel that skips one fails)."""
+    from day0.core.ops import OpRecord
+
+    shapes = [[64, 32], [32], [16, 8]]
+    example = [[{"shape": s, "dtype": "fp32"} for s in shapes] for _ in range(3)] + [[-1e-3, -2e-3, -3e-3]]
+    rec = OpRecord(op="aten::_foreach_addcdiv_.ScalarList", phases=["optimizer"], dtypes=["fp32"], examples=[example])
+    params, _exp_avgs, denoms, steps = build_call(rec.op, example)[0]
+    assert [list(p.shape) for p in params] == shapes and steps == [-1e-3, -2e-3, -3e-3]
+    assert all(bool((d > 0).all()) for d in denoms)  # AdamW's denominator sqrt(v) + eps is positive
+    v64 = ValidationSpec(reference_dtype="fp64")
+    clean = check_op(rec, Platform("cpu"), "fp32", v64, "fp32")
+    assert clean.status == "pass" and clean.metrics is not None and clean.metrics.numel == sum(map(math.prod, shapes))
+
+    def skips_last(self, t1, t2, scalars):
+        for p, a, d, s in list(zip(self, t1, t2, scalars, strict=True))[:-1]:
+            p.addcdiv_(a, d, value=s)
+
+    faulty = Platform("faulty")
+    faulty.kernels.register(rec.op, skips_last)
+    bad = check_op(rec, faulty, "fp32", v64, "fp32")
+    assert bad.status == "fail" and bad.metrics is not None and bad.metrics.max_abs > 0
+
+
+def test_adapted_foreach_kernel_writes_back_into_the_lists() -> None:
+    from day0.numerics.opcheck import upcast_kernel
+
+    xs = [torch.ones(3, dtype=torch.bfloat16), torch.ones(2, dtype=torch.bfloat16)]
+    upcast_kernel(torch.ops.aten._foreach_mul_.Scalar)(xs, 3.0)
+    assert all(x.dtype == torch.bfloat16 and bool((x == 3).all()) for x in xs)

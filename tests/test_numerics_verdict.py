@@ -85,6 +85,19 @@ def test_faulty_vendor_matmul_fails_step_2() -> None:
     assert any(line.startswith("aten::mm at bf16: fail") for line in result.reasons)
 
 
+def test_faulty_optimizer_kernel_fails_step_2() -> None:
+    """A `_foreach_lerp_` (AdamW's first moment) that drops its `- w * m` term: an optimizer op,
+    checked at the fp32 of the master weights, on the tensors it updates in place."""
+    result = run_operators(tiny_inventory("bf16"), faulty_platform("adamw_lerp_drops_term"), V64, "bf16", plugins=[])
+    assert result.verdict == "fail"
+    named = [line for line in result.reasons if line.startswith("aten::_foreach_lerp_.Scalar at fp32: ")]
+    assert named and "wrong numbers" in named[0] and "RMS error" in named[0], result.reasons
+    record = tiny_inventory("bf16").by_name()["aten::_foreach_lerp_.Scalar"]
+    clean = check_op(record, Platform("cpu"), "bf16", V64, "bf16")
+    assert clean.status == "pass" and clean.dtype == "fp32" and clean.metrics is not None
+    assert 0 < clean.metrics.max_abs < 1e-5  # the stock kernel's fp32 rounding, compared on the updated tensors
+
+
 def test_elementwise_outliers_are_not_forgiven_as_cancellation() -> None:
     """A silu that flushes large negative inputs to 0 is off on ~1% of elements by tiny amounts:
     the RMS error stays small, which a reduction's cancellation allowance would forgive."""

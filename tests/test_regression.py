@@ -85,6 +85,9 @@ def test_unchanged_stack_passes_and_a_worse_kernel_is_named(tmp_path: Path, api_
     assert any(ch.isdigit() for ch in mm.split("RMS error", 1)[1]), "by how much"
     assert (store / "regression/baselines/tiny.json").read_text() == baseline, "baselines change only when asked"
     assert len(list((store / "regression/history/tiny").glob("*.json"))) == 4
+    section = (store / "regression/report/tiny.md").read_text()
+    assert "**regressed**: tiny: aten::mm@fp32 pass -> wrong_numbers" in section and section.count("\n| 20") == 4
+    assert (store / "regression/report/tiny.png").read_bytes()[:4] == b"\x89PNG"
 
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
@@ -100,4 +103,5 @@ def test_unchanged_stack_passes_and_a_worse_kernel_is_named(tmp_path: Path, api_
             return json.loads(latest.data) if isinstance(latest.data, str) else latest.data
 
     rows = asyncio.run(trend())
-    assert [r["failing_ops"] > 0 for r in rows if r["model"] == "tiny"] == [False, False, False, True]
+    counts = [r["wrong_kernels"] for r in rows if r["model"] == "tiny"]
+    assert len(counts) == 4 and counts[3] == counts[0] + 1 and counts[:3] == [counts[0]] * 3, counts

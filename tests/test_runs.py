@@ -5,6 +5,10 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import os
+import socket
+import subprocess
+import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -59,3 +63,22 @@ def test_records_keep_their_order_within_an_attempt(tmp_path: Path) -> None:
         ctx.record(_record(step))
     assert ctx.load_manifest().executed() == ["analyze", "operators", "parallel", "optimize"]
     assert ctx.attempt_records() == ctx.load_manifest().last()
+
+
+def test_a_second_holder_of_a_run_is_refused_and_a_dead_one_taken_over(tmp_path: Path) -> None:
+    from day0.runlock import RunLocked, hold_run
+
+    ctx, other = _ctx(tmp_path), _ctx(tmp_path)
+    with hold_run(ctx):
+        try:
+            with hold_run(other):
+                raise AssertionError("two holders of one run")
+        except RunLocked as exc:
+            assert "already running" in str(exc) and f"pid {os.getpid()}" in str(exc) and exc.exit_code == 1
+    lock = tmp_path / "store" / ctx.prefix / "lock" / "holder.json"
+    assert not lock.exists(), "released on exit"
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    lock.write_text(json.dumps({"host": socket.gethostname(), "pid": int(dead.stdout), "pid_started": "1"}))
+    with hold_run(other):  # its holder is gone (kill -9): taken over
+        assert json.loads(lock.read_text())["pid"] == os.getpid()

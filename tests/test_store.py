@@ -71,3 +71,35 @@ def test_s3_store_against_a_real_server(s3_server) -> None:
 def test_s3_unreachable_bucket_is_a_store_error(s3_server) -> None:
     with pytest.raises(StoreError, match="cannot write"):
         open_store("s3://no-such-bucket/x").put_text("k", "v")
+
+
+def test_file_store_writes_one_file_mode(tmp_path: Path) -> None:
+    """mkstemp's 0600 never leaks through: every object gets FILE_MODE (less the umask)."""
+    import os
+
+    from day0.store import FILE_MODE
+
+    umask = os.umask(0)
+    os.umask(umask)
+    store = FileStore(tmp_path)
+    store.put_json("a/r.json", {})
+    store.put_bytes("b.bin", b"x")
+    assert store.create("c.json", b"{}")
+    modes = {p.name: p.stat().st_mode & 0o777 for p in tmp_path.rglob("*") if p.is_file()}
+    assert modes == dict.fromkeys(("r.json", "b.bin", "c.json"), FILE_MODE & ~umask)
+
+
+def test_create_only_if_absent(tmp_path: Path) -> None:
+    store = FileStore(tmp_path)
+    assert store.create("lock/holder.json", b"first")
+    assert not store.create("lock/holder.json", b"second")
+    assert store.get_bytes("lock/holder.json") == b"first"
+    assert [p.name for p in (tmp_path / "lock").iterdir()] == ["holder.json"], "no temp file left"
+
+
+@pytest.mark.integration
+def test_s3_create_only_if_absent(s3_server) -> None:
+    store = open_store(f"s3://{s3_server.bucket}/create")
+    assert store.create("lock/holder.json", b"first")
+    assert not store.create("lock/holder.json", b"second")
+    assert store.get_bytes("lock/holder.json") == b"first"

@@ -275,3 +275,22 @@ def test_metrics_count_every_outcome_and_logs_never_show_the_secret(receiver: Re
     log = receiver.log.read_text() if receiver.log else ""
     assert f"{ORG}/Metrics@{sha}" in log
     assert SECRET not in log
+
+
+def test_a_claim_left_by_a_dead_receiver_is_triggered_by_the_next_copy(receiver: Receiver, api_url: str) -> None:
+    import json
+
+    from day0.store import open_store
+    from day0.webhook.dedupe import DedupeStore
+
+    dedupe, stale, fresh = DedupeStore(open_store(receiver.store)), _sha(), _sha()
+    for sha, age_s in ((stale, 3600), (fresh, 0)):  # claimed, then the receiver died before triggering
+        record = {"repo": f"{ORG}/Crashed", "sha": sha, "flow_run_id": None, "claimed_at": time.time() - age_s}
+        dedupe.store.put_bytes(dedupe.key(f"{ORG}/Crashed", sha), json.dumps(record).encode())
+    r = _post(receiver, hub_payload(f"{ORG}/Crashed", stale))
+    assert r.status_code == 202, r.text
+    assert [str(run.id) for run in _runs_for(api_url, stale)] == [r.json()["flow_run_id"]]
+    assert dedupe.read(f"{ORG}/Crashed", stale)["flow_run_id"] == r.json()["flow_run_id"]
+    again = _post(receiver, hub_payload(f"{ORG}/Crashed", fresh))  # still in flight elsewhere: a duplicate
+    assert again.status_code == 200 and again.json()["reason"] == "duplicate"
+    assert _runs_for(api_url, fresh) == []

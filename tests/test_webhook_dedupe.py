@@ -24,7 +24,10 @@ def _contend(store: ArtifactStore) -> None:
     restarted = DedupeStore(open_store(store.uri))
     assert restarted.claim("org/model", sha) is False
     assert restarted.read("org/model", sha) == {"repo": "org/model", "sha": sha, "flow_run_id": "run-1"}
+    assert restarted.stale("org/model", sha, after_s=0) is False, "a recorded run is never stale"
     assert restarted.claim("org/model", "cd" * 20) is True  # another sha is another claim
+    assert restarted.stale("org/model", "cd" * 20, after_s=3600) is False
+    assert restarted.stale("org/model", "cd" * 20, after_s=0) is True
     restarted.release("org/model", sha)
     assert restarted.claim("org/model", sha) is True
 

@@ -37,6 +37,7 @@ class OpCoverage(BaseModel):
     dtypes_needed: list[str]
     dtypes_unsupported: list[str] = Field(default_factory=list)
     modules: list[str]
+    phases: list[str] = Field(default_factory=list, description="'forward', 'backward', 'optimizer' (the op's record).")
     detail: str = ""
 
 
@@ -70,6 +71,7 @@ def diff_declared(inventory: OpInventory, library: list[OperatorSupport], platfo
                     status=status,
                     dtypes_needed=rec.dtypes,
                     modules=rec.modules,
+                    phases=rec.phases,
                     detail="decomposes into other aten ops" if status == "composite" else "",
                 )
             )
@@ -83,6 +85,7 @@ def diff_declared(inventory: OpInventory, library: list[OperatorSupport], platfo
                 dtypes_needed=rec.dtypes,
                 dtypes_unsupported=bad,
                 modules=rec.modules,
+                phases=rec.phases,
                 detail=f"library lists {entry.dtypes}" if bad else "",
             )
         )
@@ -135,6 +138,7 @@ def probe_device(
                     status=status,
                     dtypes_needed=rec.dtypes,
                     modules=rec.modules,
+                    phases=rec.phases,
                     detail=f"no {key} kernel" + ("; decomposes" if status == "composite" else ""),
                 )
             )
@@ -149,6 +153,7 @@ def probe_device(
                 dtypes_needed=rec.dtypes,
                 dtypes_unsupported=sorted(errors),
                 modules=rec.modules,
+                phases=rec.phases,
                 detail="; ".join(f"{d}: {e[:160]}" for d, e in errors.items()),
             )
         )

@@ -1,6 +1,10 @@
-"""Operator inventory: every aten operator one forward+backward pass runs, captured with a
-`TorchDispatchMode` on a reduced-depth copy of the model (same widths, one layer of each distinct
-kind) under meta tensors, so a 671B model's inventory costs no memory.
+"""Operator inventory: every aten operator one training step runs (forward, loss, backward, then
+gradient clipping and the AdamW update), captured with a `TorchDispatchMode` on a reduced-depth copy
+of the model (same widths, one layer of each distinct kind) under meta tensors, so a 671B model's
+inventory costs no memory. The loss and the optimizer step are step 5's own (`day0.core.training`),
+run on fp32 master copies of the parameters as the trial's optimizer runs; each op records its
+phases ('forward', 'backward', 'optimizer'). Host-side optimizer bookkeeping (the step counters live
+on the CPU whatever the device) and profiler markers are not device kernels and are not recorded.
 
 Contract: `capture_operators(model, ...)` never crashes on a kernel's dtype restriction: it records
 the constraint (e.g. `aten::_grouped_mm` accepts only bf16), runs that call at bf16 so capture can go
@@ -21,6 +25,14 @@ from torch.utils._pytree import tree_map
 from day0.analysis.structure import _decoder_layers, layer_kinds
 from day0.core.dtypes import DTYPES, dtype_name
 from day0.core.ops import DtypeConstraint, OpInventory, OpRecord, describe_call, op_name
+from day0.core.training import (
+    GRAD_CLIP_NORM,
+    LEARNING_RATE,
+    MASTER_DTYPE,
+    clip_gradients,
+    make_optimizer,
+    next_token_loss,
+)
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
@@ -29,7 +41,8 @@ __all__ = ["capture_operators", "reduced_depth"]
 
 _MAX_EXAMPLES = 3
 """Distinct examples kept per op, plus one for each floating dtype the first ones do not show
-(a bf16 model's sum runs at fp32 in its norms first, at bf16 later: both must be checked)."""
+(a bf16 model's sum runs at fp32 in its norms first, at bf16 later: both must be checked), and the
+first optimizer-step call of an op the model already ran (clipping's fp32 scalar `add`)."""
 
 
 class _Recorder(TorchDispatchMode):
@@ -43,6 +56,7 @@ class _Recorder(TorchDispatchMode):
     def _record(self, name: str, args: tuple, kwargs: dict) -> None:
         rec = self.records.setdefault(name, OpRecord(op=name))
         rec.calls += 1
+        first_optimizer_call = self.phase == "optimizer" and self.phase not in rec.phases
         for lst, item in ((rec.phases, self.phase), (rec.modules, self.scope)):
             if item not in lst:
                 lst.append(item)
@@ -50,12 +64,24 @@ class _Recorder(TorchDispatchMode):
             if t.dtype.is_floating_point and dtype_name(t.dtype) not in rec.dtypes:
                 rec.dtypes.append(dtype_name(t.dtype))
         example = describe_call(args, kwargs)
-        if example not in rec.examples and (len(rec.examples) < _MAX_EXAMPLES or _new_dtype(rec.examples, example)):
+        if example not in rec.examples and (
+            len(rec.examples) < _MAX_EXAMPLES or _new_dtype(rec.examples, example) or first_optimizer_call
+        ):
             rec.examples.append(example)
+
+    def _on_device(self, name: str, args: tuple, kwargs: dict) -> bool:
+        """Whether the call runs on the device: not a profiler marker, and in the optimizer step
+        not host-side bookkeeping (calls on CPU tensors only: AdamW's step counters)."""
+        if name.startswith("profiler::"):
+            return False
+        tensors = [t for t in torch.utils._pytree.tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)]
+        return self.phase != "optimizer" or not tensors or any(t.is_meta for t in tensors)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         name = op_name(func)
+        if not self._on_device(name, args, kwargs):
+            return func(*args, **kwargs)
         self._record(name, args, kwargs)
         try:
             return func(*args, **kwargs)
@@ -145,20 +171,66 @@ def _scopes(model: PreTrainedModel, recorder: _Recorder, kept: list[tuple[int, s
             h.remove()
 
 
+@contextmanager
+def _foreach_on_meta() -> Iterator[None]:
+    """`clip_grad_norm_(foreach=True)` refuses devices without foreach kernels, meta among them;
+    meta stands in for the trial's device here, which has them (the CPU and accelerators alike)."""
+    from torch.nn.utils import clip_grad
+
+    original = clip_grad._device_has_foreach_support
+    clip_grad._device_has_foreach_support = lambda device: device.type == "meta" or original(device)
+    try:
+        yield
+    finally:
+        clip_grad._device_has_foreach_support = original
+
+
+def _master_copies(model: torch.nn.Module) -> list[torch.nn.Parameter]:
+    """fp32 (`MASTER_DTYPE`) meta stand-ins for the parameters that got a gradient, with gradients:
+    what the trial's optimizer updates (fp32 parameters, bf16 only inside autocast)."""
+    dtype = DTYPES[MASTER_DTYPE]
+    masters = []
+    for p in model.parameters():
+        if p.grad is not None:
+            master = torch.nn.Parameter(torch.empty_like(p, dtype=dtype))
+            master.grad = torch.empty_like(master)
+            masters.append(master)
+    return masters
+
+
+def _optimizer_step(recorder: _Recorder, params: list[torch.nn.Parameter], learning_rate: float) -> None:
+    """One step as the trial takes it: clip, then the AdamW update (its first: state is created)."""
+    optimizer = make_optimizer(params, learning_rate)
+    with _foreach_on_meta(), recorder:
+        recorder.phase, recorder.scope = "optimizer", "optimizer: gradient clipping"
+        clip_gradients(params, GRAD_CLIP_NORM)
+        recorder.scope = "optimizer: AdamW"
+        optimizer.step()
+
+
 def capture_operators(
-    model: PreTrainedModel, attention_kind: str, compute_dtype: str = "bf16", seq_len: int = 16, batch: int = 1
+    model: PreTrainedModel,
+    attention_kind: str,
+    compute_dtype: str = "bf16",
+    seq_len: int = 16,
+    batch: int = 1,
+    learning_rate: float = LEARNING_RATE,
 ) -> OpInventory:
-    """Forward + backward of a reduced-depth meta copy; `model` must be a meta model (it is trimmed)."""
+    """One training step of a reduced-depth meta copy: forward, the trial's loss, backward, then the
+    trial's optimizer step. `model` must be a meta model (it is trimmed)."""
     start = time.perf_counter()
     kept = reduced_depth(model, attention_kind)
     model.to(DTYPES[compute_dtype])  # type: ignore[arg-type]  # transformers wraps .to in functools.wraps: mypy misses the bound self
     model.config.use_cache = False
     recorder = _Recorder()
-    ids = torch.zeros(batch, seq_len, dtype=torch.long, device="meta")
+    tokens = torch.zeros(batch, seq_len + 1, dtype=torch.long, device="meta")
     with _meta_counts_as_tracing(), _scopes(model, recorder, kept), recorder:
-        out = model(input_ids=ids, labels=ids, use_cache=False)
-        recorder.phase, recorder.scope = "backward", "loss"
-        out.loss.backward()
+        logits = model(input_ids=tokens[:, :-1], use_cache=False).logits
+        recorder.scope = "loss"
+        loss = next_token_loss(logits, tokens[:, 1:])
+        recorder.phase = "backward"
+        loss.backward()
+    _optimizer_step(recorder, _master_copies(model), learning_rate)
     ops = sorted(recorder.records.values(), key=lambda r: r.op)
     return OpInventory(
         compute_dtype=compute_dtype,

@@ -8,6 +8,7 @@ from day0.analysis.inventory import OpInventory
 from day0.analysis.structure import LayerKind, ModelStructure
 from day0.core.model_source import ResolvedModel
 from day0.core.result import Judgement, StepResult
+from day0.core.training import MASTER_DTYPE
 
 __all__ = ["AnalyzeResult", "LayerKind", "ModelStructure", "OpInventory"]  # the types later steps read
 
@@ -61,13 +62,14 @@ class AnalyzeResult(StepResult):
         lines += [f"| {k} | {_b(v.total)} | {_b(v.active)} |" for k, v in s.components.items()]
         lines += ["", "| layer kind | count | params/layer | active/layer |", "|---|---:|---:|---:|"]
         lines += [f"| {k.name} | {k.count} | {_b(k.params_total)} | {_b(k.params_active)} |" for k in s.layer_kinds]
-        counts = cov.counts
+        counts, optimizer = cov.counts, self.inventory.in_phase("optimizer")
         lines += [
             "",
             f"## Operators on `{cov.platform}` ({cov.method})",
             "",
-            f"{len(self.inventory.ops)} aten operators in one forward+backward at "
-            f"{self.inventory.compute_dtype}: " + ", ".join(f"{v} {k}" for k, v in counts.items()),
+            f"{len(self.inventory.ops)} aten operators in one training step (forward, backward, optimizer) at "
+            f"{self.inventory.compute_dtype}, {len(optimizer)} of them in the optimizer step "
+            f"(clipping and AdamW at {MASTER_DTYPE}): " + ", ".join(f"{v} {k}" for k, v in counts.items()),
             "",
         ]
         gaps = [o for o in cov.ops if o.status in ("missing", "dtype_unsupported")]
@@ -87,7 +89,8 @@ class AnalyzeResult(StepResult):
         gaps = counts.get("missing", 0) + counts.get("dtype_unsupported", 0)
         headline = {
             "parameters": f"{_b(s.params_total)} total, {_b(s.params_active)} active",
-            "operators": f"{len(self.inventory.ops)} captured, {gaps} not in the platform library",
+            "operators": f"{len(self.inventory.ops)} captured ({len(self.inventory.in_phase('optimizer'))} "
+            f"in the optimizer step), {gaps} not in the platform library",
         }
         if gaps:
             return Judgement(

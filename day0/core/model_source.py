@@ -18,9 +18,9 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from day0.errors import ModelError, shorten
+from day0.errors import ModelError
 from day0.paths import CONFIGS_DIR
-from day0.settings import HubSettings
+from day0.settings import HubSettings, LimitsSettings
 from day0.spec import ModelSpec, hub_reference
 
 __all__ = ["HUB_ALLOW_PATTERNS", "ResolvedModel", "remote_code_allowed", "resolve_model", "resolve_model_source"]
@@ -58,7 +58,7 @@ def _from_hub(source: str, settings: HubSettings) -> tuple[Path, str, str]:
     try:
         repo_id, revision = hub_reference(source)
     except ValueError as exc:
-        raise ModelError(shorten(source), "model.source", str(exc)) from None
+        raise ModelError(source, "model.source", str(exc)) from None
     try:
         path = snapshot_download(
             repo_id,
@@ -85,14 +85,28 @@ def _commit_of(directory: Path) -> str | None:
     return name if directory.parent.name == "snapshots" and len(name) == 40 else None
 
 
+def _is_file(path: Path) -> bool:
+    try:
+        return path.is_file()
+    except OSError:  # e.g. a name too long for the filesystem: no such model
+        return False
+
+
+def _is_dir(path: Path) -> bool:
+    try:
+        return path.is_dir()
+    except OSError:
+        return False
+
+
 def resolve_model_source(source: str, settings: HubSettings | None = None) -> ResolvedModel:
     settings = settings or HubSettings()
     repo_id = revision = None
     if source.startswith("hf://"):
         directory, repo_id, revision = _from_hub(source, settings)
-    elif (CONFIGS_DIR / "models" / source / "config.json").exists():
+    elif _is_file(CONFIGS_DIR / "models" / source / "config.json"):
         directory = CONFIGS_DIR / "models" / source
-    elif Path(source).is_dir():
+    elif _is_dir(Path(source)):
         directory = Path(source)
     else:
         known = sorted(p.parent.name for p in (CONFIGS_DIR / "models").glob("*/config.json"))
@@ -100,8 +114,13 @@ def resolve_model_source(source: str, settings: HubSettings | None = None) -> Re
     config_path = directory / "config.json"
     if not config_path.exists():
         raise ModelError(source, "config.json", f"no config.json in {directory}")
+    limit = LimitsSettings().max_file_bytes
+    if not config_path.is_file() or config_path.stat().st_size > limit:
+        raise ModelError(source, "config.json", f"not a file of at most {limit} bytes (DAY0_LIMITS_MAX_FILE_BYTES)")
     try:
-        config = json.loads(config_path.read_text())
+        config = json.loads(config_path.read_bytes().decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise ModelError(source, "config.json", f"not UTF-8 text (offset {exc.start})") from None
     except json.JSONDecodeError as exc:
         raise ModelError(source, "config.json", f"malformed JSON: {exc}") from None
     if not isinstance(config, dict):

@@ -16,7 +16,7 @@ import torch
 from day0.core.dtypes import DTYPES
 from day0.core.model_source import ResolvedModel
 from day0.core.plausible import check_config
-from day0.errors import ModelError
+from day0.errors import ModelError, shorten
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
@@ -39,7 +39,7 @@ def load_hf_config(model: ResolvedModel, trust_remote_code: bool | None = None) 
     for key in _REQUIRED_POSITIVE:
         value = cfg.get(key, 1)
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise ModelError(model.source, key, f"expected a positive integer, got {value!r}")
+            raise ModelError(model.source, key, f"expected a positive integer, got {shorten(value, 40)}")
     check_config(model.source, cfg)
     try:
         return AutoConfig.from_pretrained(model.directory, trust_remote_code=trust_remote_code)

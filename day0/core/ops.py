@@ -7,7 +7,8 @@
   values as is, and keyword arguments, if any, as a trailing `{'kwargs': {...}}` element.
 - `OpInventory` (step 1's capture) holds one `OpRecord` per operator with a few examples.
 - `build_call` rebuilds a runnable call from an example with seeded values that respect each op's
-  input contract (indices in range, sorted group offsets, log-probabilities for nll_loss ...).
+  input contract (indices in range, sorted group offsets, log-probabilities for nll_loss, positive
+  AdamW denominators ...); a tensor list (a foreach op's argument) is rebuilt tensor by tensor.
   `edge=True` mixes in the values where day-0 kernels break: large-magnitude softmax rows (exp
   overflows without the max subtraction) and tiny norms (where a wrong epsilon dominates).
 
@@ -51,7 +52,9 @@ Call = tuple[list[Any], dict[str, Any]]
 class OpRecord(BaseModel):
     op: str = Field(description="Overload name, e.g. 'aten::mm' or 'aten::add.Tensor'.")
     calls: int = 0
-    phases: list[str] = Field(default_factory=list, description="'forward' and/or 'backward'.")
+    phases: list[str] = Field(
+        default_factory=list, description="Where in the training step it runs: 'forward', 'backward', 'optimizer'."
+    )
     dtypes: list[str] = Field(default_factory=list, description="Floating dtypes of tensor inputs.")
     modules: list[str] = Field(default_factory=list, description="Where it runs, e.g. 'layers.1 (mla+moe)'.")
     examples: list[list[Any]] = Field(default_factory=list, description="Calls in the op-call notation (module doc).")
@@ -74,6 +77,10 @@ class OpInventory(BaseModel):
 
     def by_name(self) -> dict[str, OpRecord]:
         return {r.op: r for r in self.ops}
+
+    def in_phase(self, phase: str) -> list[OpRecord]:
+        """The ops that run in `phase` ('forward', 'backward' or 'optimizer'), alone or not."""
+        return [r for r in self.ops if phase in r.phases]
 
 
 # --- names -------------------------------------------------------------------------------------
@@ -182,7 +189,9 @@ def meta_call(example: list[Any]) -> Call:
 # --- seeded values (build_call) ----------------------------------------------------------------
 
 _SOFTMAX = {"aten::_softmax", "aten::_safe_softmax", "aten::_log_softmax", "aten::softmax.int"}
-_POSITIVE = {"aten::rsqrt", "aten::sqrt", "aten::log", "aten::reciprocal"}
+_POSITIVE = {"aten::rsqrt", "aten::sqrt", "aten::log", "aten::reciprocal", "aten::_foreach_sqrt"}
+_POSITIVE_ARG = {"aten::_foreach_addcdiv_.ScalarList": 2, "aten::_foreach_addcdiv_.Tensor": 2, "aten::addcdiv_": 2}
+"""Ops whose argument at this position is positive in training: AdamW's denominator sqrt(v) + eps."""
 _FILL_SCALAR = {
     "aten::masked_fill.Scalar": 2,
     "aten::masked_fill_.Scalar": 2,
@@ -195,7 +204,7 @@ _FILL_SCALAR = {
 
 def _float(shape: list[int], g: torch.Generator, op: str, pos: int, edge: bool) -> torch.Tensor:
     x = torch.randn(shape, generator=g, dtype=torch.float64)
-    if op in _POSITIVE:
+    if op in _POSITIVE or _POSITIVE_ARG.get(op) == pos:
         x = torch.exp(2 * x)
         if edge and x.numel() >= 4:  # tiny norms: mean(x^2) + eps where eps matters
             flat = x.view(-1)
@@ -278,20 +287,21 @@ def build_call(
     example, kwargs = _split(example)
     counter = iter(range(1_000_000))
 
-    def make(v: Any) -> Any:
+    def make(v: Any, arg: int | None = None) -> Any:
         if is_tensor_desc(v):
             dtype = ALL_DTYPES[v["dtype"]]
             pos = next(counter)
             if dtype.is_floating_point:
-                return _float(v["shape"], g, op, pos, edge).to(to(v["dtype"]))
+                # a tensor list (foreach ops) is one argument: its tensors share its position
+                return _float(v["shape"], g, op, pos if arg is None else arg, edge).to(to(v["dtype"]))
             if dtype == torch.bool:
                 return torch.rand(v["shape"], generator=g) < 0.5
             return torch.randint(0, 16, v["shape"], generator=g, dtype=dtype)
         if isinstance(v, list):
-            return [make(x) for x in v]
+            return [make(x, arg) for x in v]
         return _value(v)
 
-    args = [make(v) for v in example]
+    args = [make(v, i if isinstance(v, list) else None) for i, v in enumerate(example)]
     if op in _FILL_SCALAR and len(args) > _FILL_SCALAR[op] and args[_FILL_SCALAR[op]] is None:
         args[_FILL_SCALAR[op]] = -math.inf  # JSON stores +-inf as null; -inf is the masking value
     _index_fixups(op, args, g)

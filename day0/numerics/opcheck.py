@@ -9,6 +9,7 @@ compared with the metrics of `day0.numerics.metrics` against per-dtype threshold
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Iterable
 from functools import reduce
@@ -48,6 +49,7 @@ __all__ = [
     "check_inventory",
     "check_op",
     "classify",
+    "norm_terms",
     "op_thresholds",
     "thresholds_for",
     "upcast_kernel",
@@ -148,6 +150,7 @@ _ACCUMULATING = {
     "var_mean",
     "norm",
     "linalg_vector_norm",
+    "_foreach_norm",
     "logsumexp",
     "cumsum",
     "cumprod",
@@ -202,12 +205,31 @@ def thresholds_for(dtype: str, validation: ValidationSpec) -> Thresholds:
     return base.model_copy(update={"rtol": tol.rtol, "atol": tol.atol}) if tol else base
 
 
-def op_thresholds(op: str, dtype: str, validation: ValidationSpec) -> Thresholds:
+def op_thresholds(op: str, dtype: str, validation: ValidationSpec, terms: int = 1) -> Thresholds:
     """The thresholds for one call of `op` at `dtype` ('int' and other non-floating names: fp32's).
     Only an accumulating op may have cancellation outliers (see `metrics.verdict`); every other op
-    must keep each element within atol + rtol*|ref|, as torch.testing.assert_close asks."""
+    must keep each element within atol + rtol*|ref|, as torch.testing.assert_close asks.
+
+    A whole-tensor norm sums `terms` squares into each output (gradient clipping's per-parameter
+    norms: a million terms for an embedding): its rtol is at least sqrt(terms) * u of the fp32
+    accumulator, the statistical error of recursive summation (Higham, sec. 2.8 and 4.2), which a
+    correct kernel summing serially in vector lanes reaches (the CPU's fp32 norm: 1e-5 at 2^20 terms)."""
     t = thresholds_for(dtype if dtype in DTYPES else "fp32", validation)
-    return t if accumulates(op) else t.model_copy(update={"max_share_beyond": 0.0, "rms_share": 0.0})
+    if not accumulates(op):
+        return t.model_copy(update={"max_share_beyond": 0.0, "rms_share": 0.0})
+    summation = math.sqrt(terms) * torch.finfo(torch.float32).eps / 2
+    return t.model_copy(update={"rtol": summation}) if summation > t.rtol else t
+
+
+def norm_terms(op: str, call: Call) -> int:
+    """Terms one output of a whole-tensor norm sums (`_foreach_norm`, `linalg_vector_norm` without
+    `dim`): the largest input's elements; 1 for every other op."""
+    args, kwargs = call
+    base = op.split("::", 1)[-1].split(".")[0]
+    whole = base == "_foreach_norm" or (
+        base == "linalg_vector_norm" and (len(args) < 3 or args[2] is None) and kwargs.get("dim") is None
+    )
+    return max((t.numel() for t in _outputs(args[:1])), default=1) if whole else 1
 
 
 def write_back(func: Any, args: tuple | list, copies: tuple | list, out: Any) -> Any:
@@ -219,9 +241,11 @@ def write_back(func: Any, args: tuple | list, copies: tuple | list, out: Any) ->
         if a.alias_info is not None and a.alias_info.is_write
     ]
     for i in written:
-        if isinstance(args[i], torch.Tensor) and copies[i] is not args[i]:
-            args[i].copy_(copies[i])
-            out = tree_map(lambda o, c=copies[i], a=args[i]: a if o is c else o, out)
+        lists = isinstance(args[i], (list, tuple)) and isinstance(copies[i], (list, tuple))
+        for arg, copy in zip(args[i], copies[i], strict=True) if lists else [(args[i], copies[i])]:
+            if isinstance(arg, torch.Tensor) and copy is not arg:  # a foreach op writes a tensor list
+                arg.copy_(copy)
+                out = tree_map(lambda o, c=copy, a=arg: a if o is c else o, out)
     return out
 
 
@@ -276,6 +300,20 @@ class ReferenceMode(TorchDispatchMode):
 
 def _outputs(out: Any) -> list[torch.Tensor]:
     return [t for t in tree_leaves(out) if isinstance(t, torch.Tensor)]
+
+
+def _results(func: Any, call: Call, out: Any) -> list[torch.Tensor]:
+    """What a call produced: its returned tensors; for an op that returns nothing, the tensors it
+    wrote in place (an in-place foreach op such as AdamW's `_foreach_lerp_` returns `()`)."""
+    if func._schema.returns:
+        return _outputs(out)
+    args, kwargs = call
+    written = [
+        args[i] if i < len(args) else kwargs.get(a.name)
+        for i, a in enumerate(func._schema.arguments)
+        if a.alias_info is not None and a.alias_info.is_write
+    ]
+    return _outputs(written)
 
 
 def _run(func: Any, call: Call, platform: Platform | None) -> tuple[Any, list[str]]:
@@ -393,17 +431,20 @@ def check_op(
                 r_out = _reference(func, r_call, ref, run_dtype, notes)
             except Exception as exc:  # noqa: BLE001 - the example is not runnable on the reference
                 return _fail(result, "skipped", f"reference failed: {_first_line(exc)}", start)
+            p_run = cast_call(p_call, lambda d: d, platform.device)
             try:
-                p_out, src = _run(func, cast_call(p_call, lambda d: d, platform.device), platform)
+                p_out, src = _run(func, p_run, platform)
             except MissingKernelError as exc:
                 return _fail(result, "missing", str(exc), start)
             except Exception as exc:  # noqa: BLE001 - a platform kernel that raises is a failed op
                 return _fail(result, "error", _first_line(exc), start)
             served.update(src)
             result.examples += 1
-            t = op_thresholds(record.op, _coarsest(p_out), validation)  # the dtype the result is rounded to
+            p_res, r_res = _results(func, p_run, p_out), _results(func, r_call, r_out)
+            # the dtype the result is rounded to, and the terms a norm sums
+            t = op_thresholds(record.op, _coarsest(p_res), validation, norm_terms(record.op, p_call))
             try:
-                m = _compare_outputs(_outputs(p_out), _outputs(r_out), kind, t)
+                m = _compare_outputs(p_res, r_res, kind, t)
             except AssertionError as exc:
                 return _fail(result.model_copy(update={"served_by": sorted(served)}), "fail", str(exc), start)
             if m is not None:

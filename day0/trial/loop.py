@@ -2,6 +2,7 @@
 
 Read top to bottom: config -> model -> parallelism (DDP or FSDP2, activation checkpointing) ->
 optimizer -> resume -> steps (forward, loss, backward, clip, step) -> checkpoints -> history.
+The loss, clipping and AdamW come from `day0.core.training`, which step 1 captures the same way.
 
 Determinism: the model comes from `seed`, the batch of step s from `data.batch_for_step`, one CPU
 thread per worker; so a run resumed from step K repeats exactly the steps an uninterrupted run took.
@@ -21,10 +22,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 import torch
-import torch.nn.functional as F
 from pydantic import BaseModel, Field
 
 from day0.core.dtypes import DTYPES
+from day0.core.training import GRAD_CLIP_NORM, WEIGHT_DECAY, clip_gradients, make_optimizer, next_token_loss
 from day0.trial.data import batch_for_step
 from day0.trial.model import build_model
 
@@ -86,8 +87,8 @@ class LoopConfig(BaseModel):
     seq_len: int = Field(ge=2)
     learning_rate: float = Field(gt=0)
     lr_warmup_steps: int = Field(0, ge=0, description="Linear warm-up from lr/steps to lr.")
-    weight_decay: float = 0.0
-    grad_clip: float = 1.0
+    weight_decay: float = WEIGHT_DECAY
+    grad_clip: float = GRAD_CLIP_NORM
     checkpoint_every: int = Field(ge=1)
     compute_dtype: TrainDtype = "fp32"
     recompute: Literal["none", "selective", "full"] = "none"
@@ -175,7 +176,7 @@ def _import_model_code(config: dict[str, Any]) -> None:
 
 
 def _grad_norm(model: torch.nn.Module, max_norm: float) -> float:
-    norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    norm = clip_gradients(model.parameters(), max_norm)
     return float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm)
 
 
@@ -240,7 +241,7 @@ def run_steps(
     )
     built.train()
     model = _parallelize(built, cfg, world, device)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.learning_rate, weight_decay=cfg.weight_decay)
+    optimizer = make_optimizer(model.parameters(), cfg.learning_rate, cfg.weight_decay)
     autocast = (
         torch.autocast(device.type, dtype=DTYPES[cfg.compute_dtype])
         if cfg.compute_dtype != "fp32"
@@ -271,7 +272,7 @@ def run_steps(
             with no_sync() if (not sync and no_sync) else contextlib.nullcontext():
                 with autocast:
                     logits = model(input_ids=micro[:, :-1]).logits
-                loss = F.cross_entropy(logits.float().reshape(-1, logits.size(-1)), micro[:, 1:].reshape(-1))
+                loss = next_token_loss(logits, micro[:, 1:])
                 loss = hooks.loss(step, loss) / accum
                 loss.backward()
             loss_sum += loss.detach()

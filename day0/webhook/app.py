@@ -11,13 +11,15 @@ Contract, per POST /webhook:
   PR refs, repos outside the watch list), and for a repo+sha already triggered (with its flow run id).
 - 202 with the flow run id for a new model repo or a new main commit of a watched repo: the dedupe
   claim in the artifact store is taken first (one winner among concurrent copies and across
-  restarts), then `run_deployment(..., timeout=0, idempotency_key=repo@sha)`.
+  restarts), then `run_deployment(..., timeout=0, idempotency_key=repo@sha)`. A claim left without a
+  run id for `stale_claim_s` (a receiver killed in between) is triggered again by the next copy.
 - 503 when the store or Prefect cannot be reached (the hub retries); the claim is released.
 GET /healthz answers {"status": "ok"}; GET /metrics the Prometheus text.
 """
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import json
 import logging
@@ -93,6 +95,7 @@ def create_app(
     dedupe = DedupeStore(open_store(settings.store))
     metrics = WebhookMetrics()
     secret = settings.secret.get_secret_value().encode()
+    triggering = asyncio.Semaphore(settings.max_concurrent_triggers)
     app = FastAPI(title="day0 webhook receiver", docs_url=None, redoc_url=None, openapi_url=None)
     app.state.metrics = metrics
 
@@ -111,13 +114,16 @@ def create_app(
             claimed = dedupe.claim(repo, sha)
         except StoreError as exc:
             raise _Unavailable(f"dedupe store: {exc}") from exc
-        if not claimed:
+        if not claimed and dedupe.stale(repo, sha, settings.stale_claim_s):
+            log.warning("stale claim for %s@%s (no run recorded): triggering again", repo, sha)
+        elif not claimed:
             metrics.deduplicated.inc()
             known = dedupe.read(repo, sha) or {}
             log.info("duplicate %s@%s (flow run %s)", repo, sha, known.get("flow_run_id"))
             return 200, {"started": False, "reason": "duplicate", "flow_run_id": known.get("flow_run_id")}
         try:
-            run_id = await trigger(config.deployment, {"spec": config.build_spec(repo, sha)}, f"{repo}@{sha}")
+            async with triggering:
+                run_id = await trigger(config.deployment, {"spec": config.build_spec(repo, sha)}, f"{repo}@{sha}")
         except Exception as exc:  # Prefect unreachable, deployment missing...: give the claim back
             dedupe.release(repo, sha)
             raise _Unavailable(f"trigger {config.deployment}: {type(exc).__name__}: {exc}") from exc

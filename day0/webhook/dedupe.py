@@ -4,7 +4,8 @@ Contract: `claim(repo, sha)` is create-if-absent and atomic across processes: of
 concurrent claims for the same repo+sha exactly one returns True. File store: `os.open(O_CREAT |
 O_EXCL)`. S3: a conditional PUT (`IfNoneMatch='*'`; the server answers 412 to the losers; versitygw
 and AWS S3 support it). `record(...)` adds the flow run id to a won claim; `release(...)` drops a claim
-whose trigger failed, so the hub's retry can try again.
+whose trigger failed, so the hub's retry can try again; `stale(...)` spots a claim whose receiver died
+before recording a run (the retry then triggers again: Prefect's idempotency key keeps it to one run).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import time
 from typing import Any
 
 from day0.errors import StoreError
@@ -33,7 +35,8 @@ class DedupeStore:
 
     def claim(self, repo: str, sha: str) -> bool:
         """Create the record if absent; True for the one caller that created it."""
-        key, body = self.key(repo, sha), json.dumps({"repo": repo, "sha": sha, "flow_run_id": None}).encode()
+        record = {"repo": repo, "sha": sha, "flow_run_id": None, "claimed_at": time.time()}
+        key, body = self.key(repo, sha), json.dumps(record).encode()
         if isinstance(self.store, FileStore):
             return _claim_file(self.store, key, body)
         if isinstance(self.store, S3Store):
@@ -48,6 +51,12 @@ class DedupeStore:
             return json.loads(self.store.get_bytes(self.key(repo, sha)) or b"null")
         except (StoreError, json.JSONDecodeError):  # a claim being written, or none
             return None
+
+    def stale(self, repo: str, sha: str, after_s: float) -> bool:
+        """A claim without a run id older than `after_s`: its receiver died between claim and trigger."""
+        known = self.read(repo, sha) or {}
+        claimed_at = known.get("claimed_at")
+        return known.get("flow_run_id") is None and claimed_at is not None and time.time() - claimed_at > after_s
 
     def release(self, repo: str, sha: str) -> None:
         key = self.key(repo, sha)

@@ -24,6 +24,12 @@ class WebhookSettings(BaseSettings):
     watch: Path = Field(CONFIGS_DIR / "webhook" / "watch.yaml", description="Watch config YAML.")
     store: str = Field("file://.day0", description="Artifact store URI holding the dedupe records.")
     max_body_bytes: int = Field(256 * 1024, gt=0, description="Bodies above this get 413, unread beyond it.")
+    stale_claim_s: float = Field(
+        120, gt=0, description="A claim with no run id after this long is retried (its receiver died)."
+    )
+    max_concurrent_triggers: int = Field(
+        4, ge=1, description="Flow runs created at once; more wait (a SQLite Prefect server locks when flooded)."
+    )
     host: str = "127.0.0.1"
     port: int = Field(8765, ge=0, le=65535)
 

@@ -5,7 +5,9 @@
   large logits);
 - rmsnorm_wrong_eps: rsqrt with a fused RMSNorm epsilon of 1e-5 baked in (the model asks 1e-6);
 - matmul_low_precision: mm accumulating its K dimension in bf16 chunks;
-- sigmoid_wrong_fp32: sigmoid through a low-order exp approximation, in the fp32 kernel only.
+- sigmoid_wrong_fp32: sigmoid through a low-order exp approximation, in the fp32 kernel only;
+- adamw_lerp_drops_term: AdamW's first-moment update `m += w * (g - m)` as `m += w * g`, the
+  `- w * m` term dropped (an optimizer kernel: only the optimizer part of the inventory sees it).
 """
 
 from __future__ import annotations
@@ -45,6 +47,15 @@ def matmul_low_precision(table: KernelTable) -> None:
 
 def sigmoid_wrong_fp32(table: KernelTable) -> None:
     table.register("aten::sigmoid", lambda x: 1.0 / (1.0 + (1.0 - x / 256.0) ** 256), dtypes=["fp32"])
+
+
+def _lerp_without_decay(self: list[torch.Tensor], end: list[torch.Tensor], weight: float) -> None:
+    for m, g in zip(self, end, strict=True):
+        m.add_(g, alpha=weight)
+
+
+def adamw_lerp_drops_term(table: KernelTable) -> None:
+    table.register("aten::_foreach_lerp_.Scalar", _lerp_without_decay)
 
 
 def plugin_grouped_mm(table: KernelTable) -> None:
