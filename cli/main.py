@@ -99,7 +99,9 @@ def cmd_analyze(args: argparse.Namespace) -> int:
         f"KV cache {s.kv_cache_bytes_per_token['bf16'] / 1024:.1f} KiB/token at bf16"
     )
     cov = result.coverage
-    out.print(f"operators: {len(result.inventory.ops)} captured; on {cov.platform} ({cov.method}): {cov.counts}")
+    optimizer = len(result.inventory.in_phase("optimizer"))
+    out.print(f"operators: {len(result.inventory.ops)} captured ({optimizer} in the optimizer step); "
+              f"on {cov.platform} ({cov.method}): {cov.counts}")
     for o in cov.ops:
         if o.status in ("missing", "dtype_unsupported"):
             out.print(
