@@ -100,8 +100,10 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     )
     cov = result.coverage
     optimizer = len(result.inventory.in_phase("optimizer"))
-    out.print(f"operators: {len(result.inventory.ops)} captured ({optimizer} in the optimizer step); "
-              f"on {cov.platform} ({cov.method}): {cov.counts}")
+    out.print(
+        f"operators: {len(result.inventory.ops)} captured ({optimizer} in the optimizer step); "
+        f"on {cov.platform} ({cov.method}): {cov.counts}"
+    )
     for o in cov.ops:
         if o.status in ("missing", "dtype_unsupported"):
             out.print(

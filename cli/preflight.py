@@ -49,8 +49,10 @@ def check_parameters(path: str) -> None:
     """The spec, as the flow's parameter, fits Prefect's parameter size limit."""
     size = len(json.dumps(load_yaml(Path(path))))
     if size > PREFECT_MAX_PARAMETER_BYTES:
-        raise UsageError(f"{path}: the spec is {size} bytes as JSON; Prefect takes flow parameters up to "
-                         f"{PREFECT_MAX_PARAMETER_BYTES} bytes (PREFECT_SERVER_API_MAX_PARAMETER_SIZE)")
+        raise UsageError(
+            f"{path}: the spec is {size} bytes as JSON; Prefect takes flow parameters up to "
+            f"{PREFECT_MAX_PARAMETER_BYTES} bytes (PREFECT_SERVER_API_MAX_PARAMETER_SIZE)"
+        )
 
 
 def check_spec(spec: PipelineSpec, check_store: bool) -> None:

@@ -32,8 +32,13 @@ def start_reaper() -> str:
     """Mark this process tree with a new token and start its watcher; returns the token."""
     token = uuid.uuid4().hex
     os.environ[TOKEN_ENV] = token
-    subprocess.Popen([sys.executable, "-m", "cli.reaper", str(os.getpid()), token], start_new_session=True,
-                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    subprocess.Popen(
+        [sys.executable, "-m", "cli.reaper", str(os.getpid()), token],
+        start_new_session=True,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     return token
 
 

@@ -37,8 +37,12 @@ def _start_time(pid: int) -> str | None:
 
 
 def _holder() -> dict[str, object]:
-    return {"host": socket.gethostname(), "pid": os.getpid(), "pid_started": _start_time(os.getpid()),
-            "started_at": dt.datetime.now(dt.UTC).isoformat()}
+    return {
+        "host": socket.gethostname(),
+        "pid": os.getpid(),
+        "pid_started": _start_time(os.getpid()),
+        "started_at": dt.datetime.now(dt.UTC).isoformat(),
+    }
 
 
 def _dead_here(holder: dict[str, object]) -> bool:
@@ -59,7 +63,8 @@ def hold_run(ctx: RunContext) -> Iterator[None]:
             raise RunLocked(
                 f"run {ctx.prefix} of {ctx.spec.metadata.name!r} is already running (pid {holder.get('pid')} on "
                 f"{holder.get('host')}, since {holder.get('started_at')}); wait for it to finish, or delete "
-                f"{store.url(key)} if that run is gone")
+                f"{store.url(key)} if that run is gone"
+            )
         store.delete_prefix(folder)  # its holder died without releasing it
         if not store.create(key, mine):
             raise RunLocked(f"run {ctx.prefix}: another run took the lock at the same moment; try again")

@@ -102,8 +102,13 @@ class RunContext(BaseModel):
             if name != _BEGIN:
                 records.append(StepRecord.model_validate(store.get_json(key)))
         ordered = [attempts[a] for a in sorted(attempts)]
-        return RunManifest(name=self.spec.metadata.name, run_id=self.run_id, day0_version=day0.__version__,
-                           attempts=ordered, attempt_ids=sorted(attempts))
+        return RunManifest(
+            name=self.spec.metadata.name,
+            run_id=self.run_id,
+            day0_version=day0.__version__,
+            attempts=ordered,
+            attempt_ids=sorted(attempts),
+        )
 
     def begin_attempt(self) -> None:
         """Start a new attempt (this context's records go to it from now on)."""

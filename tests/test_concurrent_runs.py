@@ -18,16 +18,31 @@ REPO = Path(__file__).resolve().parent.parent
 
 def _spec(tmp_path: Path, name: str) -> Path:
     path = tmp_path / f"{name}.yaml"
-    path.write_text(yaml.safe_dump({"metadata": {"name": name}, "model": "tiny-deepseek-v3", "platform": "cpu",
-                                    "steps": ["analyze", "parallel"], "storage": f"file://{tmp_path}/store"}))
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "metadata": {"name": name},
+                "model": "tiny-deepseek-v3",
+                "platform": "cpu",
+                "steps": ["analyze", "parallel"],
+                "storage": f"file://{tmp_path}/store",
+            }
+        )
+    )
     return path
 
 
 def _start(tmp_path: Path, spec: Path) -> subprocess.Popen[str]:
     env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}
     env.update(PREFECT_HOME=str(tmp_path / f"prefect-{spec.stem}"), HF_HUB_OFFLINE="1", COLUMNS="200")
-    return subprocess.Popen([sys.executable, "-m", "cli", "run", str(spec), "--json"], cwd=REPO, env=env,
-                            text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    return subprocess.Popen(
+        [sys.executable, "-m", "cli", "run", str(spec), "--json"],
+        cwd=REPO,
+        env=env,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
 
 
 def test_same_spec_refuses_while_held_and_two_specs_share_a_store(tmp_path: Path) -> None:
@@ -37,8 +52,14 @@ def test_same_spec_refuses_while_held_and_two_specs_share_a_store(tmp_path: Path
     while not list((tmp_path / "store").glob("runs/one/*/lock/holder.json")) and time.monotonic() < deadline:
         assert first.poll() is None, first.communicate()[1][-3000:]
         time.sleep(0.2)
-    second = subprocess.run([sys.executable, "-m", "cli", "run", str(one)], cwd=REPO, text=True, capture_output=True,
-                            env={**os.environ, "HF_HUB_OFFLINE": "1", "COLUMNS": "200"}, timeout=120)
+    second = subprocess.run(
+        [sys.executable, "-m", "cli", "run", str(one)],
+        cwd=REPO,
+        text=True,
+        capture_output=True,
+        env={**os.environ, "HF_HUB_OFFLINE": "1", "COLUMNS": "200"},
+        timeout=120,
+    )
     assert first.poll() is None, "the first run was still holding the spec's run"
     assert second.returncode == 1 and "already running" in second.stderr and "Traceback" not in second.stderr
     for proc, name in ((first, "one"), (other, "two")):

@@ -59,14 +59,28 @@ def _token_of(pid: int) -> str:
 
 def test_kill_9_during_a_step_leaves_no_prefect_server_or_ray(tmp_path: Path) -> None:
     spec = tmp_path / "spec.yaml"
-    spec.write_text(yaml.safe_dump({
-        "metadata": {"name": "killed"}, "model": "tiny-deepseek-v3", "platform": "cpu", "cluster": "local",
-        "steps": ["analyze", "parallel", "optimize", "trial"], "storage": f"file://{tmp_path}/store",
-        "trial": {"steps": 400, "workers": 2, "seq_len": 32, "micro_batch": 2}}))  # step 5 runs on Ray
+    spec.write_text(
+        yaml.safe_dump(
+            {
+                "metadata": {"name": "killed"},
+                "model": "tiny-deepseek-v3",
+                "platform": "cpu",
+                "cluster": "local",
+                "steps": ["analyze", "parallel", "optimize", "trial"],
+                "storage": f"file://{tmp_path}/store",
+                "trial": {"steps": 400, "workers": 2, "seq_len": 32, "micro_batch": 2},
+            }
+        )
+    )  # step 5 runs on Ray
     env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}  # the ephemeral server, ours
     env.update(PREFECT_HOME=str(tmp_path / "prefect"), HF_HUB_OFFLINE="1", RAY_USAGE_STATS_ENABLED="0")
-    cli = subprocess.Popen([sys.executable, "-m", "cli", "run", str(spec)], cwd=REPO, env=env,
-                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    cli = subprocess.Popen(
+        [sys.executable, "-m", "cli", "run", str(spec)],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     deadline, before = time.monotonic() + 240, {}
     try:
         while time.monotonic() < deadline and cli.poll() is None:

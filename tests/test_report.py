@@ -14,11 +14,19 @@ IMG = "<img src=x onerror=alert(2)>"
 
 
 def test_script_in_a_spec_is_not_live_in_the_report(tmp_path: Path) -> None:
-    platform = {"name": f"cpu{IMG}", "device_type": "cpu",
-                "hardware": {"memory_gib": 1, "bf16_tflops": 1, "intra_node_bandwidth_gbps": 1,
-                             "inter_node_bandwidth_gbps": 1}}
-    spec = spec_from_dict({"metadata": {"name": "xss", "labels": {"team": SCRIPT}}, "model": f"m{SCRIPT}",
-                           "platform": platform, "storage": f"file://{tmp_path}/store"})
+    platform = {
+        "name": f"cpu{IMG}",
+        "device_type": "cpu",
+        "hardware": {"memory_gib": 1, "bf16_tflops": 1, "intra_node_bandwidth_gbps": 1, "inter_node_bandwidth_gbps": 1},
+    }
+    spec = spec_from_dict(
+        {
+            "metadata": {"name": "xss", "labels": {"team": SCRIPT}},
+            "model": f"m{SCRIPT}",
+            "platform": platform,
+            "storage": f"file://{tmp_path}/store",
+        }
+    )
     ctx = RunContext.create(spec)
     ctx.begin_attempt()
     urls = write_report(ctx, 0.0, ["analyze"])

@@ -17,8 +17,14 @@ from day0.spec import spec_from_dict
 
 
 def _ctx(tmp_path: Path) -> RunContext:
-    spec = spec_from_dict({"metadata": {"name": "race"}, "model": "tiny-deepseek-v3", "platform": "cpu",
-                           "storage": f"file://{tmp_path}/store"})
+    spec = spec_from_dict(
+        {
+            "metadata": {"name": "race"},
+            "model": "tiny-deepseek-v3",
+            "platform": "cpu",
+            "storage": f"file://{tmp_path}/store",
+        }
+    )
     return RunContext.create(spec)
 
 
