@@ -27,7 +27,9 @@ CONFIG = {
     "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
     "num_key_value_heads": 2, "vocab_size": 256, "max_position_embeddings": 128,
 }
-CONFIGURATION = "from transformers import LlamaConfig\n\n\nclass AcmeConfig(LlamaConfig):\n    model_type = 'acme_llama'\n"
+CONFIGURATION = (
+    "from transformers import LlamaConfig\n\n\nclass AcmeConfig(LlamaConfig):\n    model_type = 'acme_llama'\n"
+)
 MODELING = (
     "from transformers import LlamaForCausalLM\n\nfrom .configuration_acme import AcmeConfig\n\n\n"
     "class AcmeForCausalLM(LlamaForCausalLM):\n    config_class = AcmeConfig\n"
