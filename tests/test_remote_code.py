@@ -21,11 +21,19 @@ from day0.spec import ModelSpec, load_platform
 REPO = Path(__file__).resolve().parent.parent
 SOURCE = "hf://acme/tiny-remote@main"
 CONFIG = {
-    "model_type": "acme_llama", "architectures": ["AcmeForCausalLM"],
-    "auto_map": {"AutoConfig": "configuration_acme.AcmeConfig",
-                 "AutoModelForCausalLM": "modeling_acme.AcmeForCausalLM"},
-    "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
-    "num_key_value_heads": 2, "vocab_size": 256, "max_position_embeddings": 128,
+    "model_type": "acme_llama",
+    "architectures": ["AcmeForCausalLM"],
+    "auto_map": {
+        "AutoConfig": "configuration_acme.AcmeConfig",
+        "AutoModelForCausalLM": "modeling_acme.AcmeForCausalLM",
+    },
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "vocab_size": 256,
+    "max_position_embeddings": 128,
 }
 CONFIGURATION = (
     "from transformers import LlamaConfig\n\n\nclass AcmeConfig(LlamaConfig):\n    model_type = 'acme_llama'\n"
@@ -59,19 +67,35 @@ def test_trusted_remote_code_passes_steps_1_and_2(hub: Path) -> None:
 
 @pytest.mark.parametrize("command", ["validate", "run", "plan"])
 def test_untrusted_remote_code_is_refused_by_every_command(hub: Path, tmp_path: Path, command: str) -> None:
-    spec = {"metadata": {"name": "remote"}, "platform": "cpu", "storage": f"file://{tmp_path}/store",
-            "model": {"source": SOURCE, "trust_remote_code": True, "trusted_orgs": ["someone-else"]}}
+    spec = {
+        "metadata": {"name": "remote"},
+        "platform": "cpu",
+        "storage": f"file://{tmp_path}/store",
+        "model": {"source": SOURCE, "trust_remote_code": True, "trusted_orgs": ["someone-else"]},
+    }
     path = tmp_path / "spec.yaml"
     path.write_text(yaml.safe_dump(spec))
     env = {**os.environ, "PREFECT_HOME": str(tmp_path / "prefect")}
-    proc = subprocess.run([sys.executable, "-m", "cli", command, str(path)], cwd=REPO, env=env, capture_output=True,
-                          text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-m", "cli", command, str(path)],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert "trusted_orgs" in proc.stderr and "Traceback" not in proc.stderr
     assert not (tmp_path / "store").exists()
 
 
 def test_remote_code_off_is_refused_by_analyze(hub: Path) -> None:
-    proc = subprocess.run([sys.executable, "-m", "cli", "analyze", SOURCE], cwd=REPO, capture_output=True, text=True,
-                          env={**os.environ, "DAY0_HUB_CACHE_DIR": str(hub)}, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-m", "cli", "analyze", SOURCE],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "DAY0_HUB_CACHE_DIR": str(hub)},
+        timeout=300,
+    )
     assert proc.returncode == 2 and "trust_remote_code" in proc.stderr, proc.stderr[-2000:]
