@@ -43,15 +43,19 @@ def in_prefect_run() -> bool:
     return bool(FlowRunContext.get() or TaskRunContext.get())
 
 
-def _reusable(ctx: RunContext, step: str, code: str) -> bool:
+def _reusable(ctx: RunContext, step: str, code: str, variant: str | None) -> bool:
     store = ctx.store()
     if ctx.fresh or not store.exists(ctx.key(step, "result.json")) or not store.exists(ctx.key(step, "code.json")):
         return False
-    return store.get_json(ctx.key(step, "code.json")).get("digest") == code
+    marker = store.get_json(ctx.key(step, "code.json"))
+    return bool(marker.get("digest") == code and marker.get("variant") == variant)
 
 
-def _prepare(ctx: RunContext, step: str, code: str, log: logging.Logger | logging.LoggerAdapter[Any]) -> None:
-    """Clear what other code (or an earlier attempt under --fresh) left, then claim the folder."""
+def _prepare(
+    ctx: RunContext, step: str, code: str, variant: str | None, log: logging.Logger | logging.LoggerAdapter[Any]
+) -> None:
+    """Clear what other code (or an earlier attempt under --fresh) left, then claim the folder. A
+    different variant alone keeps the folder: its checkpoints came from the same code."""
     store, marker = ctx.store(), ctx.key(step, "code.json")
     previous = store.get_json(marker).get("digest") if store.exists(marker) else None
     if ctx.fresh or (previous is not None and previous != code):
@@ -61,7 +65,13 @@ def _prepare(ctx: RunContext, step: str, code: str, log: logging.Logger | loggin
     elif previous is None and store.list(ctx.key(step) + "/"):
         store.delete_prefix(ctx.key(step))  # written by a day0 that kept no code marker
     store.put_json(
-        marker, {"digest": code, "day0_version": day0.__version__, "started_at": dt.datetime.now(dt.UTC).isoformat()}
+        marker,
+        {
+            "digest": code,
+            "variant": variant,
+            "day0_version": day0.__version__,
+            "started_at": dt.datetime.now(dt.UTC).isoformat(),
+        },
     )
 
 
@@ -74,7 +84,7 @@ def run_step(
     log, store = step_logger(), ctx.store()
     code = code_digest(f"tasks.{step}")
     if variant:  # e.g. injected test faults: such a result is never reused by a clean run, nor the reverse
-        code += "+" + hashlib.sha256(variant.encode()).hexdigest()[:6]
+        variant = hashlib.sha256(variant.encode()).hexdigest()[:12]
     key = ctx.key(step, "result.json")
     started, t0 = dt.datetime.now(dt.UTC), time.perf_counter()
 
@@ -94,14 +104,14 @@ def run_step(
             )
         )
 
-    if _reusable(ctx, step, code):
+    if _reusable(ctx, step, code, variant):
         result = result_type.model_validate(store.get_json(key))
         log.info(
             "%s: completed earlier by the same code (%s), reusing %s: %s", step, code, store.url(key), result.verdict
         )
         record("cached", result)
         return result
-    _prepare(ctx, step, code, log)
+    _prepare(ctx, step, code, variant, log)
     log.info("%s: running", step)
     try:
         result = compute()

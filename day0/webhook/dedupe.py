@@ -2,10 +2,13 @@
 
 Contract: `claim(repo, sha)` is create-if-absent and atomic across processes: of any number of
 concurrent claims for the same repo+sha exactly one returns True. File store: `os.open(O_CREAT |
-O_EXCL)`. S3: a conditional PUT (`IfNoneMatch='*'`; the server answers 412 to the losers; versitygw
-and AWS S3 support it). `record(...)` adds the flow run id to a won claim; `release(...)` drops a claim
-whose trigger failed, so the hub's retry can try again; `stale(...)` spots a claim whose receiver died
-before recording a run (the retry then triggers again: Prefect's idempotency key keeps it to one run).
+O_EXCL)`. S3: a conditional PUT (`IfNoneMatch='*'`; the server answers 412 to the losers), then a
+read-back after a short settle time that must find this claim's own nonce: some S3-compatible
+servers (versitygw's posix backend, seen here) let several racing conditional PUTs succeed, the last
+one winning the content, so only the writer whose body stayed has the claim. `record(...)` adds the
+flow run id to a won claim; `release(...)` drops a claim whose trigger failed, so the hub's retry
+can try again; `stale(...)` spots a claim whose receiver died before recording a run (the retry then
+triggers again: Prefect's idempotency key keeps it to one run).
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import secrets
 import time
 from typing import Any
 
@@ -35,7 +39,13 @@ class DedupeStore:
 
     def claim(self, repo: str, sha: str) -> bool:
         """Create the record if absent; True for the one caller that created it."""
-        record = {"repo": repo, "sha": sha, "flow_run_id": None, "claimed_at": time.time()}
+        record = {
+            "repo": repo,
+            "sha": sha,
+            "flow_run_id": None,
+            "claimed_at": time.time(),
+            "nonce": secrets.token_hex(8),
+        }
         key, body = self.key(repo, sha), json.dumps(record).encode()
         if isinstance(self.store, FileStore):
             return _claim_file(self.store, key, body)
@@ -78,6 +88,9 @@ def _claim_file(store: FileStore, key: str, body: bytes) -> bool:
     return True
 
 
+_S3_SETTLE_S = 0.3  # longer than racing PUTs that all passed the precondition take to land
+
+
 def _claim_s3(store: S3Store, key: str, body: bytes) -> bool:
     from botocore.exceptions import BotoCoreError, ClientError
 
@@ -91,4 +104,5 @@ def _claim_s3(store: S3Store, key: str, body: bytes) -> bool:
         raise StoreError(f"cannot claim {store.url(key)}: {exc}") from None
     except BotoCoreError as exc:
         raise StoreError(f"cannot claim {store.url(key)}: {exc}") from None
-    return True
+    time.sleep(_S3_SETTLE_S)
+    return bool(store.get_bytes(key) == body)
