@@ -10,9 +10,8 @@ from prefect.cache_policies import NO_CACHE
 
 from day0.analysis.results import AnalyzeResult
 from day0.numerics.layers import WholeModel
-from day0.numerics.ray_job import OperatorsRequest, run_operators_on_ray
+from day0.numerics.ray_job import OperatorsRequest, run_operators_on_ray, run_request
 from day0.numerics.results import OperatorsResult
-from day0.numerics.step import run_operators
 from day0.runs import RunContext
 from tasks._step import in_prefect_run, run_step, step_logger
 
@@ -56,14 +55,7 @@ def operators(ctx: RunContext, analyzed: AnalyzeResult) -> OperatorsResult:
         if spec.cluster.address:
             log.info("operators: one Ray task on an accelerator worker of %s", spec.cluster.address)
             return run_operators_on_ray(request, spec.cluster, spec.cluster.address)
-        return run_operators(
-            request.inventory,
-            request.platform,
-            request.validation,
-            request.compute_dtype,
-            whole_model=request.whole_model,
-            progress=lambda msg: log.info("operators: %s", msg),
-        )
+        return run_request(request, progress=lambda msg: log.info("operators: %s", msg))
 
     result = run_step("operators", ctx, OperatorsResult, compute)
     _publish_table(ctx, result)

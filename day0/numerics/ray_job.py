@@ -11,6 +11,7 @@ name, e.g. `Ascend910`).
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +22,7 @@ from day0.numerics.layers import WholeModel
 from day0.numerics.results import OperatorsResult
 from day0.spec import ClusterSpec, PlatformSpec, ValidationSpec
 
-__all__ = ["OperatorsRequest", "accelerator_options", "main", "run_operators_on_ray"]
+__all__ = ["OperatorsRequest", "accelerator_options", "main", "run_operators_on_ray", "run_request"]
 
 
 class OperatorsRequest(BaseModel):
@@ -46,7 +47,8 @@ def accelerator_options(platform: PlatformSpec, cluster: ClusterSpec | None = No
     return {"num_cpus": 1, "resources": {resource.split("/")[-1]: 1}}
 
 
-def _execute(request: OperatorsRequest) -> OperatorsResult:
+def run_request(request: OperatorsRequest, progress: Callable[[str], None] | None = None) -> OperatorsResult:
+    """Step 2 for `request`, in this process: what the Ray task and the local backend both run."""
     from day0.numerics.step import run_operators
 
     return run_operators(
@@ -56,6 +58,7 @@ def _execute(request: OperatorsRequest) -> OperatorsResult:
         request.compute_dtype,
         whole_model=request.whole_model,
         max_model_params=request.max_model_params,
+        progress=progress,
     )
 
 
@@ -67,7 +70,7 @@ def run_operators_on_ray(
 
     if not ray.is_initialized():
         ray.init(address=address, log_to_driver=False)
-    remote = ray.remote(_execute).options(**accelerator_options(request.platform, cluster))
+    remote = ray.remote(run_request).options(**accelerator_options(request.platform, cluster))
     return ray.get(remote.remote(request))
 
 
@@ -77,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
         print("usage: python -m day0.numerics.ray_job REQUEST.json RESULT.json", file=sys.stderr)
         return 2
     request = OperatorsRequest.model_validate_json(Path(args[0]).read_text())
-    Path(args[1]).write_text(_execute(request).model_dump_json())
+    Path(args[1]).write_text(run_request(request).model_dump_json())
     return 0
 
 
