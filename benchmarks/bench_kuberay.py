@@ -1,4 +1,4 @@
-"""Benchmark: a 1,000-node fake GPU cluster (kwok); time for a 512-worker RayCluster to be
+"""Benchmark: a 4,096-node fake GPU cluster (kwok); time for a 2,048-worker RayCluster to be
 scheduled and Ready through the real API server, scheduler and KubeRay operator.
 
     .venv/bin/python -m benchmarks.bench_kuberay          # brings the control plane up if needed
@@ -51,7 +51,7 @@ def _wait_nodes(core: Any, count: int, timeout_s: float = 600) -> None:
     raise TimeoutError(f"only {ready}/{count} fake nodes Ready after {timeout_s} s")
 
 
-def run(nodes: int = 1000, workers: int = 512, gpus_per_node: int = 8, timeout_s: float = 900) -> dict[str, Any]:
+def run(nodes: int = 4096, workers: int = 2048, gpus_per_node: int = 8, timeout_s: float = 1800) -> dict[str, Any]:
     """Create `nodes` fake GPU nodes, a RayCluster of `workers` one-node workers; time it; clean up
     (the control plane too, if this call started it)."""
     from kubernetes import config

@@ -1,6 +1,11 @@
-"""Step 3 planner speed: the full search for a 1T-parameter MoE (Kimi K2, 1.03T) on 4096 accelerators with
-every knob (TP, PP + virtual stages, EP + expert-TP, CP, DP, micro-batch, ZeRO 0-3, recompute, offload),
-against a brute-force enumeration of the same cost model (which must find the identical ranked plans).
+"""Step 3 planner: speed, accuracy and start-up.
+
+- speed: the full search for a 1T-parameter MoE (Kimi K2, 1.03T) on 4096 accelerators with every knob (TP,
+  PP + virtual stages, EP + expert-TP, CP, DP, micro-batch, ZeRO 0-3, recompute, offload), against a
+  brute-force enumeration of the same cost model (which must find the identical ranked plans);
+- accuracy: the step-time error on every published run of tests/data/planner/published_runs.yaml;
+- start-up: the wall time of a `day0 plan` process on a cached structure, as a ratio to
+  `python -c 'import pydantic, yaml'` measured in the same run (target <= 3).
 
     python -m benchmarks.run planner
 """
@@ -8,8 +13,12 @@ against a brute-force enumeration of the same cost model (which must find the id
 from __future__ import annotations
 
 import statistics
+import subprocess
+import sys
+import tempfile
 import time
 from functools import partial
+from pathlib import Path
 
 CASES = [  # (model, platform, accelerators, seq_len, global_batch)
     ("kimi-k2", "h800", 4096, 4096, 4096),
@@ -17,6 +26,9 @@ CASES = [  # (model, platform, accelerators, seq_len, global_batch)
     ("llama-3.1-405b", "h100", 16384, 8192, 2048),
 ]
 TARGET_S = 2.0
+STARTUP_TARGET = 3.0
+ROOT = Path(__file__).resolve().parent.parent
+DATA = ROOT / "tests" / "data" / "planner"
 
 
 def _structure(name: str):
@@ -36,6 +48,81 @@ def _timed(fn, repeats: int) -> tuple[object, float, float]:
         walls.append(time.perf_counter() - w)
         cpus.append(time.process_time() - c)
     return out, statistics.median(walls), statistics.median(cpus)
+
+
+def published_errors() -> dict:
+    """Predicted vs published step time of every run in the table, with the mean and worst error."""
+    import yaml
+
+    from day0.analysis.structure import ModelStructure
+    from day0.planner.published import PublishedHardware, PublishedRun, predict_run
+
+    table = yaml.safe_load((DATA / "published_runs.yaml").read_text())
+    hardware = {k: PublishedHardware(**v) for k, v in table["hardware"].items()}
+    rows = {}
+    for raw in table["runs"]:
+        run = PublishedRun(**raw)
+        path = DATA / "published" / f"{run.model}.structure.json"
+        path = path if path.exists() else DATA / f"{run.model}.structure.json"
+        p = predict_run(run, ModelStructure.model_validate_json(path.read_text()), hardware[run.hardware])
+        rows[run.id] = {
+            "published_step_s": round(p.published_step_s or 0, 3),
+            "predicted_step_s": round(p.predicted_step_s or 0, 3),
+            "error": round(p.error, 4) if p.error is not None else None,
+            "mfu": round(p.mfu or 0, 4),
+        }
+    errors = [abs(r["error"]) for r in rows.values() if r["error"] is not None]
+    return {
+        "runs": rows,
+        "mean_abs_error": round(sum(errors) / len(errors), 4),
+        "max_abs_error": round(max(errors), 4),
+        "target": "mean <= 10%, every run <= 25%",
+    }
+
+
+def _wall(cmd: list[str], repeats: int = 3) -> float:
+    times = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        subprocess.run(cmd, cwd=ROOT, check=True, capture_output=True)
+        times.append(time.perf_counter() - t)
+    return statistics.median(times)
+
+
+def startup_ratio() -> dict:
+    """`day0 plan --json` on a cached structure against importing pydantic and yaml, in the same run: the
+    default tiny pipeline (start-up dominated) and DeepSeek-V3 on 2048 H800 (search dominated)."""
+    import yaml
+
+    from cli.plan import build_structure, remember_structure
+    from day0.core.model_source import resolve_model
+    from day0.paths import CONFIGS_DIR
+    from day0.spec import load_yaml, spec_from_dict
+    from day0.store import open_store
+
+    out: dict = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        base = _wall([sys.executable, "-c", "import pydantic, yaml"])
+        out["baseline_import_s"] = round(base, 3)
+        for name, path in (
+            ("tiny-local", CONFIGS_DIR / "pipelines" / "tiny-local.yaml"),
+            ("deepseek-v3-2048-h800", DATA / "deepseek-v3-2048-h800.yaml"),
+        ):
+            raw = load_yaml(path) | {"storage": f"file://{tmp}/store"}
+            spec_path = Path(tmp) / f"{name}.yaml"
+            spec_path.write_text(yaml.safe_dump(raw))
+            spec = spec_from_dict(raw)
+            resolved = resolve_model(spec.model)
+            remember_structure(open_store(spec.storage), resolved, build_structure(resolved))
+            cmd = [sys.executable, "-m", "cli", "plan", str(spec_path), "--json", "--out", f"{tmp}/p.yaml", "--force"]
+            plan = _wall(cmd)
+            out[name] = {
+                "plan_s": round(plan, 3),
+                "ratio": round(plan / base, 2),
+                "under_target": plan / base <= STARTUP_TARGET,
+            }
+    out["target"] = f"<= {STARTUP_TARGET} x `python -c 'import pydantic, yaml'`"
+    return out
 
 
 def run(brute: bool = True) -> dict:
@@ -83,6 +170,8 @@ def run(brute: bool = True) -> dict:
         results[model] = row
     return {
         "cases": results,
+        "published": published_errors(),
+        "startup": startup_ratio(),
         "target": f"full search for a 1T MoE on 4096 accelerators < {TARGET_S} s",
         "note": "wall time depends on other load on the shared 2-core machine; process CPU time is the "
         "planner's own work (median of 3 runs)",

@@ -205,10 +205,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _extensions() -> list[Callable[[argparse._SubParsersAction], None]]:
     """Subcommands that live beside their step's code."""
+    from cli.calibrate import add_calibrate_command
     from cli.plan import add_plan_command
     from cli.webhook import add_webhook_command
 
-    return [add_plan_command, add_webhook_command]
+    return [add_calibrate_command, add_plan_command, add_webhook_command]
 
 
 def _terminate(signum: int, frame: object) -> None:

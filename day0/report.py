@@ -7,6 +7,7 @@ result and embedding its plots. Written on every path, also when a step raised.
 from __future__ import annotations
 
 import base64
+import datetime as dt
 import html
 import re
 from typing import Any
@@ -75,10 +76,46 @@ def _scorecard(records: dict[str, StepRecord], results: dict[str, dict[str, Any]
         merged: dict[str, str] = {}
         for s in steps:  # a later step's figure supersedes an earlier one's (optimize's memory over parallel's)
             merged.update(results.get(s, {}).get("headline", {}))
-        figures = [f"{k}: {v}" for k, v in merged.items()]
+        figures = [f"{k}: {v}" for k, v in merged.items()] + _incidents(steps, results)
         reasons = [f"{s}: {reason}" for s in steps if s in records for reason in _reasons(records[s])]
         lines.append(f"| {row} | {_MARK[verdict]} | {_cell('; '.join(figures))} | {_cell('; '.join(reasons))} |")
     return lines
+
+
+_INCIDENTS = ("node-lost", "pod-lost", "pod-replaced", "recovered")
+
+
+def _incidents(steps: tuple[str, ...], results: dict[str, dict[str, Any]]) -> list[str]:
+    """The cluster's failure events while the row's steps ran, counted by kind."""
+    kinds = [
+        e["kind"]
+        for s in steps
+        for e in ((results.get(s, {}).get("execution") or {}).get("events") or [])
+        if e["kind"] in _INCIDENTS
+    ]
+    return [f"cluster: {', '.join(f'{kinds.count(k)} {k}' for k in _INCIDENTS if k in kinds)}"] if kinds else []
+
+
+def _execution(results: dict[str, dict[str, Any]]) -> list[str]:
+    """Where each step's work ran, and every event of the cluster meanwhile, with UTC times."""
+    runs = [(step, r["execution"]) for step, r in results.items() if r.get("execution")]
+    if not runs:
+        return []
+    lines = ["## Where the steps ran", "", "| step | backend | cluster | Ray job | seconds |", "|---|---|---|---|---:|"]
+    for step, x in runs:
+        took = f"{x['duration_s']:.1f}" if x.get("duration_s") is not None else ""
+        lines.append(
+            f"| {step} | {x['backend']} | {_cell(x.get('cluster') or 'this process')} | "
+            f"{_cell(x.get('job_id') or '-')} | {took} |"
+        )
+    events = [(step, e) for step, x in runs for e in x.get("events") or []]
+    if events:
+        lines += ["", "| time (UTC) | step | event | where | message |", "|---|---|---|---|---|"]
+        for step, e in sorted(events, key=lambda se: se[1]["at"]):
+            when = dt.datetime.fromtimestamp(e["at"], dt.UTC).strftime("%H:%M:%S")
+            where = " ".join(f"{k} {e[k]}" for k in ("pool", "node", "pod") if e.get(k))
+            lines.append(f"| {when} | {step} | {e['kind']} | {_cell(where)} | {_cell(e.get('message') or '')} |")
+    return [*lines, ""]
 
 
 def _header(ctx: RunContext, records: list[StepRecord], results: dict[str, dict[str, Any]], wall_s: float) -> list[str]:
@@ -181,7 +218,7 @@ def write_report(ctx: RunContext, wall_s: float, planned: list[str]) -> dict[str
     results = _results(ctx, records)
     by_step = {r.step: r for r in records}
     lines = [*_header(ctx, records, results, wall_s), "## Day-0 scorecard", "", *_scorecard(by_step, results)]
-    lines += ["", "## Steps", "", *_steps_table(records, planned), ""]
+    lines += ["", "## Steps", "", *_steps_table(records, planned), "", *_execution(results)]
     markdown = "\n".join(lines) + "\n" + "\n".join(_step_sections(ctx, records))
     store = ctx.store()
     return {

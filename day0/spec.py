@@ -11,19 +11,21 @@ import hashlib
 import json
 import re
 from pathlib import Path
-from typing import Any, Literal, get_args
+from typing import Annotated, Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from day0.core.precision import COMPUTE_DTYPES, DEFAULT_TOLERANCES, DType
 from day0.errors import SpecError, SpecIssue, StoreError, shorten
-from day0.paths import CONFIGS_DIR
+from day0.paths import CONFIGS_DIR, config_dirs
 from day0.store import parse_store_uri
 from day0.yamlio import read_user_yaml
 
 __all__ = [
+    "SLO",
     "STEPS",
     "Accelerator",
+    "BenchmarkSpec",
     "ClusterSpec",
     "ElasticRange",
     "InferenceSpec",
@@ -32,8 +34,12 @@ __all__ = [
     "NodePool",
     "ParallelConstraints",
     "PipelineSpec",
+    "PlannerOverlap",
+    "PlannerSpec",
     "PlatformSpec",
+    "PodEnvVar",
     "Precision",
+    "QualityTolerance",
     "TrainingSpec",
     "TrialSpec",
     "ValidationSpec",
@@ -148,6 +154,10 @@ class NodePool(_UserModel):
     tolerations: list[Toleration] = Field(
         default_factory=list, description="Kubernetes tolerations for the pool's pods (e.g. tainted elastic nodes)."
     )
+    ray_start_params: dict[str, str] = Field(
+        default_factory=dict,
+        description="Extra `ray start` flags of this pool's workers (KubeRay rayStartParams), over the cluster's.",
+    )
 
     @model_validator(mode="after")
     def _sized(self) -> NodePool:
@@ -163,6 +173,31 @@ class NodePool(_UserModel):
         return self.elastic.max
 
 
+class PodEnvVar(_UserModel):
+    """One environment variable of the Ray containers: a value, or a field of the pod (downward API)."""
+
+    name: str = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", description="Variable name.")
+    value: str | None = Field(None, description="Literal value; `$(VAR)` names an earlier variable.")
+    field_path: str | None = Field(
+        None, description="Pod field instead of a value (Kubernetes fieldRef), e.g. status.podIP or metadata.name."
+    )
+
+    @model_validator(mode="after")
+    def _one_source(self) -> PodEnvVar:
+        if (self.value is None) == (self.field_path is None):
+            raise ValueError("set exactly one of 'value' or 'field_path'")
+        return self
+
+
+class HeadSpec(_UserModel):
+    """Where the RayCluster's head pod runs (it takes no accelerator work: `num-cpus: 0`)."""
+
+    node_selector: dict[str, str] = Field(default_factory=dict, description="Kubernetes nodeSelector of the head pod.")
+    tolerations: list[Toleration] = Field(default_factory=list, description="Tolerations of the head pod.")
+    cpus: int = Field(2, ge=1, description="CPUs requested by the head pod.")
+    memory_gib: int = Field(8, ge=1, description="Memory requested by the head pod, GiB.")
+
+
 class ClusterSpec(_UserModel):
     backend: Literal["local", "kuberay"] = Field(
         "local", description="'local' (Ray on this machine) or 'kuberay' (a RayCluster on Kubernetes)."
@@ -175,6 +210,22 @@ class ClusterSpec(_UserModel):
         description="Accelerator node pools, fixed or elastic (kuberay, and the planner's cluster size).",
     )
     ready_timeout_s: float = Field(600, gt=0, description="Seconds to wait for the RayCluster to become ready.")
+    head: HeadSpec = Field(default_factory=HeadSpec, description="The RayCluster's head pod (kuberay).")
+    dashboard_via: Literal["service", "pod-ip"] = Field(
+        "service",
+        description="How the flow reaches the head's job API (kuberay): the head Service's DNS name (the flow "
+        "runs in the cluster), or the head pod's IP (the flow's host routes to pod IPs).",
+    )
+    job_timeout_s: float = Field(7200, gt=0, description="Longest a step's Ray job may run before it is stopped.")
+    ray_start_params: dict[str, str] = Field(
+        default_factory=dict,
+        description="Extra `ray start` flags of the head and every worker group (KubeRay rayStartParams, "
+        "e.g. {node-ip-address: $(MY_POD_IP)} where Ray must advertise the pod's address); a pool's own win.",
+    )
+    pod_env: list[PodEnvVar] = Field(
+        default_factory=list,
+        description="Environment of every Ray container (head, workers, autoscaler), e.g. MY_POD_IP from status.podIP.",
+    )
 
 
 class Precision(_UserModel):
@@ -209,9 +260,20 @@ class TrialScale(_UserModel):
 
 class TrialTolerance(_UserModel):
     """When two loss curves are aligned (the one model: `day0.trial.alignment` judges by it).
-    Defaults follow public practice: mean relative error < 2% from step 21 on."""
+    Limits follow public practice (mean relative error < 2% from step 21 on); the thresholds
+    judged are tighter when the reference's own seed-to-seed spread says so (`noise_fraction`)."""
 
-    loss_mean_rel: float = Field(0.02, gt=0, description="Mean relative loss error after warm-up.")
+    loss_mean_rel: float = Field(0.02, gt=0, description="Limit of the mean relative loss error after warm-up.")
+    grad_norm_median_rel: float = Field(
+        0.25, gt=0, description="Limit of the median relative gradient-norm error after warm-up."
+    )
+    noise_fraction: float | None = Field(
+        0.25,
+        gt=0,
+        le=1,
+        description="Share of the reference's seed-to-seed spread (estimated from its own step-to-step residual) "
+        "the candidate may drift; null: the limits alone.",
+    )
     first_step_abs: float = Field(0.005, gt=0, description="First-step absolute loss difference.")
     first_step_rel: float = Field(
         0.005, gt=0, description="First-step relative loss difference (either bound passing is enough)."
@@ -238,9 +300,45 @@ class TrialSpec(_UserModel):
 
 
 class SLO(_UserModel):
-    ttft_p99_ms: float = Field(2000, gt=0, description="Time to first token, 99th percentile, ms.")
-    tpot_p99_ms: float = Field(100, gt=0, description="Time per output token, 99th percentile, ms.")
-    min_throughput_tok_s: float | None = Field(None, gt=0, description="Least output throughput, tokens/s.")
+    """Serving targets, judged on the heaviest load of the benchmark sweep (vLLM `bench serve` definitions)."""
+
+    ttft_p99_ms: float = Field(2000, gt=0, le=3_600_000, description="Time to first token, 99th percentile, ms.")
+    tpot_p99_ms: float = Field(100, gt=0, le=3_600_000, description="Time per output token, 99th percentile, ms.")
+    min_throughput_tok_s: float | None = Field(
+        None, gt=0, description="Least output throughput at the best sweep point, tokens/s."
+    )
+
+
+class QualityTolerance(_UserModel):
+    """How far the quantised model may drift from the unquantised one on held-out text."""
+
+    max_perplexity_increase: float = Field(
+        0.02, gt=0, le=10, description="Largest relative perplexity increase (0.02 = +2%)."
+    )
+    min_token_agreement: float = Field(
+        0.9, gt=0, le=1, description="Least share of greedy next tokens equal to the unquantised model's."
+    )
+
+
+class BenchmarkSpec(_UserModel):
+    """The load client's workload: vLLM `bench serve`'s random dataset and arrival process."""
+
+    requests: int = Field(16, ge=1, le=1_000_000, description="Measured requests per sweep point.")
+    warmup_requests: int = Field(2, ge=0, le=10_000, description="Requests sent first and not measured.")
+    input_len: int = Field(64, ge=1, le=1_000_000, description="Mean prompt length, tokens.")
+    output_len: int = Field(32, ge=2, le=1_000_000, description="Mean output length (max_tokens), tokens.")
+    range_ratio: float = Field(
+        0.0, ge=0, lt=1, description="Lengths are uniform in [len x (1 - r), len x (1 + r)] (vLLM's range ratio)."
+    )
+    concurrency: list[Annotated[int, Field(ge=1, le=100_000)]] = Field(
+        default_factory=lambda: [1, 4], min_length=1, description="Sweep: most requests in flight at each point."
+    )
+    request_rate: float | None = Field(
+        None, gt=0, description="Arrivals per second (gamma process); omit to send as fast as concurrency allows."
+    )
+    burstiness: float = Field(1.0, gt=0, description="Gamma shape of arrivals: 1 is Poisson, < 1 burstier.")
+    timeout_s: float = Field(300, gt=0, description="Longest wait for one request, s.")
+    seed: int = Field(0, description="Seed of prompt sampling, lengths and arrivals.")
 
 
 class InferenceSpec(_UserModel):
@@ -250,8 +348,26 @@ class InferenceSpec(_UserModel):
     quantization: Literal["none", "int8-weight", "fp8"] = Field(
         "none", description="Weight quantisation of the served model."
     )
-    max_batch: int = Field(8, ge=1, description="Most concurrent sequences served.")
+    max_batch: int = Field(8, ge=1, description="Most concurrent sequences served (the sweep's upper bound).")
+    context_len: int = Field(
+        4096, ge=16, le=10_000_000, description="Target context per sequence for the KV budget, tokens."
+    )
+    cache_blocks: int = Field(
+        64, ge=1, le=10_000_000, description="Paged KV cache blocks given to the engine (always bounded)."
+    )
+    block_size: int = Field(32, ge=1, le=4096, description="Tokens per paged KV cache block.")
+    max_batch_tokens: int = Field(512, ge=16, le=1_000_000, description="Most tokens per engine step.")
+    startup_timeout_s: float = Field(300, gt=0, description="Longest wait for the server to answer /health, s.")
     slo: SLO = Field(default_factory=SLO, description="Latency and throughput targets.")
+    quality: QualityTolerance = Field(default_factory=QualityTolerance, description="Quantisation quality tolerance.")
+    benchmark: BenchmarkSpec = Field(default_factory=BenchmarkSpec, description="The load benchmark.")
+
+    @model_validator(mode="after")
+    def _sweep_within_batch(self) -> InferenceSpec:
+        over = [c for c in self.benchmark.concurrency if c > self.max_batch]
+        if over:
+            raise ValueError(f"benchmark.concurrency {over} exceeds max_batch ({self.max_batch})")
+        return self
 
 
 class DTypeTolerance(_UserModel):
@@ -276,6 +392,54 @@ class ValidationSpec(_UserModel):
     seeds: int = Field(1, ge=1, description="Seeded input sets per operator.")
 
 
+class PlannerOverlap(_UserModel):
+    """Which communication the cost model hides behind compute (step 4 may switch them on where they pay)."""
+
+    tp: bool = Field(False, description="TP all-gather/reduce-scatter overlapped with GEMMs (default false).")
+    ep: bool = Field(False, description="MoE all-to-all overlapped with another micro-batch (default false).")
+    dp: bool = Field(True, description="Gradient reduction overlapped with the last backward (default true).")
+
+
+RecomputeModule = Literal["core_attn", "layernorm", "mla_up_proj", "moe_act", "mlp_act"]
+
+
+class PlannerSpec(_UserModel):
+    """Steps 3-4's cost-model assumptions. Unset figures come from the platform's calibrated profile when
+    the store holds one (`day0 calibrate PLATFORM`), else from the datasheet defaults named below."""
+
+    profile: Literal["auto", "datasheet", "calibrated"] = Field(
+        "auto",
+        description="'auto': the calibrated profile if the store has one, else datasheet figures; 'calibrated' "
+        "requires it.",
+    )
+    gemm_efficiency: dict[Literal["fp32", "bf16", "fp16", "fp8"], Annotated[float, Field(gt=0, le=1)]] = Field(
+        default_factory=dict,
+        description="Fraction of each dtype's peak large GEMMs reach (datasheet defaults: bf16 0.8, fp8 0.65).",
+    )
+    attention_efficiency: float | None = Field(
+        None, gt=0, le=1, description="FlashAttention fraction of the bf16 peak (default 0.5)."
+    )
+    hbm_bandwidth_gbps: float | None = Field(
+        None, gt=0, description="Achieved device memory bandwidth, GB/s (default 3000, or calibrated)."
+    )
+    max_context_parallel: int = Field(8, ge=1, le=1024, description="Largest CP degree searched (default 8).")
+    max_virtual_stages: int = Field(4, ge=1, le=64, description="Most virtual pipeline stages searched (default 4).")
+    sequence_parallel: bool = Field(True, description="Megatron sequence parallelism with TP (default true).")
+    flash_attention: bool = Field(True, description="Attention scores are never stored (default true).")
+    fp8_activation_cache: bool = Field(
+        False, description="With fp8 compute, cache GEMM inputs in FP8 (DeepSeek-V3 style; default false)."
+    )
+    selective_recompute: list[RecomputeModule] = Field(
+        default_factory=lambda: list(get_args(RecomputeModule)),
+        description="What selective recompute recomputes (Megatron-Core recompute modules; default all five).",
+    )
+    dualpipe: bool = Field(False, description="Plan for DualPipe: half the bubble, two weight copies (default false).")
+    expert_max_nodes: int | None = Field(
+        None, ge=1, description="Node-limited MoE routing: nodes a token may reach (default unlimited)."
+    )
+    overlap: PlannerOverlap = Field(default_factory=PlannerOverlap, description="Communication overlap switches.")
+
+
 class PipelineSpec(_UserModel):
     apiVersion: Literal["day0/v1"] = Field("day0/v1", description="Spec format version.")
     kind: Literal["AdaptationPipeline"] = Field("AdaptationPipeline", description="Document kind.")
@@ -293,6 +457,7 @@ class PipelineSpec(_UserModel):
     parallel: Literal["auto"] | ParallelConstraints = Field(
         "auto", description="'auto' (the planner searches) or fixed degrees and limits."
     )
+    planner: PlannerSpec = Field(default_factory=PlannerSpec, description="Steps 3-4's cost-model assumptions.")
     trial: TrialSpec = Field(default_factory=TrialSpec, description="Step 5's small-scale trial training.")
     inference: InferenceSpec = Field(default_factory=InferenceSpec, description="Step 6's serving targets.")
     validation: ValidationSpec = Field(
@@ -343,7 +508,8 @@ def load_yaml(path: Path) -> Any:
 
 
 def _resolve_named(raw: dict[str, Any], field: str, folder: str, issues: list[SpecIssue]) -> None:
-    """Replace `field: name` with the contents of configs/<folder>/<name>.yaml."""
+    """Replace `field: name` with the contents of <name>.yaml in the first of `config_dirs(folder)`
+    holding it (configs/<folder>, after DAY0_CLUSTERS_DIR for clusters)."""
     value = raw.get(field)
     if not isinstance(value, str):
         return
@@ -357,10 +523,14 @@ def _resolve_named(raw: dict[str, Any], field: str, folder: str, issues: list[Sp
         )
         raw.pop(field)
         return
-    path = CONFIGS_DIR / folder / f"{value}.yaml"
-    if not path.exists():
-        known = sorted(p.stem for p in (CONFIGS_DIR / folder).glob("*.yaml"))
-        issues.append(SpecIssue(field, f"unknown {field} {value!r}; expected one of {known} or an inline mapping"))
+    dirs = config_dirs(folder)
+    path = next((p for d in dirs if (p := d / f"{value}.yaml").is_file()), None)
+    if path is None:
+        known = sorted({p.stem for d in dirs for p in d.glob("*.yaml")})
+        where = " or ".join(map(str, dirs))
+        issues.append(
+            SpecIssue(field, f"unknown {field} {value!r} in {where}; expected one of {known} or an inline mapping")
+        )
         raw.pop(field)
         return
     raw[field] = load_yaml(path)

@@ -9,13 +9,19 @@ Works with no Prefect server configured (ephemeral) and against a real one (PREF
 
 from __future__ import annotations
 
+import signal
 import sys
+import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any, get_type_hints
+from uuid import UUID
 
 from prefect import flow, get_run_logger
 from prefect.runtime import flow_run
 
+from day0.backends.session import check_backend, run_backend, sweep_run
 from day0.core.result import StepResult
 from day0.errors import Day0Error, RunFailed, UsageError
 from day0.report import write_report
@@ -23,6 +29,7 @@ from day0.runs import RunContext, RunSummary
 from day0.spec import STEPS, PipelineSpec, load_spec, spec_from_dict
 from flows._gate import StepGate
 from tasks.analyze import analyze
+from tasks.inference import inference
 from tasks.operators import operators
 from tasks.optimize import optimize
 from tasks.parallel import parallel
@@ -37,6 +44,7 @@ TASKS: dict[str, Any] = {
     "parallel": parallel,
     "optimize": optimize,
     "trial": trial,
+    "inference": inference,
 }
 
 
@@ -67,16 +75,60 @@ def plan_steps(spec: PipelineSpec, only: list[str] | None = None) -> tuple[list[
 
 
 def check_runnable(spec: PipelineSpec) -> None:
-    """Refuse, before anything starts, what this version of the flow cannot run."""
-    if spec.cluster.backend == "kuberay":
-        raise UsageError(
-            "cluster.backend: 'kuberay' is not run by `day0 run` in this version (the flow would run "
-            "on this machine instead); use `cluster: local`, or set cluster.address to an existing "
-            "Ray cluster"
-        )
+    """Refuse, before anything starts, what this spec cannot run on (its backend's preconditions)."""
+    check_backend(spec)
 
 
-@flow(name="adapt", log_prints=True)
+@contextmanager
+def _stop_when_cancelled(flow_run_id: str | None, poll_s: float = 3.0) -> Iterator[None]:
+    """Turn a cancellation requested through Prefect into SIGINT (KeyboardInterrupt) in the main thread.
+
+    Why: a worker cancels the runs it started by signalling their process, but a run started in
+    this process (`day0 run`, `python -m flows.adapt`) only changes state to Cancelling. Raising
+    here runs the same `finally` blocks as Ctrl-C and SIGTERM: the Ray job is stopped, the
+    RayCluster deleted, the report written."""
+    if flow_run_id is None or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    from prefect.client.orchestration import get_client
+
+    done, main = threading.Event(), threading.main_thread().ident
+    assert main is not None
+
+    def watch() -> None:
+        with get_client(sync_client=True) as client:
+            while not done.wait(poll_s):
+                try:
+                    state = client.read_flow_run(UUID(flow_run_id)).state
+                except Exception:  # noqa: BLE001 - the API being briefly away must not stop the run
+                    continue
+                if state is not None and state.is_cancelling():
+                    print("day0: the flow run was cancelled: stopping", file=sys.stderr)
+                    # a real signal to the main thread: it also interrupts a blocking call there
+                    signal.pthread_kill(main, signal.SIGINT)
+                    return
+
+    watcher = threading.Thread(target=watch, name="day0-cancel-watch", daemon=True)
+    watcher.start()
+    try:
+        yield
+    finally:
+        done.set()
+
+
+def _sweep_clusters(flow: Any, flow_run: Any, state: Any) -> None:
+    """Cancellation/crash hook: delete the run's RayClusters (the flow's `finally` may not have run)."""
+    try:
+        spec = spec_from_dict(flow_run.parameters["spec"], "spec")
+        deleted = sweep_run(spec, RunContext.create(spec).run_id)
+    except Exception as exc:  # noqa: BLE001 - a hook must not mask the state it reacts to
+        print(f"day0: cluster sweep after {state.name} failed: {exc}", file=sys.stderr)
+        return
+    if deleted:
+        print(f"day0: deleted RayCluster(s) {deleted} after the flow run was {state.name.lower()}")
+
+
+@flow(name="adapt", log_prints=True, on_cancellation=[_sweep_clusters], on_crashed=[_sweep_clusters])
 def adapt(spec: dict[str, Any], only: list[str] | None = None, fresh: bool = False) -> dict[str, Any]:
     """Run the spec (a parsed YAML mapping). Returns the run summary (`RunSummary` as a dict);
     raises `RunFailed` (the flow run ends Failed, naming the steps) when a step failed."""
@@ -88,13 +140,16 @@ def adapt(spec: dict[str, Any], only: list[str] | None = None, fresh: bool = Fal
     ctx.begin_attempt()
     gate = StepGate(ctx, steps)
     try:
-        analyzed = gate.run(analyze, ctx)
-        gate.run(operators, ctx, analyzed=analyzed)
-        planned = gate.run(parallel, ctx, analyzed=analyzed)
-        optimized = gate.run(optimize, ctx, analyzed=analyzed, planned=planned)
-        gate.run(trial, ctx, analyzed=analyzed, planned=planned, optimized=optimized)
-        for step in unavailable:
-            gate.not_built(step)
+        with _stop_when_cancelled(ctx.flow_run_id), run_backend(ctx, steps, progress=log.info):
+            analyzed = gate.run(analyze, ctx)
+            gate.run(operators, ctx, analyzed=analyzed)
+            planned = gate.run(parallel, ctx, analyzed=analyzed)
+            optimized = gate.run(optimize, ctx, analyzed=analyzed, planned=planned)
+            trained = gate.run(trial, ctx, analyzed=analyzed, planned=planned, optimized=optimized)
+            # step 6 serves step 5's model when it trained well, else the scaled-down model
+            gate.run(inference, ctx, analyzed=analyzed, **({"trained": trained} if trained and trained.passed else {}))
+            for step in unavailable:
+                gate.not_built(step)
     finally:  # also on SIGTERM/cancellation: the report shows what ran and what did not
         ctx.publish_manifest()
         report = write_report(ctx, time.perf_counter() - start, steps + unavailable)

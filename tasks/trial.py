@@ -14,14 +14,18 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 
 from day0.analysis.results import AnalyzeResult
+from day0.backends.session import backend_for
 from day0.planner.optimize import OptimizationReport
+from day0.planner.profile import CalibratedProfile, load_profile
 from day0.planner.results import PlanReport
+from day0.planner.trial_estimate import TrialPrediction, predict_trial
 from day0.runs import RunContext
 from day0.spec import HardwareSpec
 from day0.testing.faults import TestingSettings
+from day0.trial.job import JOB, TrialRequest
 from day0.trial.loop import LoopConfig
 from day0.trial.results import TrialResult
-from day0.trial.step import TrialPlan, run_trial
+from day0.trial.step import TrialPlan, candidate_loop
 from tasks._step import run_step, step_logger
 
 __all__ = ["PlannerMemoryEstimate", "checkpoint_uri", "plan_from_results", "trial"]
@@ -46,75 +50,70 @@ def plan_from_results(optimized: OptimizationReport | None, planned: PlanReport 
 
 class PlannerMemoryEstimate:
     """Step 3's cost model applied to the trial's own configuration: the scaled model, DP = workers
-    (TP = PP = EP = 1), ZeRO 0 for DDP or 3 for FSDP, the plan's recompute and the loop's micro-batch.
-    No framework reserve or fragmentation: the measured figure is the process's own peak."""
+    (TP = PP = EP = 1), ZeRO 0 for DDP or 3 for FSDP, the plan's recompute and the loop's micro-batch,
+    with the platform's calibrated profile when `day0 calibrate` stored one, else its datasheet. No
+    framework reserve or fragmentation: the measured figure is the process's own peak."""
 
-    source = "step 3 cost model, same configuration (TP1 PP1, DP = workers)"
+    def __init__(self, hardware: HardwareSpec, profile: CalibratedProfile | None = None) -> None:
+        self.hardware, self.profile = hardware, profile
 
-    def __init__(self, hardware: HardwareSpec) -> None:
-        self.hardware = hardware
+    @property
+    def source(self) -> str:
+        figures = "calibrated profile" if self.profile else "datasheet"
+        return f"step 3 cost model ({figures}), same configuration (TP1 PP1, DP = workers)"
 
-    def __call__(self, config: dict[str, Any], plan: TrialPlan, loop: LoopConfig, workers: int) -> float | None:
+    def predict(self, config: dict[str, Any], plan: TrialPlan, loop: LoopConfig, workers: int) -> TrialPrediction:
         from transformers import AutoConfig
 
         from day0.analysis.structure import analyze_structure
         from day0.core.modeling import build_meta_model
-        from day0.planner.inputs import PlannerOptions, cluster_figures
-        from day0.planner.search import plan_parallelism
-        from day0.spec import ParallelConstraints, Precision, TrainingSpec
 
         structure = analyze_structure(build_meta_model(AutoConfig.for_model(**config), "trial", "fp32"), "trial")
-        training = TrainingSpec(
+        return predict_trial(
+            structure,
+            self.profile or self.hardware,
             seq_len=loop.seq_len,
-            global_batch=loop.micro_batch * workers,
             micro_batch=loop.micro_batch,
-            precision=Precision(compute=loop.compute_dtype, master_weights="fp32"),
-        )
-        options = PlannerOptions(
-            micro_batches=[loop.micro_batch],
-            recompute=[plan.recompute],
-            offload=["none"],
-            zero_stages=[3 if plan.sharding == "fsdp" else 0],
-            framework_overhead_gib=0,
-            fragmentation_fraction=0,
+            workers=workers,
+            compute_dtype=loop.compute_dtype,
+            recompute=plan.recompute,
+            zero_stage=3 if plan.sharding == "fsdp" else 0,
             flash_attention=False,
         )
-        degrees = ParallelConstraints(
-            tensor_parallel=1, pipeline_parallel=1, expert_parallel=1, context_parallel=1, data_parallel=workers
-        )
-        report = plan_parallelism(
-            structure,
-            cluster_figures(self.hardware, workers, workers),
-            training,
-            degrees,
-            options,
-            find_min_accelerators=False,
-        )
-        return report.best.memory.total_bytes if report.best else None
+
+    def __call__(self, config: dict[str, Any], plan: TrialPlan, loop: LoopConfig, workers: int) -> float | None:
+        return self.predict(config, plan, loop, workers).peak_bytes
 
 
 @task(name="trial", cache_policy=NO_CACHE)
 def trial(
     ctx: RunContext, analyzed: AnalyzeResult, planned: PlanReport, optimized: OptimizationReport, max_failures: int = 2
 ) -> TrialResult:
-    """Train the reference and the candidate on step 1's model with step 4's (else step 3's) plan."""
+    """Train the reference and the candidate on step 1's model with step 4's (else step 3's) plan,
+    as a job on the run's backend; then put step 3's memory estimate beside the measured peaks."""
     log, spec = step_logger(), ctx.spec
     faults = TestingSettings().trial_faults
     if faults is not None:
         log.warning("trial: injecting test-only faults from DAY0_TESTING_TRIAL_FAULTS: %s", faults.describe())
-    return run_step(
-        "trial",
-        ctx,
-        TrialResult,
-        lambda: run_trial(
-            spec,
-            analyzed.model,
-            checkpoint_uri=checkpoint_uri(ctx),
-            plan=plan_from_results(optimized, planned),
-            hooks=faults,
-            max_failures=max_failures,
-            memory_estimate=PlannerMemoryEstimate(spec.platform.hardware),
-            progress=lambda msg: log.info("trial: %s", msg),
-        ),
-        variant=faults.describe() if faults else None,
+    plan = plan_from_results(optimized, planned)
+    backend = backend_for(ctx)
+    request = TrialRequest(
+        spec=spec,
+        model=analyzed.model,
+        checkpoint_uri=checkpoint_uri(ctx),
+        plan=plan,
+        max_failures=max_failures,
+        faults=faults,
+        on_cluster=backend.kind != "local",
     )
+
+    def compute() -> TrialResult:
+        result, execution = backend.run("trial", JOB, request, lambda msg: log.info("trial: %s", msg))
+        estimate = PlannerMemoryEstimate(spec.platform.hardware, load_profile(ctx.store(), spec.platform.name))
+        loop = candidate_loop(spec, result.scaled_config, plan)
+        predicted = estimate.predict(result.scaled_config, plan, loop, spec.trial.workers)
+        result = result.with_memory_estimate(predicted.peak_bytes, estimate.source)
+        result = result.with_cost_check(predicted.step_time_s, predicted.peak_bytes, predicted.source)
+        return result.model_copy(update={"execution": execution})
+
+    return run_step("trial", ctx, TrialResult, compute, variant=faults.describe() if faults else None)

@@ -12,8 +12,8 @@ from numerics_fixtures import cpu_spec, entry_point, faulty_platform, tiny_inven
 from day0.numerics.adapt import adapt_report
 from day0.numerics.layers import build_model, compare_layers
 from day0.numerics.opcheck import check_inventory
-from day0.numerics.platform_kernels import Platform, load_plugin_kernels
 from day0.numerics.step import run_operators
+from day0.platforms.kernels import Platform, load_plugin_kernels
 from day0.spec import OperatorSupport, ValidationSpec
 
 V = ValidationSpec(seeds=2)

@@ -13,8 +13,8 @@ from numerics_fixtures import faulty_platform, tiny_inventory, whole_model
 
 from day0.numerics.layers import build_model, compare_layers
 from day0.numerics.opcheck import check_inventory
-from day0.numerics.platform_kernels import Platform
 from day0.numerics.results import LayerReport
+from day0.platforms.kernels import Platform
 from day0.spec import ValidationSpec
 
 FAULTS = ("softmax_without_max", "rmsnorm_wrong_eps", "matmul_low_precision", "sigmoid_wrong_fp32")

@@ -16,7 +16,7 @@ from numerics_fixtures import tiny_inventory
 from day0.core.ops import build_call, example_numel
 from day0.numerics.inputs import shrink_example
 from day0.numerics.opcheck import check_inventory, check_op, classify
-from day0.numerics.platform_kernels import Platform
+from day0.platforms.kernels import Platform
 from day0.spec import ValidationSpec
 
 

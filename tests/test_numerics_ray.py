@@ -13,7 +13,8 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent / "data" / "numerics"))
 from numerics_fixtures import cpu_spec, tiny_inventory
 
-from day0.numerics.ray_job import OperatorsRequest, accelerator_options, main, run_operators_on_ray
+from day0.backends.resources import task_options, train_worker_resources
+from day0.numerics.ray_job import OperatorsRequest, main, run_operators_on_ray
 from day0.spec import Accelerator, ClusterSpec, NodePool
 
 OPS = {"aten::mm", "aten::_safe_softmax", "aten::histc"}
@@ -26,13 +27,17 @@ def _request() -> OperatorsRequest:
 
 
 def test_accelerator_options() -> None:
-    assert accelerator_options(cpu_spec()) == {"num_cpus": 1}
-    assert accelerator_options(cpu_spec(device_type="cuda"))["num_gpus"] == 1
+    assert task_options(cpu_spec()) == {"num_cpus": 1}
+    assert task_options(cpu_spec(device_type="cuda"))["num_gpus"] == 1
     pool = NodePool(
         name="npu", nodes=2, accelerator=Accelerator(resource="huawei.com/Ascend910", per_node=8, memory_gib=64)
     )
-    opts = accelerator_options(cpu_spec(device_type="npu"), ClusterSpec(backend="kuberay", node_pools=[pool]))
+    npus = ClusterSpec(backend="kuberay", node_pools=[pool])
+    opts = task_options(cpu_spec(device_type="npu"), npus)
     assert opts["resources"] == {"Ascend910": 1} and "num_gpus" not in opts
+    # On a KubeRay cluster the pool's accelerator decides, even for a CPU-only platform's trial workers
+    assert train_worker_resources(cpu_spec(), npus) == {"CPU": 1, "Ascend910": 1}
+    assert train_worker_resources(cpu_spec()) is None  # local: Ray Train's own default
 
 
 def test_job_entrypoint_reads_and_writes_json(tmp_path: Path) -> None:

@@ -194,10 +194,10 @@ def test_a_changed_step_source_recomputes_that_step(tmp_path: Path, api_url: str
     assert second["executed"] == ["parallel", "optimize"] and second["reused"] == ["analyze"]
 
 
-def test_kuberay_backend_is_refused_not_run_locally(tmp_path: Path) -> None:
+def test_kuberay_backend_on_a_local_store_is_refused_before_anything_runs(tmp_path: Path) -> None:
     spec = _spec(tmp_path, "kuberay", cluster="gpu-multinode")
     proc = _day0(tmp_path, None, "run", str(spec))
-    assert proc.returncode == 2 and "cluster.backend" in proc.stderr
+    assert proc.returncode == 2 and "storage" in proc.stderr and "needs an s3:// store" in proc.stderr
     assert not (tmp_path / "store").exists(), "refused before anything was written"
 
 

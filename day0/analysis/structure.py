@@ -11,13 +11,13 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Any, Literal
 
-import torch
 from pydantic import BaseModel, Field
 
-from day0.core.dtypes import DTYPE_BYTES
+from day0.core.precision import DTYPE_BYTES
 from day0.errors import ModelError
 
 if TYPE_CHECKING:
+    import torch
     from transformers import PreTrainedModel
 
 __all__ = [
@@ -140,6 +140,8 @@ def _moe_numbers(cfg: Any) -> tuple[int, int, int]:
 
 
 def _decoder_layers(model: torch.nn.Module) -> torch.nn.ModuleList:
+    import torch  # here, not at import: the planner reads `ModelStructure` without torch
+
     inner = getattr(model, "model", model)
     layers = getattr(inner, "layers", None)
     if not isinstance(layers, torch.nn.ModuleList):

@@ -7,19 +7,42 @@ the logs are the same everywhere.
 
     from day0.backends.jobs import run_job
     outcome = run_job("http://127.0.0.1:8265", "python -m day0.train --help", timeout_s=600)
+
+A step's work is a `StepJob`: a request model in, a result model out, one function between them.
+The local backend calls the function in the flow's process; a remote backend writes the request to
+the artifact store, runs `python -m <module> REQUEST_URL RESULT_URL` on the cluster's head (the
+module's `main = JOB.main`), and reads the result back: the same code on a laptop and on 256 nodes.
 """
 
 from __future__ import annotations
 
 import re
 import secrets
+import shlex
+import sys
 import time
-from collections.abc import Mapping
-from typing import Any, Literal, cast
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Generic, Literal, TypeVar, cast
 
 from pydantic import BaseModel, Field
 
-__all__ = ["JobError", "JobOutcome", "connect", "run_job", "submission_id", "submit", "wait"]
+__all__ = [
+    "JobError",
+    "JobOutcome",
+    "StepJob",
+    "connect",
+    "read_url",
+    "run_job",
+    "submission_id",
+    "submit",
+    "wait",
+    "write_url",
+]
+
+Progress = Callable[[str], None]
+Req = TypeVar("Req", bound=BaseModel)
+Res = TypeVar("Res", bound=BaseModel)
 
 Terminal = Literal["SUCCEEDED", "FAILED", "STOPPED"]
 _TERMINAL = {"SUCCEEDED", "FAILED", "STOPPED"}
@@ -43,6 +66,52 @@ class JobOutcome(BaseModel):
     @property
     def ok(self) -> bool:
         return self.status == "SUCCEEDED"
+
+
+def _store_and_key(url: str) -> tuple[Any, str]:
+    from day0.store import open_store
+
+    parent, _, name = url.rstrip("/").rpartition("/")
+    if not name or "://" not in parent + "/":
+        parent, name = f"file://{parent or '.'}", name
+    return open_store(parent), name
+
+
+def read_url(url: str) -> bytes:
+    """The object at a store URL (`s3://bucket/key`, `file://dir/name` or a path)."""
+    store, name = _store_and_key(url)
+    return cast(bytes, store.get_bytes(name))
+
+
+def write_url(url: str, data: bytes) -> str:
+    """Write an object at a store URL in one piece (atomic rename, or one S3 PUT)."""
+    store, name = _store_and_key(url)
+    return str(store.put_bytes(name, data, "application/json"))
+
+
+@dataclass(frozen=True)
+class StepJob(Generic[Req, Res]):
+    """A step's work: `run(request, progress) -> result`, runnable in-process or as a Ray job."""
+
+    module: str
+    request_type: type[Req]
+    result_type: type[Res]
+    run: Callable[[Req, Progress], Res]
+
+    def entrypoint(self, request_url: str, result_url: str) -> str:
+        return f"python -m {self.module} {shlex.quote(request_url)} {shlex.quote(result_url)}"
+
+    def main(self, argv: Sequence[str] | None = None) -> int:
+        """The job's entrypoint: exit 0 with the result written (whatever its verdict), 2 for bad
+        arguments, 1 when the work raised (the traceback is in the job's logs)."""
+        args = list(sys.argv[1:] if argv is None else argv)
+        if len(args) != 2:
+            print(f"usage: python -m {self.module} REQUEST_URL RESULT_URL", file=sys.stderr)
+            return 2
+        request = self.request_type.model_validate_json(read_url(args[0]))
+        result = self.run(request, lambda msg: print(msg, flush=True))
+        print(f"result: {write_url(args[1], result.model_dump_json().encode())}", flush=True)
+        return 0
 
 
 def submission_id(run_id: str, step: str) -> str:
@@ -102,12 +171,16 @@ def wait(
     poll_s: float = 1.0,
     log_lines: int = 50,
     started: float | None = None,
+    on_log: Progress | None = None,
 ) -> JobOutcome:
-    """Wait for a terminal status; on timeout stop the job and report `timed_out=True`."""
+    """Wait for a terminal status; on timeout stop the job and report `timed_out=True`.
+    `on_log` gets each new line of the driver's output as it appears (the step's progress)."""
     start = time.monotonic() if started is None else started
-    timed_out = False
+    timed_out, seen = False, 0
     while True:
         info = client.get_job_info(sub_id)
+        if on_log is not None:
+            seen = _forward_logs(client, sub_id, seen, on_log)
         status = str(getattr(info.status, "value", info.status))
         if status in _TERMINAL:
             break
@@ -117,6 +190,8 @@ def wait(
             status = _wait_stopped(client, sub_id)
             break
         time.sleep(poll_s)
+    if on_log is not None:
+        _forward_logs(client, sub_id, seen, on_log)
     return JobOutcome(
         submission_id=sub_id,
         address=str(client.get_address()),
@@ -126,6 +201,16 @@ def wait(
         duration_s=round(time.monotonic() - start, 3),
         logs_tail=_tail(client, sub_id, log_lines),
     )
+
+
+def _forward_logs(client: Any, sub_id: str, seen: int, on_log: Progress) -> int:
+    try:
+        lines = str(client.get_job_logs(sub_id)).splitlines()
+    except Exception:  # noqa: BLE001 - progress is best effort; the terminal status is what counts
+        return seen
+    for line in lines[seen:]:
+        on_log(line)
+    return len(lines)
 
 
 def _wait_stopped(client: Any, sub_id: str, grace_s: float = 30.0) -> str:
@@ -147,6 +232,7 @@ def run_job(
     runtime_env: Mapping[str, Any] | None = None,
     metadata: Mapping[str, str] | None = None,
     poll_s: float = 1.0,
+    on_log: Progress | None = None,
 ) -> JobOutcome:
     """Submit and wait. Cancellation (KeyboardInterrupt, task cancel) stops the job before re-raising,
     so no driver is left running on the head."""
@@ -154,7 +240,7 @@ def run_job(
     start = time.monotonic()
     job = submit(client, entrypoint, sub_id=sub_id, runtime_env=runtime_env, metadata=metadata)
     try:
-        return wait(client, job, timeout_s, poll_s=poll_s, started=start)
+        return wait(client, job, timeout_s, poll_s=poll_s, started=start, on_log=on_log)
     except BaseException:  # noqa: BLE001 - stop the job on any exit (Ctrl-C included), then re-raise
         try:
             client.stop_job(job)

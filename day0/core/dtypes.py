@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import torch
 
+from day0.core.precision import DTYPE_BYTES
+
 __all__ = ["ALL_DTYPES", "DTYPES", "DTYPE_BYTES", "dtype_name"]
 
 DTYPES: dict[str, torch.dtype] = {
@@ -29,8 +31,6 @@ ALL_DTYPES: dict[str, torch.dtype] = DTYPES | {
     "bool": torch.bool,
 }
 """Every dtype an op-call example may record, by name."""
-
-DTYPE_BYTES: dict[str, int] = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
 
 _NAMES: dict[torch.dtype, str] = {v: k for k, v in ALL_DTYPES.items()}
 

@@ -9,11 +9,22 @@ from __future__ import annotations
 
 from typing import Literal, get_args
 
-__all__ = ["COMPUTE_DTYPES", "DEFAULT_TOLERANCES", "FP8_KEPT_DTYPE", "DType", "host_compute_dtype", "kept_dtype"]
+__all__ = [
+    "COMPUTE_DTYPES",
+    "DEFAULT_TOLERANCES",
+    "DTYPE_BYTES",
+    "FP8_KEPT_DTYPE",
+    "DType",
+    "host_compute_dtype",
+    "kept_dtype",
+]
 
 DType = Literal["fp32", "bf16", "fp16", "fp8"]
 """Compute dtypes a spec may name (`fp64` is only ever a reference)."""
 COMPUTE_DTYPES: tuple[DType, ...] = get_args(DType)
+
+DTYPE_BYTES: dict[str, int] = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
+"""Bytes per element of each compute dtype (here, not in `day0.core.dtypes`, so the planner needs no torch)."""
 
 FP8_KEPT_DTYPE = "bf16"
 """fp8 training casts GEMM inputs to fp8 transiently and keeps weights, activations and every other

@@ -13,7 +13,7 @@ from typing import ClassVar, Literal
 
 from pydantic import BaseModel, Field, computed_field
 
-__all__ = ["Judgement", "StepResult", "Verdict", "worst"]
+__all__ = ["Execution", "ExecutionEvent", "Judgement", "StepResult", "Verdict", "worst"]
 
 Verdict = Literal["pass", "warn", "fail", "skipped"]
 _SEVERITY: dict[str, int] = {"pass": 0, "skipped": 1, "warn": 2, "fail": 3}
@@ -33,11 +33,36 @@ class Judgement(BaseModel):
     headline: dict[str, str] = Field(default_factory=dict)
 
 
+class ExecutionEvent(BaseModel):
+    """Something that happened to the cluster a step ran on (provisioning, node lost, pod replaced,
+    recovered, deleted): the backend's events as plain data, for the result and the scorecard."""
+
+    kind: str
+    at: float = Field(description="Unix time, seconds.")
+    message: str = ""
+    pool: str | None = None
+    pod: str | None = None
+    node: str | None = None
+
+
+class Execution(BaseModel):
+    """Where and how a step's work ran: the backend, its cluster, the Ray job and the cluster's events."""
+
+    backend: Literal["local", "kuberay"]
+    cluster: str | None = Field(None, description="The RayCluster (kuberay) or Ray address the job ran on.")
+    job_id: str | None = Field(None, description="The Ray job's submission id (None: ran in the flow's process).")
+    duration_s: float | None = None
+    events: list[ExecutionEvent] = Field(default_factory=list)
+
+
 class StepResult(BaseModel):
     """Base of every step's result. Subclasses set `STEP` and implement `judge` and `to_markdown`;
-    `files` (plots, tables stored beside result.json) is optional."""
+    `files` (plots, tables stored beside result.json) is optional. `execution` is filled in by the
+    task that ran the step on a backend."""
 
     STEP: ClassVar[str] = ""
+
+    execution: Execution | None = Field(None, description="Where the step's work ran, and the cluster's events.")
 
     def judge(self) -> Judgement:
         raise NotImplementedError(f"{type(self).__name__} must implement judge()")

@@ -1,103 +1,34 @@
 """Adapting ops a platform lacks or gets wrong, then checking them again.
 
-Strategies, cheapest first; each yields a kernel that is registered in the platform's kernel table
-(the same dispatcher path a vendor kernel takes) only after the op passes its check again:
-- plugin: a kernel offered by a `day0.platforms` entry point (a vendor's or our own library);
-- decomposition: `torch._decomp`'s decomposition, run *on the platform* (its sub-ops must exist
-  there and pass), cost = extra kernel launches / memory passes;
-- upcast: run at fp32 on the platform and cast back (no bf16/int kernel, or an inaccurate one);
-- cpu_fallback: copy to the host, run the stock CPU kernel, copy back.
+Each strategy (`day0.platforms.adapted.STRATEGIES`, cheapest first: plugin, decomposition, upcast,
+cpu_fallback) yields a kernel that is registered in the platform's kernel table (the same
+dispatcher path a vendor kernel takes) only after the op passes its check again. The kernels are
+built in `day0.platforms.adapted`, so the trial can rebuild what step 2 adapted from its result.
 """
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable
 from typing import Any, Literal
 
 import torch
-from torch._decomp import decomposition_table
-from torch.utils._pytree import tree_map
 
 from day0.core.dtypes import DTYPE_BYTES, DTYPES
 from day0.core.ops import OpInventory, OpRecord, build_call, resolve_op
-from day0.numerics.opcheck import check_op, upcast_kernel, write_back
-from day0.numerics.platform_kernels import (
-    KernelEntry,
-    KernelTable,
-    MissingKernelError,
-    Platform,
-)
+from day0.numerics.opcheck import check_op
 from day0.numerics.results import Adaptation, OpCheck, OpCheckReport
+from day0.platforms.adapted import STRATEGIES, make_kernel
+from day0.platforms.kernels import KernelTable, Platform
 from day0.spec import ValidationSpec
 
 __all__ = ["HOST_LINK_GBPS", "STRATEGIES", "adapt_op", "adapt_report", "make_kernel"]
 
-STRATEGIES: tuple[str, ...] = ("plugin", "decomposition", "upcast", "cpu_fallback")
 HOST_LINK_GBPS = 25.0  # PCIe 4.0 x16, the usual host<->accelerator link
 DEVICE_MEM_GBPS = 1000.0  # order of an accelerator's HBM bandwidth; the ratio is what matters
-_active = threading.local()
-
-
-def _no_recursion(op: str, fn: Callable[..., Any]) -> Callable[..., Any]:
-    """A decomposition that calls its own op again is no decomposition on this platform."""
-
-    def kernel(*args: Any, **kwargs: Any) -> Any:
-        stack: set[str] = getattr(_active, "ops", set())
-        if op in stack:
-            raise MissingKernelError(f"decomposition of {op} calls {op} again")
-        _active.ops = stack | {op}
-        try:
-            return fn(*args, **kwargs)
-        finally:
-            _active.ops = stack
-
-    return kernel
-
-
-def _fallback(func: Any, device: str) -> Callable[..., Any]:
-    def kernel(*args: Any, **kwargs: Any) -> Any:
-        host = tree_map(lambda a: a.to("cpu") if isinstance(a, torch.Tensor) else a, (args, kwargs))
-        from torch.utils._python_dispatch import _disable_current_modes
-
-        with _disable_current_modes():  # the stock host kernel, not the platform's
-            try:
-                out = func(*host[0], **host[1])
-            except RuntimeError:  # the host lacks it at this dtype too (histc on int32): at fp32
-                out = upcast_kernel(func)(*host[0], **host[1])
-            out = write_back(func, args, host[0], out)
-        return tree_map(lambda o: o.to(device) if isinstance(o, torch.Tensor) else o, out)
-
-    return kernel
 
 
 def _int_dtypes(record: Any) -> list[str]:
     """The integer dtypes an integer-only op runs at (so an upcast's fp32 call is not re-routed)."""
     return sorted({d["dtype"] for ex in record.examples for d in ex if isinstance(d, dict) and "shape" in d})
-
-
-def make_kernel(
-    strategy: str, op: str, platform: Platform, dtype: str, plugins: KernelTable | None = None
-) -> tuple[KernelEntry | None, str]:
-    """(kernel, note). kernel None means the strategy does not apply; note says why."""
-    func = resolve_op(op)
-    if strategy == "plugin":
-        entry = plugins.lookup(op, dtype) if plugins else None
-        return (entry, entry.source if entry else "no plugin offers a kernel")
-    if strategy == "decomposition":
-        fn = decomposition_table.get(func)
-        if fn is None:
-            return None, "no decomposition in torch._decomp"
-        return KernelEntry(_no_recursion(op, fn), "adapt:decomposition", reenter=True), "torch._decomp"
-    if strategy == "upcast":
-        if dtype == "fp32":
-            return None, "already fp32"
-        if not platform.supports(op, "fp32"):
-            return None, "no fp32 kernel to upcast to"
-        return KernelEntry(upcast_kernel(func), "adapt:upcast", reenter=True), f"{dtype} -> fp32 -> {dtype}"
-    if strategy == "cpu_fallback":
-        return KernelEntry(_fallback(func, platform.device), "adapt:cpu_fallback"), "host CPU kernel"
-    raise ValueError(f"unknown strategy {strategy!r}; expected one of {STRATEGIES}")
 
 
 def _launches(record: Any, platform: Platform, dtype: str, inventory_dtype: str) -> int:

@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_leaves, tree_map
+from torch.utils._pytree import tree_leaves
 
 from day0.core.dtypes import DTYPES, dtype_name
 from day0.core.ops import (
@@ -39,8 +39,9 @@ from day0.numerics.metrics import (
     default_thresholds,
     verdict,
 )
-from day0.numerics.platform_kernels import MissingKernelError, Platform
 from day0.numerics.results import Kind, OpCheck, OpCheckReport
+from day0.platforms.adapted import upcast_kernel
+from day0.platforms.kernels import MissingKernelError, Platform
 from day0.spec import ValidationSpec
 
 __all__ = [
@@ -52,8 +53,6 @@ __all__ = [
     "norm_terms",
     "op_thresholds",
     "thresholds_for",
-    "upcast_kernel",
-    "write_back",
 ]
 
 _LAYOUT = {
@@ -230,53 +229,6 @@ def norm_terms(op: str, call: Call) -> int:
         base == "linalg_vector_norm" and (len(args) < 3 or args[2] is None) and kwargs.get("dim") is None
     )
     return max((t.numel() for t in _outputs(args[:1])), default=1) if whole else 1
-
-
-def write_back(func: Any, args: tuple | list, copies: tuple | list, out: Any) -> Any:
-    """After running `func` on copies of its arguments (cast or moved), copy what it mutated back
-    into the caller's tensors and return those for the aliasing outputs: in-place ops stay in-place."""
-    written = [
-        i
-        for i, a in enumerate(func._schema.arguments[: len(args)])
-        if a.alias_info is not None and a.alias_info.is_write
-    ]
-    for i in written:
-        lists = isinstance(args[i], (list, tuple)) and isinstance(copies[i], (list, tuple))
-        for arg, copy in zip(args[i], copies[i], strict=True) if lists else [(args[i], copies[i])]:
-            if isinstance(arg, torch.Tensor) and copy is not arg:  # a foreach op writes a tensor list
-                arg.copy_(copy)
-                out = tree_map(lambda o, c=copy, a=arg: a if o is c else o, out)
-    return out
-
-
-def upcast_kernel(func: Any, to: torch.dtype = torch.float32) -> Any:
-    """`func` run at `to`: floating inputs (or, for integer-only calls, the integer ones) are cast up,
-    floating outputs cast back to the call's dtype. The reference for an integer op the host lacks
-    (histc on int32), and step 2's upcast adaptation."""
-
-    def kernel(*args: Any, **kwargs: Any) -> Any:
-        tensors = [t for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)]
-        back = tensors[0].dtype if tensors else None
-        any_float = any(t.is_floating_point() for t in tensors)
-        up = tree_map(
-            lambda a: (
-                a.to(to)
-                if isinstance(a, torch.Tensor) and (a.is_floating_point() or (not any_float and a.dtype != torch.bool))
-                else a
-            ),
-            (args, kwargs),
-        )
-        out = write_back(func, args, up[0], func(*up[0], **up[1]))
-        return tree_map(
-            lambda o: (
-                o.to(back)
-                if isinstance(o, torch.Tensor) and o.is_floating_point() and back is not None and o.dtype != back
-                else o
-            ),
-            out,
-        )
-
-    return kernel
 
 
 class ReferenceMode(TorchDispatchMode):

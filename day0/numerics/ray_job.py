@@ -1,28 +1,28 @@
-"""Step 2 on a cluster: the same `run_operators` entrypoint as one Ray task on an accelerator worker.
+"""Step 2 as a job (`JOB`): the same `run_operators` call in the flow's process, or, on a cluster,
+as one Ray task on an accelerator worker.
 
 Why one task for all ops: per-op checks are milliseconds each; one job per op would spend its time
-scheduling. The task asks for one accelerator of the platform's kind: `num_gpus` for NVIDIA pools,
-else the custom resource the KubeRay backend advertises (the last part of the Kubernetes resource
-name, e.g. `Ascend910`).
+scheduling. The task asks for one accelerator of the platform's kind (`day0.backends.resources`):
+`num_gpus` for NVIDIA pools, else the custom resource the KubeRay backend advertises (the last part
+of the Kubernetes resource name, e.g. `Ascend910`).
 
-    python -m day0.numerics.ray_job request.json result.json   # as a submitted Ray job
+    python -m day0.numerics.ray_job REQUEST_URL RESULT_URL   # as a submitted Ray job
 """
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable
-from pathlib import Path
-from typing import Any
 
 from pydantic import BaseModel, Field
 
+from day0.backends.jobs import StepJob
+from day0.backends.resources import task_options
 from day0.core.ops import OpInventory
 from day0.numerics.layers import WholeModel
 from day0.numerics.results import OperatorsResult
 from day0.spec import ClusterSpec, PlatformSpec, ValidationSpec
 
-__all__ = ["OperatorsRequest", "accelerator_options", "main", "run_operators_on_ray", "run_request"]
+__all__ = ["JOB", "OperatorsRequest", "main", "run_job_request", "run_operators_on_ray", "run_request"]
 
 
 class OperatorsRequest(BaseModel):
@@ -34,17 +34,8 @@ class OperatorsRequest(BaseModel):
     compute_dtype: str | None = None
     whole_model: WholeModel | None = Field(None, description="Step 1's model at reduced depth, for the layer check.")
     max_model_params: int = Field(300_000_000, description="Largest reduced model the worker builds.")
-
-
-def accelerator_options(platform: PlatformSpec, cluster: ClusterSpec | None = None) -> dict[str, Any]:
-    """Ray task options asking for one accelerator of the platform (none for the CPU platform)."""
-    if platform.device_type == "cpu":
-        return {"num_cpus": 1}
-    pools = [p for p in (cluster.node_pools if cluster else [])]
-    resource = pools[0].accelerator.resource if pools else ("nvidia.com/gpu" if platform.device_type == "cuda" else "")
-    if resource in ("nvidia.com/gpu", ""):
-        return {"num_cpus": 1, "num_gpus": 1}
-    return {"num_cpus": 1, "resources": {resource.split("/")[-1]: 1}}
+    cluster: ClusterSpec | None = Field(None, description="The cluster's pools (for the accelerator resource).")
+    on_ray: bool = Field(False, description="Run as a Ray task on an accelerator worker (a cluster backend).")
 
 
 def run_request(request: OperatorsRequest, progress: Callable[[str], None] | None = None) -> OperatorsResult:
@@ -70,18 +61,21 @@ def run_operators_on_ray(
 
     if not ray.is_initialized():
         ray.init(address=address, log_to_driver=False)
-    remote = ray.remote(run_request).options(**accelerator_options(request.platform, cluster))
+    remote = ray.remote(run_request).options(**task_options(request.platform, cluster or request.cluster))
     return ray.get(remote.remote(request))
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = argv if argv is not None else sys.argv[1:]
-    if len(args) != 2:
-        print("usage: python -m day0.numerics.ray_job REQUEST.json RESULT.json", file=sys.stderr)
-        return 2
-    request = OperatorsRequest.model_validate_json(Path(args[0]).read_text())
-    Path(args[1]).write_text(run_request(request).model_dump_json())
-    return 0
+def run_job_request(request: OperatorsRequest, progress: Callable[[str], None] | None = None) -> OperatorsResult:
+    """What `JOB` runs: a Ray task on an accelerator worker when `request.on_ray`, else this process."""
+    if request.on_ray:
+        if progress:
+            progress(f"one Ray task asking for {task_options(request.platform, request.cluster)}")
+        return run_operators_on_ray(request, address=request.cluster.address if request.cluster else None)
+    return run_request(request, progress)
+
+
+JOB = StepJob("day0.numerics.ray_job", OperatorsRequest, OperatorsResult, run_job_request)
+main = JOB.main
 
 
 if __name__ == "__main__":

@@ -21,8 +21,8 @@ from day0.core.precision import host_compute_dtype
 from day0.numerics.adapt import adapt_op, adapt_report
 from day0.numerics.layers import WholeModel, build_model, compare_layers, reduced_params
 from day0.numerics.opcheck import check_inventory
-from day0.numerics.platform_kernels import ENTRY_POINT_GROUP, KernelTable, Platform, load_plugin_kernels
 from day0.numerics.results import LayerReport, OpCheck, OpCheckReport, OperatorsResult
+from day0.platforms.kernels import ENTRY_POINT_GROUP, KernelTable, Platform, load_plugin_kernels
 from day0.spec import PlatformSpec, ValidationSpec
 
 __all__ = ["MAX_MODEL_PARAMS", "run_operators"]

@@ -3,6 +3,8 @@
 Contract: pure functions over step 1's `ModelStructure` (no torch, no I/O). `plan_parallelism` ranks
 feasible plans (or says why none fits and how many accelerators would); `choose_optimizations` picks
 memory/communication techniques for a chosen plan, each with its estimated memory and time effect.
+Around them: `step` (from a spec's `planner:` section and the platform's calibrated `profile`),
+`published` (the model against published training runs), `trial_estimate` (step 5's own configuration).
 """
 
 from day0.planner.inputs import ClusterFigures, CommSettings, PlannerOptions, cluster_figures, cluster_from_spec

@@ -46,14 +46,8 @@ class StaticBound:
         o, tr, pp = self.o, self.training, d.pipeline_parallel
         rates = st.step_rates(self.costs, self.cluster, tr.seq_len, tr.precision.compute, o, d)
         mean = self.work.scaled(1 / pp)
-        slot = (
-            min(
-                st.stage_seconds(mean, rc, rates, tr.seq_len, d, o.comm, o.flash_attention).slot_s
-                for rc in self.recompute
-            )
-            + rates.p2p_s
-        )
-        pipe = tm.pipeline_seconds(d.num_microbatches, pp, d.virtual_pipeline_stages, slot)[0]
+        slot = min(st.stage_seconds(mean, rc, rates, tr.seq_len, d, o).slot_s for rc in self.recompute) + rates.p2p_s
+        pipe = tm.pipeline_seconds(d.num_microbatches, pp, d.virtual_pipeline_stages, slot, o.dualpipe)[0]
         return (pipe + self._dp_and_optimizer(d, slot, rates.dp_bandwidth)) * (1 - 1e-9)
 
     def _dp_and_optimizer(self, d: Degrees, slot: float, bandwidth: float) -> float:

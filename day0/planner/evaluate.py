@@ -46,22 +46,17 @@ class PlanContext:
         shards = [mem.rank_params(g.dense, g.replicated, g.expert, tp, ep, etp) for g in groups]
         self.dense, self.expert = [x[0] for x in shards], [x[1] for x in shards]
         self.embhead = [mem.embedding_head_params(c, tp, pp, g.has_embedding, g.has_head) for g in groups]
-        self.max_layer_params = max(
-            sum(mem.rank_params(k.dense_params, k.replicated_params, k.expert_params, tp, ep, etp)) for k in c.kinds
+        self.max_unit_params = max(
+            mem.zero3_unit_params(k.dense_params / tp, k.replicated_params, k.expert_params / (ep * etp))
+            for k in c.kinds
         )
+        flash, sp = o.flash_attention, o.sequence_parallel
         self.act = {
-            rc: [
-                self.tokens
-                * mem.activation_bytes(
-                    g.act_main, g.act_expert, g.act_scores_per_seq, rc, tp, etp, s, o.flash_attention
-                )
-                for g in groups
-            ]
+            rc: [self.tokens * mem.activation_bytes(g.act, rc, tp, etp, s, flash, sp) for g in groups]
             for rc in RECOMPUTES
         }
         per_kind = {
-            rc: [mem.activation_bytes_per_token(k, rc, tp, etp, s, o.flash_attention) for k in c.kinds]
-            for rc in RECOMPUTES
+            rc: [mem.activation_bytes_per_token(k, rc, tp, etp, s, flash, sp) for k in c.kinds] for rc in RECOMPUTES
         }
         self.working = {
             rc: self.tokens * max(a - b for a, b in zip(per_kind["none"], per_kind[rc])) for rc in RECOMPUTES
@@ -80,18 +75,19 @@ class PlanContext:
 
     # --- memory -------------------------------------------------------------------------------
     def _group_memory(self, i: int, k: MemoryKnobs) -> MemoryEstimate:
-        d, pb, z, off_opt = self.d, self.pb, k.zero_stage, k.offload == "optimizer"
+        d, pb, z, off_opt = self.d, self.pb, k.zero_stage, "optimizer" in k.offload
         w1, g1, o1, h1 = mem.model_state_bytes(self.dense[i], d.dense_replicas, z, pb, off_opt)
         w2, g2, o2, h2 = mem.model_state_bytes(self.expert[i], d.expert_replicas, z, pb, off_opt)
         w3, g3, o3, h3 = mem.model_state_bytes(self.embhead[i], d.dense_replicas, z, pb, off_opt)
         per_mb = self.act[k.recompute][i]
         inflight = self.inflight[i]
         host = h1 + h2 + h3
-        if k.offload == "activations":  # keep the running and the next-prefetched micro-batch on device
+        if "activations" in k.offload:  # keep the running and the next-prefetched micro-batch on device
             host += per_mb * max(0.0, inflight - 2)
             inflight = min(inflight, 2.0)
         acts = per_mb * inflight
-        comm = self.comm_base + (mem.zero3_prefetch_bytes(self.max_layer_params, pb.weight) if z >= 3 else 0.0)
+        comm = self.comm_base + (mem.zero3_prefetch_bytes(self.max_unit_params, pb.weight) if z >= 3 else 0.0)
+        w1 += mem.dualpipe_weight_bytes(w1 + w2 + w3, self.o.dualpipe)
         working = self.working[k.recompute]
         total = (
             w1
@@ -143,7 +139,9 @@ class PlanContext:
         if not self._mem_ready:
             self._prepare_memory()
         o, pb, d = self.o, self.pb, self.d
-        zmax, opt_off, act_off = max(o.zero_stages), "optimizer" in o.offload, "activations" in o.offload
+        zmax = max(o.zero_stages)
+        opt_off = any("optimizer" in off for off in o.offload)
+        act_off = any("activations" in off for off in o.offload)
         best = 0.0
         for i in range(len(self.groups)):
             states = 0.0
@@ -165,10 +163,7 @@ class PlanContext:
         c, d, o, tr = self.costs, self.d, self.o, self.training
         self.rates = st.step_rates(c, self.cluster, tr.seq_len, tr.precision.compute, o, d)
         self.stage = {
-            rc: [
-                st.stage_seconds(g.work, rc, self.rates, tr.seq_len, d, o.comm, o.flash_attention) for g in self.groups
-            ]
-            for rc in RECOMPUTES
+            rc: [st.stage_seconds(g.work, rc, self.rates, tr.seq_len, d, o) for g in self.groups] for rc in RECOMPUTES
         }
         self.model_flops = st.model_flops_per_step(c, tr.global_batch, tr.seq_len)
         self.peak = st.gemm_peak_flops(self.cluster.hardware, tr.precision.compute)
@@ -209,7 +204,7 @@ class PlanContext:
         for i, stage in enumerate(self.stage[rc]):
             off = (
                 st.activation_offload_seconds(self.act[rc][i], stage.compute_s, self.o.host_bandwidth_gbps)
-                if offload == "activations"
+                if "activations" in offload
                 else 0.0
             )
             if stage.slot_s + off > worst:
@@ -228,7 +223,9 @@ class PlanContext:
             self._prepare_time()
         d = self.d
         slot = min(max(x.slot_s for x in self.stage[rc]) for rc in self.o.recompute) + self.rates.p2p_s
-        pipe = tm.pipeline_seconds(d.num_microbatches, d.pipeline_parallel, d.virtual_pipeline_stages, slot)[0]
+        pipe = tm.pipeline_seconds(
+            d.num_microbatches, d.pipeline_parallel, d.virtual_pipeline_stages, slot, self.o.dualpipe
+        )[0]
         best = pipe + min(
             self._dp_exposed(z, slot) + min(self._optimizer_seconds(z, off) for off in self.o.offload)
             for z in self.o.zero_stages
@@ -240,7 +237,9 @@ class PlanContext:
             self._prepare_time()
         d, tr = self.d, self.training
         slot, off_act, i = self._slot(k.recompute, k.offload)
-        pipe, bubble = tm.pipeline_seconds(d.num_microbatches, d.pipeline_parallel, d.virtual_pipeline_stages, slot)
+        pipe, bubble = tm.pipeline_seconds(
+            d.num_microbatches, d.pipeline_parallel, d.virtual_pipeline_stages, slot, self.o.dualpipe
+        )
         dp_exposed = self._dp_exposed(k.zero_stage, slot)
         opt = self._optimizer_seconds(k.zero_stage, k.offload)
         step = pipe + dp_exposed + opt

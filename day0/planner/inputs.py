@@ -8,11 +8,15 @@ makes, with its default and unit, so a plan can always say what it assumed.
 
 from __future__ import annotations
 
-from typing import Literal, get_args
+from typing import TYPE_CHECKING, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from day0.planner.model import ActivationPolicy, ModelCosts, model_costs
 from day0.spec import HardwareSpec, PipelineSpec
+
+if TYPE_CHECKING:
+    from day0.analysis.results import ModelStructure
 
 __all__ = [
     "GIB",
@@ -21,13 +25,15 @@ __all__ = [
     "Offload",
     "PlannerOptions",
     "Recompute",
+    "activation_policy",
     "cluster_figures",
     "cluster_from_spec",
+    "costs_for",
 ]
 
 GIB = 1024**3
 Recompute = Literal["none", "selective", "full"]
-Offload = Literal["none", "optimizer", "activations"]
+Offload = Literal["none", "optimizer", "activations", "optimizer+activations"]
 
 
 class _Model(BaseModel):
@@ -65,25 +71,85 @@ class CommSettings(_Model):
     dispatch_dtype: Literal["bf16", "fp8"] = Field("bf16", description="MoE dispatch all-to-all dtype.")
 
 
+SelectiveModule = Literal["core_attn", "layernorm", "mla_up_proj", "moe_act", "mlp_act"]
+
+
 class PlannerOptions(_Model):
-    compute_efficiency: float = Field(0.6, gt=0, le=1, description="Achievable fraction of peak for large GEMMs.")
-    gemm_half_tokens: int = Field(128, ge=0, description="Rows at which GEMM efficiency halves (saturation).")
+    """Every assumption of the cost model; `options_from_spec` fills it from a spec's `planner:` section and,
+    when present, the platform's calibrated profile (`day0.planner.profile`)."""
+
+    gemm_efficiency: dict[str, float] = Field(
+        default_factory=lambda: {"fp32": 0.8, "bf16": 0.8, "fp16": 0.8, "fp8": 0.65},
+        description="Fraction of the dtype's peak that large GEMMs reach (cuBLAS/Transformer Engine on H100: "
+        "~0.8 bf16, ~0.65 fp8); the roofline in `timing.gemm_seconds` adds the size-dependent part.",
+    )
+    attention_efficiency: float = Field(
+        0.5, gt=0, le=1, description="FlashAttention forward+backward fraction of the bf16 peak (Dao 2023: 0.5-0.7)."
+    )
     flash_attention: bool = Field(True, description="Attention scores are never stored (FlashAttention).")
     grad_dtype: Literal["fp32", "bf16"] = Field("fp32", description="Gradient accumulation dtype (Megatron main_grad).")
     optimizer_state_dtype: Literal["fp32", "bf16"] = Field("fp32", description="Adam moments dtype.")
     fragmentation_fraction: float = Field(0.05, ge=0, lt=1, description="Memory held back for allocator fragmentation.")
     framework_overhead_gib: float = Field(1.0, ge=0, description="CUDA context, NCCL communicators, workspaces.")
     host_bandwidth_gbps: float = Field(25, gt=0, description="Host<->device (PCIe) per accelerator, GB/s.")
-    hbm_bandwidth_gbps: float = Field(3000, gt=0, description="Device memory bandwidth (optimizer step), GB/s.")
+    hbm_bandwidth_gbps: float = Field(
+        3000, gt=0, description="Achieved device memory bandwidth (memory-bound kernels, optimizer step), GB/s."
+    )
+    collective_efficiency: float = Field(
+        0.8, gt=0, le=1, description="Bus bandwidth large collectives reach, as a fraction of the link figure."
+    )
+    collective_latency_us: float = Field(10, ge=0, description="Fixed cost of one collective call, microseconds.")
+    overlap_sm_fraction: float = Field(
+        0.15,
+        ge=0,
+        lt=1,
+        description="Compute lost to communication kernels while they overlap it, per second of communication "
+        "(DeepSeek-V3 sec. 3.2.2: 20 of 132 SMs drive the all-to-all).",
+    )
     cpu_adam_params_per_s: float = Field(2.5e8, gt=0, description="Offloaded Adam update rate per accelerator.")
-    max_context_parallel: int = Field(8, ge=1)
-    max_virtual_stages: int = Field(4, ge=1)
+    sequence_parallel: bool = Field(True, description="Megatron sequence parallelism with TP (Korthikanti 2022).")
+    dropout: bool = Field(False, description="The model trains with dropout (1-byte masks are stored).")
+    fp8_activation_cache: bool = Field(
+        False, description="With fp8 compute, GEMM inputs are cached in FP8 (DeepSeek-V3 sec. 3.3.3)."
+    )
+    selective_modules: list[SelectiveModule] = Field(
+        default_factory=lambda: list(get_args(SelectiveModule)),
+        description="What selective recompute recomputes (Megatron-Core --recompute-modules).",
+    )
+    dualpipe: bool = Field(
+        False, description="DualPipe schedule: about half the 1F1B bubble, two weight copies (DeepSeek-V3 3.2.1)."
+    )
+    expert_max_nodes: int | None = Field(
+        None, ge=1, description="Node-limited routing: each token reaches at most this many nodes (DeepSeek-V3: 4)."
+    )
+    mtp_layers: int = Field(0, ge=0, description="Multi-token-prediction modules trained along (DeepSeek-V3: 1).")
+    max_context_parallel: int = Field(8, ge=1, description="Largest CP degree searched.")
+    max_virtual_stages: int = Field(4, ge=1, description="Most virtual pipeline stages per rank searched.")
     micro_batches: list[int] = Field(default_factory=lambda: [1, 2, 4, 8], description="Micro-batch sizes searched.")
     zero_stages: list[int] = Field(default_factory=lambda: [0, 1, 2, 3])
     recompute: list[Recompute] = Field(default_factory=lambda: list(get_args(Recompute)))
     offload: list[Offload] = Field(default_factory=lambda: list(get_args(Offload)))
     keep_plans: int = Field(50, ge=1, description="Ranked plans kept (best per degree tuple).")
     comm: CommSettings = Field(default_factory=CommSettings)
+    profile: str = Field("datasheet", description="Where the hardware figures come from: datasheet or calibrated.")
+
+    def gemm_fraction(self, compute: str) -> float:
+        return self.gemm_efficiency.get(compute, self.gemm_efficiency.get("bf16", 0.8))
+
+
+def activation_policy(options: PlannerOptions, compute: str) -> ActivationPolicy:
+    """How `model_costs` stores activations under these options (FP8 caching only when computing in fp8)."""
+    return ActivationPolicy(
+        selective_modules=tuple(options.selective_modules),
+        dropout=options.dropout,
+        fp8_cache=options.fp8_activation_cache and compute == "fp8",
+        fp8_compute=compute == "fp8",
+    )
+
+
+def costs_for(structure: ModelStructure, options: PlannerOptions, compute: str) -> ModelCosts:
+    """`model_costs` under these options: their activation policy and multi-token-prediction modules."""
+    return model_costs(structure, activation_policy(options, compute), options.mtp_layers)
 
 
 def cluster_figures(

@@ -11,15 +11,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from day0.core.dtypes import DTYPE_BYTES
-from day0.core.precision import kept_dtype
-from day0.planner.model import KindCost, ModelCosts
+from day0.core.precision import DTYPE_BYTES, kept_dtype
+from day0.planner.model import KindCost, ModelCosts, Triple
+
+KindSums = tuple[Triple, Triple, Triple, Triple]
 
 __all__ = [
     "RECOMPUTE_INDEX",
+    "KindSums",
     "ParamBytes",
     "activation_bytes",
     "activation_bytes_per_token",
+    "dualpipe_weight_bytes",
     "embedding_head_params",
     "inflight_microbatches",
     "kind_activation_sums",
@@ -29,6 +32,7 @@ __all__ = [
     "rank_params",
     "usable_bytes",
     "zero3_prefetch_bytes",
+    "zero3_unit_params",
 ]
 
 RECOMPUTE_INDEX = {"none": 0, "selective": 1, "full": 2}
@@ -93,50 +97,38 @@ def usable_bytes(capacity_bytes: float, fragmentation_fraction: float, framework
 
 
 def activation_bytes(
-    main: tuple[float, float, float],
-    expert: tuple[float, float, float],
-    scores: float,
+    sums: KindSums, recompute: str, tp: int, etp: int, seq: int, flash_attention: bool, sequence_parallel: bool = True
+) -> float:
+    """Stored activation bytes per token on one rank, given per-token sums (none, selective, full) of the
+    TP-split tensors, the sequence-parallel region, the routed-token copies and the attention scores.
+
+    Korthikanti et al. 2022 eq. 2-5: with TP only s·b·h·(10 + 24/t + 5·a·s/(h·t)), with sequence
+    parallelism s·b·h/t·(34 + 5·a·s/h); selective recompute drops the tensors of the recomputed modules
+    (the 5·a·s/h scores for core attention); full recompute keeps only the layer input, 2·s·b·h/t.
+    Routed-token copies are split by t/etp (expert-TP gathers tokens). FlashAttention stores no scores.
+    """
+    i = RECOMPUTE_INDEX[recompute]
+    tp_part, sp_part, expert, scores = sums
+    scores_bytes = 0.0 if flash_attention else scores[i] * seq
+    return (tp_part[i] + scores_bytes) / tp + sp_part[i] / (tp if sequence_parallel else 1) + expert[i] * etp / tp
+
+
+def activation_bytes_per_token(
+    kind: KindCost,
     recompute: str,
     tp: int,
     etp: int,
     seq: int,
     flash_attention: bool,
-) -> float:
-    """Stored activation bytes per token on one rank with TP + sequence parallelism, given per-token
-    sums (none, selective, full) of the TP-split part `main` and of routed-token copies `expert`.
-
-    Korthikanti et al. 2022 eq. for TP+SP: s·b·h/t · (34 + 5·a·s/h); selective recompute drops the
-    recomputable tensors (attention scores there; norm outputs, SwiGLU activation and MLA up-projections
-    here, as Megatron-Core's `recompute_modules` and DeepSeek-V3 sec. 3.3.2); full recompute keeps only
-    the layer input, 2·s·b·h/t. Routed-token copies are split by t/etp (expert-TP gathers tokens).
-    """
-    i = RECOMPUTE_INDEX[recompute]
-    scores_bytes = scores * seq if recompute == "none" and not flash_attention else 0.0
-    return (main[i] + scores_bytes) / tp + expert[i] * etp / tp
-
-
-def activation_bytes_per_token(
-    kind: KindCost, recompute: str, tp: int, etp: int, seq: int, flash_attention: bool
+    sequence_parallel: bool = True,
 ) -> float:
     """`activation_bytes` for one layer of `kind`."""
-    return activation_bytes(
-        kind_activation_sums(kind)[0],
-        kind_activation_sums(kind)[1],
-        kind.act_scores_per_seq,
-        recompute,
-        tp,
-        etp,
-        seq,
-        flash_attention,
-    )
+    return activation_bytes(kind_activation_sums(kind), recompute, tp, etp, seq, flash_attention, sequence_parallel)
 
 
-def kind_activation_sums(kind: KindCost) -> tuple[tuple[float, float, float], tuple[float, float, float]]:
-    """((main none, selective, full), (expert none, selective, full)) bytes per token of one layer."""
-    return (
-        (kind.act_none, kind.act_selective, kind.layer_input),
-        (kind.act_expert_none, kind.act_expert_selective, 0.0),
-    )
+def kind_activation_sums(kind: KindCost) -> KindSums:
+    """(TP-split, sequence-parallel region, routed copies, scores per unit s), each by recompute."""
+    return kind.act_tp, kind.act_sp, kind.act_expert, kind.act_scores_per_seq
 
 
 def inflight_microbatches(rank: int, pp: int, vpp: int, num_microbatches: int) -> float:
@@ -157,6 +149,20 @@ def logits_bytes(tokens: float, vocab: int, tp: int) -> float:
     return tokens * vocab / tp * (2 + 4)
 
 
-def zero3_prefetch_bytes(layer_params: float, weight_bytes: int) -> float:
-    """ZeRO-3 gathers a layer's full weights before use and prefetches the next: two layers resident."""
-    return 2 * layer_params * weight_bytes
+def zero3_prefetch_bytes(unit_params: float, weight_bytes: int) -> float:
+    """ZeRO-3 gathers one unit's full weights before use and prefetches the next: two units resident
+    (Rajbhandari et al. 2020 sec. 7; PyTorch FSDP's forward prefetch). The unit is the largest module
+    gathered at once (`zero3_unit_params`), not the whole layer of an MoE."""
+    return 2 * unit_params * weight_bytes
+
+
+def zero3_unit_params(dense: float, replicated: float, expert: float) -> float:
+    """Parameters of the largest gathered unit of a layer on one rank: a dense layer is gathered whole;
+    an MoE layer's attention and shared parts and its local experts are gathered one after the other."""
+    return max(dense + replicated, expert) if expert else dense + replicated + expert
+
+
+def dualpipe_weight_bytes(weight_bytes: float, dualpipe: bool) -> float:
+    """Extra device bytes of DualPipe (DeepSeek-V3 tech report sec. 3.2.1): the bidirectional schedule
+    keeps two copies of each rank's parameters (and their gradients)."""
+    return weight_bytes if dualpipe else 0.0

@@ -12,20 +12,21 @@ them, and the final memory per accelerator.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 from pydantic import BaseModel, Field
 
-from day0.analysis.results import ModelStructure
 from day0.core.result import Judgement, StepResult
 from day0.planner.evaluate import PlanContext
-from day0.planner.inputs import GIB, ClusterFigures, CommSettings, PlannerOptions
-from day0.planner.model import model_costs
+from day0.planner.inputs import GIB, ClusterFigures, CommSettings, PlannerOptions, costs_for
 from day0.planner.results import Plan, make_plan
 from day0.planner.search import best_knobs, knob_settings
 from day0.planner.values import Degrees, MemoryKnobs
 from day0.spec import TrainingSpec
+
+if TYPE_CHECKING:
+    from day0.analysis.results import ModelStructure
 
 __all__ = ["OptimizationReport", "TechniqueChoice", "TechniqueOption", "choose_optimizations"]
 
@@ -151,7 +152,8 @@ def _ctx(
     options: PlannerOptions,
     comm: CommSettings,
 ) -> PlanContext:
-    return PlanContext(model_costs(structure), cluster, training, d, options.model_copy(update={"comm": comm}))
+    costs = costs_for(structure, options, training.precision.compute)
+    return PlanContext(costs, cluster, training, d, options.model_copy(update={"comm": comm}))
 
 
 def _comm_candidates(

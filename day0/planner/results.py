@@ -195,9 +195,13 @@ class PlanReport(StepResult):
         o = self.options
         lines += [
             "",
-            f"- assumptions: GEMMs at {o.compute_efficiency:.0%} of peak (saturating with rows), "
+            f"- assumptions ({o.profile} profile): GEMMs on a roofline at up to "
+            f"{o.gemm_fraction(self.training.precision.compute):.0%} of the {self.training.precision.compute} peak, "
+            f"memory-bound kernels at {o.hbm_bandwidth_gbps:g} GB/s, collectives at "
+            f"{o.collective_efficiency:.0%} of the link figures, "
             f"{'FlashAttention' if o.flash_attention else 'stored attention scores'}, fused norm/SwiGLU kernels, "
-            f"TP with sequence parallelism, {o.grad_dtype} gradients, {o.optimizer_state_dtype} Adam moments, "
+            f"TP {'with' if o.sequence_parallel else 'without'} sequence parallelism, "
+            f"{o.grad_dtype} gradients, {o.optimizer_state_dtype} Adam moments, "
             f"{o.fragmentation_fraction:.0%} fragmentation reserve + {o.framework_overhead_gib:g} GiB runtime, "
             f"1F1B / interleaved 1F1B pipeline; MFU against the peak of the GEMM dtype",
         ]

@@ -15,16 +15,19 @@ import time
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from day0.analysis.results import ModelStructure
 from day0.planner.bounds import StaticBound
 from day0.planner.evaluate import PlanContext
-from day0.planner.inputs import GIB, ClusterFigures, PlannerOptions
+from day0.planner.inputs import GIB, ClusterFigures, PlannerOptions, costs_for
 from day0.planner.memory import param_bytes, usable_bytes
-from day0.planner.model import ModelCosts, model_costs
+from day0.planner.model import ModelCosts
 from day0.planner.results import Infeasibility, Plan, PlanReport, make_plan
 from day0.planner.values import OFFLOADS, RECOMPUTES, Degrees, MemoryKnobs
 from day0.spec import ParallelConstraints, TrainingSpec
+
+if TYPE_CHECKING:
+    from day0.analysis.results import ModelStructure
 
 __all__ = ["best_knobs", "brute_force", "enumerate_degrees", "knob_settings", "min_accelerators", "plan_parallelism"]
 
@@ -181,7 +184,8 @@ def plan_parallelism(
 ) -> PlanReport:
     """Ranked feasible plans (best per degree tuple) or, if none fits, why and the accelerators needed."""
     t0 = time.perf_counter()
-    options, cons, costs = options or PlannerOptions(), _constraints(constraints), model_costs(structure)
+    options, cons = options or PlannerOptions(), _constraints(constraints)
+    costs = costs_for(structure, options, training.precision.compute)
     rejected: Counter[str] = Counter()
     knobs = knob_settings(options)
     bound_of = StaticBound(costs, cluster, training, options)
@@ -246,7 +250,8 @@ def brute_force(
 ) -> PlanReport:
     """Every (degree tuple, knob setting) evaluated in full: the reference the pruned search must match."""
     t0 = time.perf_counter()
-    options, cons, costs = options or PlannerOptions(), _constraints(constraints), model_costs(structure)
+    options, cons = options or PlannerOptions(), _constraints(constraints)
+    costs = costs_for(structure, options, training.precision.compute)
     rejected: Counter[str] = Counter()
     knobs, ranked, evaluated, tuples, min_mem = knob_settings(options), [], 0, 0, math.inf
     for d in enumerate_degrees(costs, cluster, training, cons, options, rejected):
@@ -276,7 +281,8 @@ def min_accelerators(
     """(smallest whole-node accelerator count with a feasible plan, or None up to 2^18; model-state bytes
     with every state sharded). Doubles from the model-state floor to the first count that fits, then scans
     the whole-node counts below it (feasibility is not monotone: batch and layer divisibility)."""
-    options, costs = options or PlannerOptions(), model_costs(structure)
+    options = options or PlannerOptions()
+    costs = costs_for(structure, options, training.precision.compute)
     cons = _constraints(constraints).model_copy(update={"accelerators": None})
     prec = training.precision
     pb = param_bytes(prec.compute, prec.master_weights, options.grad_dtype, options.optimizer_state_dtype)

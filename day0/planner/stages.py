@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
-from day0.planner.memory import kind_activation_sums
+from day0.planner.memory import KindSums, kind_activation_sums
 from day0.planner.model import ModelCosts
 from day0.planner.step_time import StageWork
 
@@ -30,9 +30,7 @@ class RankGroup:
     dense: float  # TP-sharded parameters
     replicated: float
     expert: float  # routed-expert parameters
-    act_main: tuple[float, float, float]  # stored bytes/token by recompute (none, selective, full)
-    act_expert: tuple[float, float, float]
-    act_scores_per_seq: float
+    act: KindSums  # stored bytes/token (TP-split, SP region, routed copies, scores per s) by recompute
 
 
 def _layer_costs(costs: ModelCosts, seq: int) -> list[float]:
@@ -90,6 +88,9 @@ def stage_work(costs: ModelCosts, counts: tuple[int, ...], has_head: bool) -> St
         attn_per_seq=total(lambda k: k.attn_flops_per_seq),
         selective_flops=total(lambda k: k.selective_flops),
         cp_kv=total(lambda k: k.cp_kv_bytes),
+        memory_bound=total(lambda k: k.memory_bound_bytes),
+        selective_memory_bound=total(lambda k: k.selective_memory_bound_bytes),
+        scores_traffic_per_seq=total(lambda k: k.scores_traffic_per_seq),
     )
 
 
@@ -106,7 +107,7 @@ def _group(costs: ModelCosts, rank: int, counts: tuple[int, ...], pp: int) -> Ra
 
     sums = [kind_activation_sums(k) for k in ks]
 
-    def act(j: int) -> tuple[float, float, float]:  # j: 0 main, 1 expert; by recompute (none, selective, full)
+    def act(j: int) -> tuple[float, float, float]:  # j indexes `KindSums`; by recompute (none, selective, full)
         none, selective, full = (sum(n * s[j][i] for n, s in zip(counts, sums)) for i in range(3))
         return none, selective, full
 
@@ -119,9 +120,7 @@ def _group(costs: ModelCosts, rank: int, counts: tuple[int, ...], pp: int) -> Ra
         dense=total(lambda k: k.dense_params),
         replicated=total(lambda k: k.replicated_params),
         expert=total(lambda k: k.expert_params),
-        act_main=act(0),
-        act_expert=act(1),
-        act_scores_per_seq=total(lambda k: k.act_scores_per_seq),
+        act=(act(0), act(1), act(2), act(3)),
     )
 
 

@@ -1,33 +1,78 @@
 """Steps 3 and 4 from a `PipelineSpec`: what the Prefect tasks and the CLI call.
 
-    plan_for_spec(spec, structure)                  -> PlanReport        (step 3)
-    optimize_for_spec(spec, structure, plan_report) -> OptimizationReport (step 4)
+    plan_for_spec(spec, structure, profile)                  -> PlanReport        (step 3)
+    optimize_for_spec(spec, structure, plan_report)          -> OptimizationReport (step 4)
 
-Contract: pure over the spec and step 1's structure (`AnalyzeResult.structure`).
+Contract: pure over the spec, step 1's structure (`AnalyzeResult.structure`) and the platform's
+calibrated profile (the caller reads it from the store: `day0.planner.profile.load_profile`). The
+spec's `planner:` section sets the assumptions; a calibrated profile replaces the datasheet figures
+unless `planner.profile` is `datasheet`; figures the user wrote in `planner:` win over both.
 """
 
 from __future__ import annotations
 
-from day0.analysis.results import ModelStructure
-from day0.planner.inputs import PlannerOptions, cluster_from_spec
+from typing import TYPE_CHECKING
+
+from day0.errors import UsageError
+from day0.planner.inputs import ClusterFigures, CommSettings, PlannerOptions, cluster_from_spec
 from day0.planner.optimize import OptimizationReport, choose_optimizations
+from day0.planner.profile import CalibratedProfile, apply_profile
 from day0.planner.results import PlanReport
 from day0.planner.search import plan_parallelism
 from day0.spec import PipelineSpec
 
-__all__ = ["optimize_for_spec", "plan_for_spec"]
+if TYPE_CHECKING:
+    from day0.analysis.results import ModelStructure
+
+__all__ = ["optimize_for_spec", "plan_for_spec", "planner_inputs"]
 
 
-def plan_for_spec(spec: PipelineSpec, structure: ModelStructure, options: PlannerOptions | None = None) -> PlanReport:
+def planner_inputs(
+    spec: PipelineSpec, profile: CalibratedProfile | None = None
+) -> tuple[ClusterFigures, PlannerOptions]:
+    """The cluster figures and planner options for `spec` (see the module contract for precedence)."""
+    p, cluster = spec.planner, cluster_from_spec(spec)
+    options = PlannerOptions(
+        max_context_parallel=p.max_context_parallel,
+        max_virtual_stages=p.max_virtual_stages,
+        sequence_parallel=p.sequence_parallel,
+        flash_attention=p.flash_attention,
+        fp8_activation_cache=p.fp8_activation_cache,
+        selective_modules=list(p.selective_recompute),
+        dualpipe=p.dualpipe,
+        expert_max_nodes=p.expert_max_nodes,
+        comm=CommSettings(tp_overlap=p.overlap.tp, ep_overlap=p.overlap.ep, dp_overlap=p.overlap.dp),
+    )
+    if p.profile == "calibrated" and profile is None:
+        raise UsageError(
+            f"planner.profile: 'calibrated' but the store has no profile for platform {spec.platform.name!r}; "
+            f"run `day0 calibrate {spec.platform.name}` first"
+        )
+    if profile is not None and p.profile != "datasheet":
+        hardware, options = apply_profile(cluster.hardware, options, profile)
+        note = f"calibrated profile of {profile.created} ({profile.backend}, {profile.workers} workers) used"
+        cluster = cluster.model_copy(update={"hardware": hardware, "notes": [*cluster.notes, note]})
+    efficiency: dict[str, float] = dict(options.gemm_efficiency)
+    efficiency.update({str(dtype): value for dtype, value in p.gemm_efficiency.items()})
+    update: dict[str, object] = {"gemm_efficiency": efficiency}
+    if p.attention_efficiency is not None:
+        update["attention_efficiency"] = p.attention_efficiency
+    if p.hbm_bandwidth_gbps is not None:
+        update["hbm_bandwidth_gbps"] = p.hbm_bandwidth_gbps
+    return cluster, options.model_copy(update=update)
+
+
+def plan_for_spec(
+    spec: PipelineSpec, structure: ModelStructure, profile: CalibratedProfile | None = None
+) -> PlanReport:
+    cluster, options = planner_inputs(spec, profile)
     constraints = None if spec.parallel == "auto" else spec.parallel
-    return plan_parallelism(structure, cluster_from_spec(spec), spec.training, constraints, options)
+    return plan_parallelism(structure, cluster, spec.training, constraints, options)
 
 
-def optimize_for_spec(
-    spec: PipelineSpec, structure: ModelStructure, report: PlanReport, options: PlannerOptions | None = None
-) -> OptimizationReport:
+def optimize_for_spec(spec: PipelineSpec, structure: ModelStructure, report: PlanReport) -> OptimizationReport:
     return (
-        choose_optimizations(structure, report.cluster, spec.training, report.best, options or report.options)
+        choose_optimizations(structure, report.cluster, spec.training, report.best, report.options)
         if report.best
         else OptimizationReport.skipped(structure.model, report.message)
     )

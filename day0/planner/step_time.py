@@ -58,6 +58,9 @@ class StageWork:
     attn_per_seq: float  # attention FLOPs per token per unit of sequence length (causal)
     selective_flops: float  # FLOPs per token that selective recompute repeats
     cp_kv: float  # K+V bytes per token exchanged by context parallelism
+    memory_bound: float  # bytes per token moved by memory-bound kernels (norms, activations, routing)
+    selective_memory_bound: float  # of which selective recompute repeats
+    scores_traffic_per_seq: float  # bytes per token per unit s of an unfused softmax
 
     def scaled(self, factor: float) -> StageWork:
         return StageWork(*(getattr(self, f.name) * factor for f in fields(self)))
@@ -68,9 +71,11 @@ class StepRates:
     """What one degree tuple fixes: achieved FLOP/s per GEMM kind and the unit communication times."""
 
     tokens: float  # tokens per rank per micro-batch, gathered over TP (s·b / CP)
-    linear_flops: float  # dense GEMMs: peak of the compute dtype x efficiency at `tokens` rows
-    expert_flops: float  # routed-expert GEMMs: rows = tokens per local expert
-    attention_flops: float  # attention runs at bf16
+    linear_flops: float  # dense GEMMs: peak of the compute dtype x roofline efficiency of the layer's shapes
+    expert_flops: float  # routed-expert grouped GEMMs: rows = tokens per local expert
+    attention_flops: float  # causal attention FLOPs per second (bf16; an unfused kernel computes all s² scores)
+    head_flops: float  # output head GEMM FLOP/s: bf16 even in fp8 recipes (DeepSeek-V3 sec. 3.3.1)
+    hbm: float  # bytes/s of memory-bound kernels
     tp_ring_s: float  # one TP all-gather or reduce-scatter of a layer's activations
     dispatch_s: float  # one MoE all-to-all at the dispatch dtype
     combine_s: float  # one MoE all-to-all at bf16
@@ -111,14 +116,23 @@ def step_rates(
     tp, ep, etp = d.tensor_parallel, d.expert_parallel, d.expert_tensor_parallel
     tokens = seq * d.micro_batch / d.context_parallel
     tok = tokens / tp
-    eff = tm.gemm_efficiency(tokens, o.compute_efficiency, o.gemm_half_tokens)
-    peak = gemm_peak_flops(hw, compute)
-    ex_eff = tm.gemm_efficiency(
-        tm.expert_rows(tok, c.top_k, ep, etp, c.num_experts), o.compute_efficiency, o.gemm_half_tokens
-    )
-    intra, inter = hw.intra_node_bandwidth_gbps, hw.inter_node_bandwidth_gbps
+    peak, frac, wbytes = gemm_peak_flops(hw, compute), o.gemm_fraction(compute), _BYTES.get(compute, 2)
+    hbm = o.hbm_bandwidth_gbps * 1e9
+    shapes = tm.layer_gemm_shapes(tokens, c.hidden, c.qkv_width, c.ffn, c.gated, tp)
+    eff = tm.gemm_efficiency(shapes, wbytes, peak, frac, hbm)
+    rows = tm.expert_rows(tok, c.top_k, ep, etp, c.num_experts)
+    ex_eff = tm.gemm_efficiency(tm.expert_gemm_shapes(rows, c.hidden, c.expert_ffn, etp), wbytes, peak, frac, hbm)
+    bf16 = hw.bf16_tflops * 1e12
+    if o.flash_attention:
+        attention = bf16 * o.attention_efficiency
+    else:  # batched QK^T and AV per head over the whole s x s square, then masked: twice the causal FLOPs
+        bmm = [(seq, seq, c.head_dim), (seq, c.head_dim, seq)]
+        attention = bf16 * tm.gemm_efficiency(bmm, 2, bf16, o.gemm_fraction("bf16"), hbm) / 2
+    coll, lat = o.collective_efficiency, o.collective_latency_us * 1e-6
+    intra, inter = hw.intra_node_bandwidth_gbps * coll, hw.inter_node_bandwidth_gbps * coll
     dispatch, combine = (
-        tm.alltoall_seconds(tok * c.top_k * c.hidden * b, ep, etp, n, intra, inter)
+        tm.expert_alltoall_seconds(tok, c.top_k, c.hidden * b, ep, etp, n, intra, inter, o.expert_max_nodes)
+        + (lat if ep > 1 else 0.0)
         for b in (_BYTES[o.comm.dispatch_dtype], 2)
     )
     dp_span = tp * d.context_parallel * d.data_parallel
@@ -127,12 +141,15 @@ def step_rates(
         if d.pipeline_parallel > 1
         else 0.0
     )
+    head = tm.gemm_efficiency([(tokens, c.vocab / tp, c.hidden)], 2, bf16, o.gemm_fraction("bf16"), hbm)
     return StepRates(
         tokens=tokens,
+        head_flops=bf16 * head,
         linear_flops=peak * eff,
         expert_flops=peak * ex_eff,
-        attention_flops=hw.bf16_tflops * 1e12 * eff,
-        tp_ring_s=tm.ring_seconds(tokens * c.hidden * 2, tp, intra * 1e9),
+        attention_flops=attention,
+        hbm=hbm,
+        tp_ring_s=tm.ring_seconds(tokens * c.hidden * 2, tp, intra * 1e9) + (lat if tp > 1 else 0.0),
         dispatch_s=dispatch,
         combine_s=combine,
         cp_bandwidth=tm.link_bandwidth(tp * d.context_parallel, n, intra, inter),
@@ -141,30 +158,34 @@ def step_rates(
     )
 
 
-def stage_seconds(
-    w: StageWork, recompute: str, r: StepRates, seq: int, d: Degrees, comm: CommSettings, flash_attention: bool
-) -> StageTime:
-    """Forward + backward of one micro-batch on a stage doing `w`: compute 3x forward; selective
-    recompute repeats `selective_flops` (and attention without FlashAttention), full recompute the
-    whole forward but the head; TP/EP collectives exposed unless overlapped; the CP K/V ring exposed
-    beyond the attention it overlaps."""
-    tok, full = r.tokens / d.tensor_parallel, recompute == "full"
-    lin, routed, attn = 2 * tok * w.dense_active, 2 * tok * w.routed_active, tok * seq * w.attn_per_seq
-    compute = 3 * ((lin + tok * w.head_flops) / r.linear_flops + routed / r.expert_flops + attn / r.attention_flops)
+def stage_seconds(w: StageWork, recompute: str, r: StepRates, seq: int, d: Degrees, o: PlannerOptions) -> StageTime:
+    """Forward + backward of one micro-batch on a stage doing `w`: GEMMs, attention and memory-bound
+    kernels at 3x their forward; selective recompute repeats `selective_flops` (and an unfused core
+    attention when it recomputes it), full recompute the whole forward but the head; TP/EP collectives
+    exposed unless overlapped; the CP K/V ring exposed beyond the attention it overlaps."""
+    tok, full, flash, comm = r.tokens / d.tensor_parallel, recompute == "full", o.flash_attention, o.comm
+    lin, routed = 2 * tok * w.dense_active / r.linear_flops, 2 * tok * w.routed_active / r.expert_flops
+    attn = tok * seq * w.attn_per_seq / r.attention_flops
+    attn += 0.0 if flash else tok * seq * w.scores_traffic_per_seq / r.hbm
+    membound = tok * w.memory_bound / r.hbm
+    compute = 3 * (lin + tok * w.head_flops / r.head_flops + routed + attn + membound)
     if recompute == "selective":
-        extra = tok * w.selective_flops / r.linear_flops + (0.0 if flash_attention else attn / r.attention_flops)
+        core = not flash and "core_attn" in o.selective_modules
+        extra = tok * w.selective_flops / r.linear_flops + tok * w.selective_memory_bound / r.hbm
+        extra += attn if core else 0.0
     else:
-        extra = lin / r.linear_flops + routed / r.expert_flops + attn / r.attention_flops if full else 0.0
+        extra = lin + routed + attn + membound if full else 0.0
     tp = w.layers * (8 + 4 * full) * r.tp_ring_s
     ep = w.moe_layers * (r.dispatch_s + 3 * r.combine_s + full * (r.dispatch_s + r.combine_s))
     cp_deg = d.context_parallel
     cp = 3 * (cp_deg - 1) * tok * w.cp_kv / r.cp_bandwidth if cp_deg > 1 else 0.0
     busy = compute + extra
+    sm = o.overlap_sm_fraction
     slot = (
         busy
-        + tm.exposed(tp, busy, comm.tp_overlap)
-        + tm.exposed(ep, busy, comm.ep_overlap)
-        + max(0.0, cp - 3 * attn / r.attention_flops)
+        + tm.exposed(tp, busy, comm.tp_overlap, sm)
+        + tm.exposed(ep, busy, comm.ep_overlap, sm)
+        + max(0.0, cp - 3 * attn)
     )
     return StageTime(compute_s=compute, recompute_s=extra, tp_comm_s=tp, ep_comm_s=ep, cp_comm_s=cp, slot_s=slot)
 
@@ -213,7 +234,7 @@ def optimizer_params(dense_params: float, expert_params: float, zero_stage: int,
 def optimizer_seconds_per_param(offload: str, pb: ParamBytes, options: PlannerOptions) -> float:
     """Adam update time per parameter: memory-bound on device (master, moments, grad and weight touched),
     or ZeRO-Offload (Ren et al. 2021): grads down, weights up over PCIe, Adam on the CPU."""
-    if offload == "optimizer":
+    if "optimizer" in offload:
         return (pb.grad + pb.weight) / (options.host_bandwidth_gbps * 1e9) + 1 / options.cpu_adam_params_per_s
     return (tm.OPTIMIZER_BYTES_TOUCHED + pb.grad + pb.weight) / (options.hbm_bandwidth_gbps * 1e9)
 

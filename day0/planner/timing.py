@@ -9,13 +9,18 @@ interleaved 1F1B schedule (Narayanan et al. 2021, sec. 2.2); model FLOPs 6·N pe
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 __all__ = [
     "OPTIMIZER_BYTES_TOUCHED",
-    "alltoall_seconds",
     "dp_sync_bytes",
+    "expert_alltoall_seconds",
+    "expert_gemm_shapes",
     "expert_rows",
     "exposed",
     "gemm_efficiency",
+    "gemm_seconds",
+    "layer_gemm_shapes",
     "link_bandwidth",
     "pipeline_seconds",
     "ring_seconds",
@@ -24,10 +29,34 @@ __all__ = [
 OPTIMIZER_BYTES_TOUCHED = 2 * 4 + 2 * 8  # fp32 master + two fp32 moments, each read and written per update
 
 
-def gemm_efficiency(rows: float, base: float, half_rows: int) -> float:
-    """Achievable fraction of peak for GEMMs with `rows` token rows: base·n/(n + n_half), a saturating
-    curve (small micro-batches and heavy CP/TP splitting leave the tensor cores under-fed)."""
-    return base * rows / (rows + half_rows)
+def gemm_seconds(m: float, n: float, k: float, dtype_bytes: int, peak: float, fraction: float, hbm: float) -> float:
+    """One (m x k) @ (k x n) GEMM on a roofline whose compute roof is `fraction` of the dtype's peak:
+    2·m·n·k / (peak·fraction) plus the operand and result traffic (m·k + k·n + m·n)·bytes / HBM
+    bandwidth (Williams et al. 2009, summed rather than maxed: tiles stream in while others compute only
+    partly). Large GEMMs reach `fraction`; thin ones (few tokens per expert, narrow TP shards) fall below."""
+    return 2 * m * n * k / (peak * fraction) + (m * k + k * n + m * n) * dtype_bytes / hbm
+
+
+def gemm_efficiency(
+    shapes: Sequence[tuple[float, float, float]], dtype_bytes: int, peak: float, fraction: float, hbm: float
+) -> float:
+    """Achieved fraction of peak over a sequence of GEMMs (m, n, k): their FLOPs / (peak x their time)."""
+    flops = sum(2 * m * n * k for m, n, k in shapes)
+    if flops == 0:
+        return fraction
+    return flops / (peak * sum(gemm_seconds(m, n, k, dtype_bytes, peak, fraction, hbm) for m, n, k in shapes))
+
+
+def layer_gemm_shapes(rows: float, hidden: int, qkv: float, ffn: int, gated: bool, tp: int) -> list[tuple]:
+    """The (m, n, k) of a transformer layer's four GEMMs on one TP rank (Megatron column/row parallel):
+    QKV (rows, qkv/t, h), output projection (rows, h, h/t), MLP up (rows, (2)f/t, h), MLP down (rows, h, f/t)."""
+    up = (2 if gated else 1) * ffn
+    return [(rows, qkv / tp, hidden), (rows, hidden, hidden / tp), (rows, up / tp, hidden), (rows, hidden, ffn / tp)]
+
+
+def expert_gemm_shapes(rows: float, hidden: int, ffn: int, etp: int) -> list[tuple]:
+    """A routed expert's grouped-GEMM shapes: gate+up (rows, 2f/etp, h), down (rows, h, f/etp)."""
+    return [(rows, 2 * ffn / etp, hidden), (rows, hidden, ffn / etp)]
 
 
 def expert_rows(tokens: float, top_k: int, ep: int, etp: int, num_experts: int) -> float:
@@ -48,17 +77,32 @@ def ring_seconds(buffer_bytes: float, group: int, bandwidth: float) -> float:
     return 0.0 if group <= 1 else (group - 1) / group * buffer_bytes / bandwidth
 
 
-def alltoall_seconds(
-    bytes_per_rank: float, group: int, stride: int, per_node: int, intra_gbps: float, inter_gbps: float
+def expert_alltoall_seconds(
+    tokens: float,
+    top_k: int,
+    token_bytes: float,
+    group: int,
+    stride: int,
+    per_node: int,
+    intra_gbps: float,
+    inter_gbps: float,
+    max_nodes: int | None,
 ) -> float:
-    """All-to-all where each rank sends `bytes_per_rank` spread evenly over `group` peers placed every
-    `stride` ranks: (g-1)/g of it leaves the rank, the off-node share on the NIC, the rest on NVLink,
-    both links working at once."""
+    """MoE dispatch (or combine) of `tokens` tokens, each sent to `top_k` experts spread over `group` EP
+    ranks placed every `stride` ranks. Without node limits each copy goes where its expert is: the off-node
+    share of the k copies crosses the NIC. With node-limited routing (DeepSeek-V3 sec. 2.1.2 and 3.2.2: at
+    most M nodes per token, one NIC transfer per node, then NVLink forwarding to the experts there) a token
+    crosses the NIC at most min(k, M) x (nodes-1)/nodes times; the in-node fan-out rides NVLink."""
     if group <= 1:
         return 0.0
     in_node = max(1, min(group, per_node // stride)) if stride <= per_node else 1
-    off = bytes_per_rank * (group - in_node) / group
-    on = bytes_per_rank * (in_node - 1) / group
+    nodes = max(1, group // in_node)
+    remote = top_k * (group - in_node) / group  # copies whose expert sits on another node
+    off_copies, on_copies = remote, top_k * (in_node - 1) / group
+    if max_nodes is not None and nodes > 1:  # one NIC transfer per node, then forwarded over NVLink
+        off_copies = min(remote, min(top_k, max_nodes) * (nodes - 1) / nodes)
+        on_copies += remote
+    off, on = tokens * token_bytes * off_copies, tokens * token_bytes * on_copies
     return max(on / (intra_gbps * 1e9), off / (inter_gbps * 1e9))
 
 
@@ -79,13 +123,18 @@ def dp_sync_bytes(params: float, grad_bytes: int, weight_bytes: int, zero_stage:
     return microbatches * (2 * w + g)
 
 
-def exposed(comm_s: float, window_s: float, overlap: bool) -> float:
-    """Communication left on the critical path: all of it, or what the overlapping compute cannot hide."""
-    return max(0.0, comm_s - window_s) if overlap else comm_s
+def exposed(comm_s: float, window_s: float, overlap: bool, sm_fraction: float = 0.0) -> float:
+    """Communication left on the critical path: all of it, or what the overlapping compute cannot hide
+    plus the compute its kernels slow down (`sm_fraction` of each overlapped second: linear, so a stage's
+    time stays convex in its work)."""
+    return max(0.0, comm_s - window_s) + sm_fraction * comm_s if overlap else comm_s
 
 
-def pipeline_seconds(microbatches: int, pp: int, vpp: int, slot_s: float) -> tuple[float, float]:
+def pipeline_seconds(
+    microbatches: int, pp: int, vpp: int, slot_s: float, dualpipe: bool = False
+) -> tuple[float, float]:
     """(pipeline time, bubble) for m micro-batches whose slowest stage takes `slot_s` each:
-    (m + (p-1)/v)·slot, bubble (p-1)/v·slot (Narayanan et al. 2021)."""
-    bubble = (pp - 1) / vpp * slot_s
+    (m + (p-1)/v)·slot, bubble (p-1)/v·slot (Narayanan et al. 2021). DualPipe feeds micro-batches from
+    both ends: bubble (p/2 - 1) slots (DeepSeek-V3 table 2, with F&B + B - 3W taken as one slot)."""
+    bubble = (max(0.0, pp / 2 - 1) if dualpipe and pp > 1 else (pp - 1) / vpp) * slot_s
     return microbatches * slot_s + bubble, bubble

@@ -15,7 +15,7 @@ from pydantic.dataclasses import dataclass
 __all__ = ["OFFLOADS", "RECOMPUTES", "Degrees", "MemoryEstimate", "MemoryKnobs", "TimeEstimate"]
 
 RECOMPUTES = ("none", "selective", "full")
-OFFLOADS = ("none", "optimizer", "activations")
+OFFLOADS = ("none", "optimizer", "activations", "optimizer+activations")
 
 
 @dataclass(frozen=True, slots=True)

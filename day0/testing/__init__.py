@@ -5,6 +5,8 @@
 - `chaos`: kill a Ray node under a training run and let Ray Train recover.
 - `ray`: `local_head`, a private Ray head (own ports, own process group) for job-submission tests.
 - `webhook`: realistic hub payloads, and `Receiver`, `day0 webhook serve` as a restartable subprocess.
+- `pod_runner`: `PodRunner`, a process kubelet whose Nodes run their pods (KubeRay's Ray pods
+  included) as real local processes, for the Kubernetes e2e tests.
 
 A real run never sets any of these; the spec has no field for them, and a run that had them active
 says so in its step's notes.

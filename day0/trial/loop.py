@@ -8,6 +8,12 @@ Determinism: the model comes from `seed`, the batch of step s from `data.batch_f
 thread per worker; so a run resumed from step K repeats exactly the steps an uninterrupted run took.
 Rank 0's return value is the full loss history (restored from the checkpoint, then extended).
 `LoopHooks` are the loop's only extension points (no-ops by default; tests inject faults with them).
+
+Platform kernels: with `platform` set (and a kernel table or a declared operator library to
+emulate), every aten call of the forward, backward, clipping and optimizer step runs through the
+platform's dispatch mode (`day0.platforms.kernels.PlatformMode`): its vendor/plugin kernels and step
+2's adaptations (`adaptations`, rebuilt by `day0.platforms.adapted`), exactly as step 2 ran them;
+each step's record counts the calls per kernel source. Without it the stock kernels run.
 """
 
 from __future__ import annotations
@@ -26,13 +32,16 @@ from pydantic import BaseModel, Field
 
 from day0.core.dtypes import DTYPES
 from day0.core.training import GRAD_CLIP_NORM, WEIGHT_DECAY, clip_gradients, make_optimizer, next_token_loss
+from day0.platforms.adapted import AdaptedKernel, apply_adaptations
+from day0.platforms.kernels import Platform, PlatformMode, load_plugin_kernels
+from day0.spec import PlatformSpec
 from day0.trial.data import batch_for_step
 from day0.trial.model import build_model
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
 
-__all__ = ["LoopConfig", "LoopHooks", "StepRecord", "lr_at", "run_steps", "train_loop"]
+__all__ = ["LoopConfig", "LoopHooks", "StepRecord", "lr_at", "platform_mode", "run_steps", "train_loop"]
 
 TrainDtype = Literal["fp32", "bf16", "fp16"]  # what the loop trains at (autocast below fp32)
 _CPU = torch.device("cpu")
@@ -76,6 +85,10 @@ class StepRecord(BaseModel):
     tokens: int = Field(description="Tokens in this step's global batch.")
     step_time_s: float = Field(description="Wall time from the end of the previous step (includes checkpoints).")
     compute_time_s: float = Field(description="Forward + backward + optimizer time.")
+    kernel_calls: dict[str, int] = Field(
+        default_factory=dict,
+        description="aten calls per kernel source (stock, vendor, plugin:x, adapt:y) in this step.",
+    )
 
 
 class LoopConfig(BaseModel):
@@ -96,6 +109,20 @@ class LoopConfig(BaseModel):
     device_type: str = "cpu"
     experts_implementation: str | None = None
     num_threads: int = 1
+    platform: PlatformSpec | None = Field(None, description="Train under this platform's kernel table (None: stock).")
+    adaptations: list[AdaptedKernel] = Field(default_factory=list, description="Step 2's adapted kernels, applied.")
+
+
+def platform_mode(cfg: LoopConfig) -> tuple[PlatformMode | None, list[str]]:
+    """The dispatch mode the loop trains under (None: stock kernels) and notes on what it could not
+    rebuild. A platform with nothing to emulate (probed library, no kernels) needs no mode."""
+    if cfg.platform is None:
+        return None, []
+    platform = Platform.from_spec(cfg.platform)
+    notes = platform.notes + apply_adaptations(platform, cfg.adaptations)
+    if platform.library is None and not platform.kernels.ops():
+        return None, notes
+    return platform.mode(), notes
 
 
 def lr_at(step: int, cfg: LoopConfig) -> float:
@@ -180,12 +207,25 @@ def _grad_norm(model: torch.nn.Module, max_norm: float) -> float:
     return float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm)
 
 
+def _device(cfg: LoopConfig, local_rank: int) -> torch.device:
+    """This worker's device: Ray Train's GPU for cuda; for another accelerator (npu, musa ...) the
+    vendor plugin is loaded first (it registers the device type with torch), then its local index."""
+    if cfg.device_type == "cpu":
+        return _CPU
+    if cfg.device_type == "cuda":
+        import ray.train.torch
+
+        return ray.train.torch.get_device()
+    if cfg.platform is not None and cfg.platform.vendor_plugin:
+        load_plugin_kernels(names=[cfg.platform.vendor_plugin])
+    return torch.device(cfg.device_type, local_rank)
+
+
 def train_loop(config: dict[str, Any]) -> list[dict[str, Any]]:
     """Ray Train's per-worker function. `config`: LoopConfig fields + `tokens` (1-D int tensor)
     + optional `event_log` (an EventLog actor handle) and `hooks` (LoopHooks). Returns rank 0's
     history (StepRecord dicts)."""
     import ray.train
-    import ray.train.torch
 
     tokens, events, hooks = config["tokens"], config.get("event_log"), config.get("hooks")
     cfg = LoopConfig.model_validate({k: v for k, v in config.items() if k not in _EXTRA_KEYS})
@@ -203,7 +243,7 @@ def train_loop(config: dict[str, Any]) -> list[dict[str, Any]]:
         rank=rank,
         world=world,
         distributed=torch.distributed.is_initialized(),
-        device=ray.train.torch.get_device() if cfg.device_type != "cpu" else torch.device("cpu"),
+        device=_device(cfg, ctx.get_local_rank()),
         checkpoint=ray.train.get_checkpoint(),
         report=ray.train.report,
         log=log,
@@ -235,6 +275,8 @@ def run_steps(
             f"global batch {cfg.global_batch} is not a multiple of micro_batch {cfg.micro_batch} x workers {world}"
         )
     accum = cfg.global_batch // (cfg.micro_batch * world)
+    mode, _ = platform_mode(cfg)
+    kernels = mode if mode is not None else contextlib.nullcontext()
 
     built = build_model(
         cfg.model_config_dict, seed=cfg.seed, experts_implementation=cfg.experts_implementation, device=device
@@ -259,6 +301,7 @@ def run_steps(
     for step in range(start, cfg.steps):
         hooks.before_step(step, start)
         t0 = time.perf_counter()
+        served_before = dict(mode.served) if mode is not None else {}
         lr = hooks.learning_rate(step, lr_at(step, cfg))
         for group in optimizer.param_groups:
             group["lr"] = lr
@@ -269,16 +312,17 @@ def run_steps(
             micro = mine[i * cfg.micro_batch : (i + 1) * cfg.micro_batch]
             sync = i == accum - 1
             no_sync = getattr(model, "no_sync", None)  # DDP all-reduces on the last micro-batch only
-            with no_sync() if (not sync and no_sync) else contextlib.nullcontext():
+            with no_sync() if (not sync and no_sync) else contextlib.nullcontext(), kernels:
                 with autocast:
                     logits = model(input_ids=micro[:, :-1]).logits
                 loss = next_token_loss(logits, micro[:, 1:])
                 loss = hooks.loss(step, loss) / accum
                 loss.backward()
             loss_sum += loss.detach()
-        grad_norm = _grad_norm(model, cfg.grad_clip)
-        if hooks.apply_update(step):
-            optimizer.step()
+        with kernels:
+            grad_norm = _grad_norm(model, cfg.grad_clip)
+            if hooks.apply_update(step):
+                optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         if distributed and world > 1:
             torch.distributed.all_reduce(loss_sum)
@@ -294,6 +338,7 @@ def run_steps(
                 tokens=cfg.global_batch * cfg.seq_len,
                 step_time_s=now - last,
                 compute_time_s=now - t0,
+                kernel_calls=_calls_since(served_before, mode),
             ).model_dump()
         )
         if step == start:
@@ -305,6 +350,15 @@ def run_steps(
     log("memory", peak_bytes=_peak_memory_bytes(device), baseline_bytes=baseline_mem)
     log("finished", step=len(history))
     return history
+
+
+def _calls_since(before: dict[tuple[str, str], int], mode: PlatformMode | None) -> dict[str, int]:
+    """aten calls per kernel source since `before` (a copy of `mode.served`)."""
+    out: dict[str, int] = {}
+    for (op, source), n in (mode.served if mode is not None else {}).items():
+        if n > before.get((op, source), 0):
+            out[source] = out.get(source, 0) + n - before.get((op, source), 0)
+    return out
 
 
 def _checkpoint(model, optimizer, history, distributed: bool, rank: int, report) -> None:

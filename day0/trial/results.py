@@ -11,7 +11,7 @@ from __future__ import annotations
 import datetime as dt
 import statistics
 from itertools import pairwise
-from typing import ClassVar, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -21,6 +21,7 @@ from day0.trial.loop import StepRecord
 from day0.trial.run import RunEvent, TrainingRun
 
 __all__ = [
+    "CostCheck",
     "MemoryComparison",
     "Recovery",
     "RunSummary",
@@ -41,6 +42,7 @@ class TrialCurve(BaseModel):
     label: str
     platform: str
     device: str = Field("cpu", description="Torch device type the curve was trained on.")
+    kernels: str = Field("stock", description="The kernels it ran on: stock, or the platform's table and its calls.")
     compute_dtype: str
     workers: int
     sharding: str = "ddp"
@@ -78,6 +80,39 @@ class MemoryComparison(BaseModel):
     measured_training_bytes: int = Field(description="Peak minus the process's footprint before the model.")
     estimate_bytes: float | None = None
     estimate_source: str = "none"
+
+
+class CostCheck(BaseModel):
+    """Step 3's cost model predicting the candidate's own configuration, beside what it measured."""
+
+    source: str = Field(description="Which figures the prediction used (datasheet or a calibrated profile).")
+    predicted_step_s: float
+    measured_step_s: float | None = Field(None, description="Steady-state seconds per optimizer step.")
+    predicted_peak_bytes: float
+    measured_peak_bytes: int | None = Field(None, description="Largest per-worker training peak measured.")
+
+    @staticmethod
+    def _error(predicted: float, measured: float | None) -> float | None:
+        return None if not measured else predicted / measured - 1
+
+    @property
+    def step_time_error(self) -> float | None:
+        return self._error(self.predicted_step_s, self.measured_step_s)
+
+    @property
+    def memory_error(self) -> float | None:
+        return self._error(self.predicted_peak_bytes, self.measured_peak_bytes)
+
+    def describe(self) -> dict[str, str]:
+        def pair(pred: str, meas: str | None, err: float | None) -> str:
+            return f"predicted {pred}, measured {meas or 'n/a'}" + (f" ({err:+.0%})" if err is not None else "")
+
+        ms = f"{self.measured_step_s:.3f} s" if self.measured_step_s else None
+        mb = f"{self.measured_peak_bytes / 2**20:.0f} MiB" if self.measured_peak_bytes else None
+        return {
+            "step time": pair(f"{self.predicted_step_s:.3f} s", ms, self.step_time_error),
+            "peak memory": pair(f"{self.predicted_peak_bytes / 2**20:.0f} MiB", mb, self.memory_error),
+        }
 
 
 class RunSummary(BaseModel):
@@ -153,6 +188,9 @@ class TrialResult(StepResult):
 
     model: str
     scaled: dict[str, int | None] = Field(description="layers, hidden, experts, vocab, parameters of the trial model.")
+    scaled_config: dict[str, Any] = Field(
+        default_factory=dict, description="The scaled-down model's HF config (what the memory estimate models)."
+    )
     dataset: str
     seq_len: int
     global_batch: int
@@ -163,8 +201,29 @@ class TrialResult(StepResult):
     runs: list[RunSummary]
     recoveries: list[Recovery] = Field(default_factory=list)
     memory: list[MemoryComparison] = Field(default_factory=list)
+    cost_check: CostCheck | None = Field(None, description="Step 3's prediction of this trial vs its measurement.")
     notes: list[str] = Field(default_factory=list)
     seconds: float
+
+    def with_memory_estimate(self, estimate_bytes: float | None, source: str) -> TrialResult:
+        """This result with a memory estimate beside each measured peak (the task adds it after the job)."""
+        memory = [
+            m.model_copy(update={"estimate_bytes": estimate_bytes, "estimate_source": source}) for m in self.memory
+        ]
+        return self.model_copy(update={"memory": memory})
+
+    def with_cost_check(self, predicted_step_s: float, predicted_peak_bytes: float, source: str) -> TrialResult:
+        """This result with step 3's prediction of its candidate beside the measured step time and peak."""
+        tps = self.candidate.tokens_per_s
+        measured = max((m.measured_training_bytes for m in self.memory), default=None)
+        check = CostCheck(
+            source=source,
+            predicted_step_s=predicted_step_s,
+            measured_step_s=self.global_batch * self.seq_len / tps if tps else None,
+            predicted_peak_bytes=predicted_peak_bytes,
+            measured_peak_bytes=measured,
+        )
+        return self.model_copy(update={"cost_check": check})
 
     def judge(self) -> Judgement:
         a, ref, cand = self.alignment, self.reference, self.candidate
@@ -177,12 +236,16 @@ class TrialResult(StepResult):
             f"({cand.describe()}), difference {a.final_loss_diff:+.4f}",
         ]
         headline = {
-            "loss mean rel error": f"{a.loss_mean_rel_error:.3%} (< {a.tolerance.loss_mean_rel:.2%})",
+            "loss mean rel error": f"{a.loss_mean_rel_error:.3%} (< {a.loss_threshold:.2%})",
             "final loss": f"reference {ref.loss[-1]:.4f}, candidate {cand.loss[-1]:.4f}",
             "reference": ref.describe(),
             "candidate": cand.describe(),
             "recoveries": str(len(self.recoveries)),
         }
+        if self.cost_check is not None:
+            headline.update({f"cost model {k}": v for k, v in self.cost_check.describe().items()})
+        if a.parted_at_step is not None:
+            headline["curves part at"] = f"step {a.parted_at_step} ({a.parted_metric})"
         if errors or not a.passed:
             return Judgement(verdict="fail", reasons=reasons, headline=headline)
         if a.loss_max_abs_diff == 0:
@@ -195,17 +258,35 @@ class TrialResult(StepResult):
         return Judgement(verdict="pass", reasons=reasons, headline=headline)
 
     def files(self) -> dict[str, bytes]:
-        from day0.plots import line_overlay
+        from day0.plots import Band, line_overlay
 
+        ref, a = self.reference, self.alignment
+        bands = []
+        if a.noise is not None:
+            s, t = a.noise.loss_spread_rel, a.loss_threshold
+            bands = [
+                Band(
+                    f"seed-to-seed spread (±{s:.2%})",
+                    ref.steps,
+                    [v * (1 - s) for v in ref.loss],
+                    [v * (1 + s) for v in ref.loss],
+                ),
+                Band(
+                    f"tolerance (±{t:.2%})", ref.steps, [v * (1 - t) for v in ref.loss], [v * (1 + t) for v in ref.loss]
+                ),
+            ]
+        parted = f"; curves part at step {a.parted_at_step}" if a.parted_at_step else ""
         return {
             "loss.png": line_overlay(
-                f"{self.model} trial: loss, {self.reference.label} vs {self.candidate.label}",
+                f"{self.model} trial: loss, {ref.label} vs {self.candidate.label}{parted}",
                 {
-                    self.reference.label: (self.reference.steps, self.reference.loss),
+                    ref.label: (ref.steps, ref.loss),
                     self.candidate.label: (self.candidate.steps, self.candidate.loss),
                 },
                 "step",
                 "loss",
+                bands=bands,
+                mark_x=a.parted_at_step,
             )
         }
 
@@ -281,35 +362,54 @@ def _passed_checks(a: AlignmentReport) -> list[str]:
     if a.loss_mean_ok:
         out.append(
             f"mean relative loss error from step {a.mean_window_start} on is {a.loss_mean_rel_error:.3%}, "
-            f"within the {tol.loss_mean_rel:.2%} tolerance"
+            f"within the {a.loss_threshold:.2%} tolerance"
         )
     if a.first_step_ok:
         out.append(
             f"first-step loss differs by {a.first_step_abs_diff:.4g} ({a.first_step_rel_diff:.3%}), within "
             f"{tol.first_step_abs:g} absolute or {tol.first_step_rel:.2%} relative"
         )
+    if a.grad_norm_ok and a.grad_norm_median_rel_error is not None and a.grad_norm_threshold is not None:
+        out.append(
+            f"median relative grad-norm error from step {a.mean_window_start} on is "
+            f"{a.grad_norm_median_rel_error:.3%}, within the {a.grad_norm_threshold:.2%} tolerance"
+        )
     return out
 
 
 def _curves_table(*curves: TrialCurve) -> list[str]:
     lines = [
-        "| curve | platform | device | compute dtype | workers | sharding | recompute | final loss |",
-        "|---|---|---|---|---:|---|---|---:|",
+        "| curve | platform | device | compute dtype | workers | sharding | recompute | final loss | kernels |",
+        "|---|---|---|---|---:|---|---|---:|---|",
     ]
     return lines + [
         f"| {c.label} | {c.platform} | {c.device} | {c.compute_dtype} | {c.workers} | {c.sharding} | "
-        f"{c.recompute} | {c.loss[-1]:.4f} |"
+        f"{c.recompute} | {c.loss[-1]:.4f} | {c.kernels} |"
         for c in curves
     ]
 
 
 def _alignment_table(a: AlignmentReport) -> list[str]:
     grad = "-" if a.grad_norm_mean_rel_error is None else f"{a.grad_norm_mean_rel_error:.3%}"
+    median = "-" if a.grad_norm_median_rel_error is None else f"{a.grad_norm_median_rel_error:.3%}"
+    grad_th = "-" if a.grad_norm_threshold is None else f"< {a.grad_norm_threshold:.2%}"
+    noise = a.noise
+    spread = (
+        f"{noise.loss_spread_rel:.3%} loss, "
+        + ("-" if noise.grad_norm_spread_rel is None else f"{noise.grad_norm_spread_rel:.3%}")
+        + f" grad norm ({noise.residuals} steps' residuals)"
+        if noise
+        else "not estimated: the limits judge"
+    )
     return [
         "| metric | value | tolerance |",
         "|---|---:|---:|",
         f"| mean relative loss error (step {a.mean_window_start}+) | {a.loss_mean_rel_error:.3%} | "
-        f"< {a.tolerance.loss_mean_rel:.2%} |",
+        f"< {a.loss_threshold:.2%} (limit {a.tolerance.loss_mean_rel:.2%}) |",
+        f"| median relative grad-norm error (step {a.mean_window_start}+) | {median} | {grad_th} "
+        f"(limit {a.tolerance.grad_norm_median_rel:.2%}) |",
+        f"| reference seed-to-seed spread (estimated) | {spread} | x {a.tolerance.noise_fraction} |",
+        f"| curves part at | {'-' if a.parted_at_step is None else f'step {a.parted_at_step} ({a.parted_metric})'} | |",
         f"| first-step difference | {a.first_step_abs_diff:.5f} ({a.first_step_rel_diff:.3%}) | "
         f"< {a.tolerance.first_step_abs} or {a.tolerance.first_step_rel:.2%} |",
         f"| max abs loss difference | {a.loss_max_abs_diff:.5f} (step {a.loss_max_abs_diff_step}) | |",

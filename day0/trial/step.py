@@ -19,21 +19,24 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Literal, Protocol, cast
 from urllib.parse import urlparse
 
 from pydantic import BaseModel, Field
 
+from day0.backends.resources import accelerator_resource, train_worker_resources
 from day0.core.model_source import ResolvedModel
 from day0.core.precision import host_compute_dtype
 from day0.errors import UsageError
+from day0.numerics.results import Adaptation
+from day0.platforms.adapted import AdaptedKernel
 from day0.settings import StoreSettings
 from day0.spec import PipelineSpec
-from day0.trial.alignment import compare_curves
+from day0.trial.alignment import compare_curves, reference_noise
 from day0.trial.data import TokenData, prepare_data
-from day0.trial.loop import LoopConfig, LoopHooks, TrainDtype
+from day0.trial.loop import LoopConfig, LoopHooks, StepRecord, TrainDtype, platform_mode
 from day0.trial.model import EXPERT_KEYS, scale_config
 from day0.trial.results import (
     MemoryComparison,
@@ -46,7 +49,15 @@ from day0.trial.results import (
 )
 from day0.trial.run import TrainingRun, event_log, run_training
 
-__all__ = ["TRIAL_VOCAB", "MemoryEstimate", "TrialPlan", "TrialTrainingError", "run_trial"]
+__all__ = [
+    "TRIAL_VOCAB",
+    "MemoryEstimate",
+    "TrialPlan",
+    "TrialTrainingError",
+    "adapted_kernels",
+    "candidate_loop",
+    "run_trial",
+]
 
 TRIAL_VOCAB = 512  # byte-level BPE vocabulary of the trial tokenizer
 Progress = Callable[[str], None]
@@ -87,12 +98,37 @@ def _load_curve(uri: str, settings: StoreSettings | None) -> TrialCurve:
     return TrialCurve.model_validate(raw.get("reference", raw) if "loss" not in raw else raw)
 
 
+def adapted_kernels(adaptations: Sequence[Adaptation]) -> list[AdaptedKernel]:
+    """Step 2's adaptations that fixed their op, as the data the trial rebuilds the kernels from."""
+    out = []
+    for a in adaptations:
+        if a.strategy is None:
+            continue
+        served = a.recheck.served_by if a.recheck else []
+        plugin = next((x.removeprefix("plugin:") for x in served if x.startswith("plugin:")), None)
+        plugin = plugin if a.strategy == "plugin" else None
+        out.append(
+            AdaptedKernel.model_validate({"op": a.op, "dtype": a.dtype, "strategy": a.strategy, "plugin": plugin})
+        )
+    return out
+
+
+def _kernels(loop: LoopConfig, history: list[StepRecord]) -> str:
+    """Which kernels the curve ran on, with the last step's calls per source."""
+    if loop.platform is None or not history or not history[-1].kernel_calls:
+        return "stock" if loop.platform is None else f"stock ({loop.platform.name} has nothing to emulate)"
+    calls = ", ".join(f"{k} {v}" for k, v in sorted(history[-1].kernel_calls.items(), key=lambda kv: -kv[1]))
+    adapted = f", {len(loop.adaptations)} step-2 adaptation(s)" if loop.adaptations else ""
+    return f"{loop.platform.name} kernel table{adapted} (aten calls in the last step: {calls})"
+
+
 def _curve(label: str, platform: str, loop: LoopConfig, workers: int, run: TrainingRun) -> TrialCurve:
     h = run.history
     return TrialCurve(
         label=label,
         platform=platform,
         device=loop.device_type,
+        kernels=_kernels(loop, h),
         compute_dtype=loop.compute_dtype,
         workers=workers,
         sharding=loop.sharding,
@@ -121,9 +157,17 @@ def _scaled_summary(cfg: dict[str, Any], data: TokenData) -> dict[str, int | Non
     }
 
 
-def _loops(spec: PipelineSpec, cfg: dict[str, Any], plan: TrialPlan, notes: list[str]) -> tuple[LoopConfig, LoopConfig]:
+def _loops(
+    spec: PipelineSpec,
+    cfg: dict[str, Any],
+    plan: TrialPlan,
+    notes: list[str],
+    device_present: bool = False,
+    adaptations: Sequence[AdaptedKernel] = (),
+) -> tuple[LoopConfig, LoopConfig]:
     """(reference loop, candidate loop): the same model, seed, data order and global batch; the candidate
-    at the plan's compute dtype, on the platform's device, with the plan's recompute and sharding."""
+    at the plan's compute dtype, with the plan's recompute and sharding, under the platform's kernel
+    table with step 2's adaptations, on the platform's device when present (else emulated on the host)."""
     trial, (compute, fp8_note) = spec.trial, host_compute_dtype(spec.training.precision.compute)
     notes += [fp8_note] if fp8_note else []
     global_batch = trial.micro_batch * trial.workers
@@ -140,7 +184,9 @@ def _loops(spec: PipelineSpec, cfg: dict[str, Any], plan: TrialPlan, notes: list
         compute_dtype=cast(TrainDtype, compute),
         recompute=plan.recompute,
         sharding=plan.sharding,
-        device_type=spec.platform.device_type,
+        device_type=spec.platform.device_type if device_present else "cpu",
+        platform=spec.platform,
+        adaptations=list(adaptations),
     )
     reference = candidate.model_copy(
         update={
@@ -149,9 +195,16 @@ def _loops(spec: PipelineSpec, cfg: dict[str, Any], plan: TrialPlan, notes: list
             "recompute": "none",
             "sharding": "ddp",
             "device_type": "cpu",
+            "platform": None,
+            "adaptations": [],
         }
     )
     return reference, candidate
+
+
+def candidate_loop(spec: PipelineSpec, cfg: dict[str, Any], plan: TrialPlan) -> LoopConfig:
+    """The candidate's loop for the scaled config `cfg` (what a memory estimate models)."""
+    return _loops(spec, cfg, plan, [])[1]
 
 
 def _memory(run: TrainingRun, estimate: float | None, source: str) -> list[MemoryComparison]:
@@ -189,6 +242,33 @@ def _reference(
     return _curve("reference cpu-fp32 x1", "cpu", loop, 1, run), run
 
 
+def _advertised(resource: str) -> bool:
+    """Whether the Ray cluster has the platform's accelerator (GPU, or a custom resource: NPU ...)."""
+    import ray
+
+    return ray.cluster_resources().get(resource, 0) > 0
+
+
+def _platform_notes(spec: PipelineSpec, loop: LoopConfig, resource: str | None, present: bool) -> list[str]:
+    """Where the candidate runs, and what its kernel table could not rebuild, for the result's notes."""
+    platform = spec.platform
+    notes = []
+    if not present:
+        notes.append(
+            f"no {platform.device_type} device in the Ray cluster (no {resource!r} resource): the candidate trains "
+            f"on the host CPU, with gloo instead of {platform.distributed_backend}"
+        )
+    mode, table_notes = platform_mode(loop)
+    if mode is not None:
+        ops = mode.platform.kernels.ops()
+        notes.append(
+            f"the candidate trains under {platform.name}'s kernel table: "
+            + (f"{len(ops)} vendor/plugin/adapted kernel(s) ({', '.join(ops[:8])}{' ...' if len(ops) > 8 else ''})")
+            + (", declared operator library" if mode.platform.library is not None else "")
+        )
+    return notes + table_notes
+
+
 def run_trial(
     spec: PipelineSpec,
     model: ResolvedModel,
@@ -203,9 +283,11 @@ def run_trial(
     ray_address: str | None = None,
     resources_per_worker: dict[str, float] | None = None,
     log=None,
+    adaptations: Sequence[Adaptation] = (),
 ) -> TrialResult:
     """Run step 5 for `spec` on step 1's `model` (see the module docstring). `hooks` go to the
-    candidate's loop only (tests inject faults with them) and are named in the result's notes."""
+    candidate's loop only (tests inject faults with them) and are named in the result's notes;
+    `adaptations` are step 2's (`OperatorsResult.ops.adaptations`), applied to the candidate's kernels."""
     from day0.backends.local import connect
 
     t0, say = time.time(), progress or (lambda msg: None)
@@ -216,7 +298,10 @@ def run_trial(
     cfg = scale_config(
         model.config, trial.scale, vocab_size=data.vocab_size, seq_len=trial.seq_len, eos_token_id=data.eos_token_id
     )
-    ref_loop, cand_loop = _loops(spec, cfg, plan, notes)
+    resource = accelerator_resource(spec.platform, spec.cluster)
+    present = resource is None or _advertised(resource)
+    ref_loop, cand_loop = _loops(spec, cfg, plan, notes, present, adapted_kernels(adaptations))
+    notes += _platform_notes(spec, cand_loop, resource, present)
     common: dict[str, Any] = {
         "storage_uri": checkpoint_uri,
         "max_failures": max_failures,
@@ -236,9 +321,10 @@ def run_trial(
         name="candidate",
         workers=trial.workers,
         hooks=hooks,
-        use_gpu=spec.platform.device_type == "cuda",
-        backend=spec.platform.distributed_backend,
-        resources_per_worker=resources_per_worker,
+        use_gpu=present and resource == "GPU",
+        backend=spec.platform.distributed_backend if present else "gloo",
+        resources_per_worker=resources_per_worker
+        or (train_worker_resources(spec.platform, spec.cluster) if present else None),
         **common,
     )
     runs = ([summarize_run("reference", ref_run)] if ref_run else []) + [summarize_run("candidate", cand_run)]
@@ -256,6 +342,9 @@ def run_trial(
         reference_grad_norm=reference.grad_norm,
         candidate_grad_norm=candidate.grad_norm,
         tolerance=trial.tolerance,
+        noise=reference_noise(reference.loss, reference.grad_norm, trial.tolerance.warmup_steps)
+        if trial.tolerance.noise_fraction
+        else None,
     )
     estimate = memory_estimate(cfg, plan, cand_loop, trial.workers) if memory_estimate else None
     if plan.source != "default":
@@ -263,6 +352,7 @@ def run_trial(
     return TrialResult(
         model=model.source,
         scaled=_scaled_summary(cfg, data),
+        scaled_config=cfg,
         dataset=data.dataset,
         seq_len=trial.seq_len,
         global_batch=cand_loop.global_batch,

@@ -128,3 +128,28 @@ def _wait_nodes_ready(core: Any, names: list[str], timeout_s: float = 60) -> Non
             return
         time.sleep(0.5)
     raise AssertionError(f"kwok did not make nodes Ready in {timeout_s} s: {sorted(set(names) - ready)}")
+
+
+@pytest.fixture
+def pod_runner(api: Any) -> Iterator[Callable[..., Any]]:
+    """Factory: `start(*pools, **options)` starts a `PodRunner` (day0.testing.pod_runner) whose Nodes run
+    their pods as real processes; pool names get a prefix unique to this test (the factory's `.prefix`).
+    After the test the runner is stopped, and no process of it may be left."""
+    from day0.testing.pod_runner import PodRunner, Pool, marked_processes
+
+    runners: list[PodRunner] = []
+    prefix = f"pr{os.getpid() % 1000}-{next(_counter)}"
+
+    def start(*pools: Pool, **options: Any) -> PodRunner:
+        named = [p.model_copy(update={"name": f"{prefix}-{p.name}"}) for p in pools]
+        options = {"max_grace_s": 5.0, "backoff_s": 1.0, "max_backoff_s": 5.0, **options}
+        runner = PodRunner(api, named, **options).start()
+        runners.append(runner)
+        return runner
+
+    start.prefix = prefix  # type: ignore[attr-defined]
+    yield start
+    for runner in runners:
+        runner.stop()
+    left = {r.runner_id: marked_processes(lambda m, r=r: m.startswith(f"{r.runner_id}/")) for r in runners}
+    assert not any(left.values()), f"pod runner processes left behind: {left}"

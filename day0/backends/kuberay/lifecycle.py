@@ -117,8 +117,15 @@ class KubeRayCluster:
         """Per worker group (and the head) that is short: desired, pods, Ready, Pending, and why Pending."""
         return pool_reports(self.pods(), self.manifest)
 
-    def dashboard_address(self) -> str:
-        """The head's job API inside the cluster (KubeRay's `<name>-head-svc` service)."""
+    def dashboard_address(self, via: str = "service") -> str:
+        """The head's job API: through KubeRay's `<name>-head-svc` Service (from inside the cluster),
+        or (`via="pod-ip"`) at the head pod's IP, for a flow whose host routes to pod IPs."""
+        if via == "pod-ip":
+            heads = [p for p in self.pods() if (p.metadata.labels or {}).get("ray.io/node-type") == "head"]
+            ips = [p.status.pod_ip for p in heads if p.status and p.status.pod_ip]
+            if not ips:
+                raise ClusterError(f"RayCluster {self.name}: the head pod has no IP yet")
+            return f"http://{ips[0]}:8265"
         return f"http://{self.name}-head-svc.{self.namespace}.svc.cluster.local:8265"
 
     def _watch_self(self, deadline: float) -> ResourceWatch:

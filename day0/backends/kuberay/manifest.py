@@ -5,7 +5,8 @@ Contracts:
 - `build_raycluster` is the one builder of the custom resource: a head group on CPU nodes
   (no accelerators, `num-cpus: 0`), one worker group per node pool (accelerator resource,
   nodeSelector, tolerations, replicas/min/max), in-tree autoscaling when a pool is elastic,
-  `app.kubernetes.io/*` labels and the run id on everything.
+  `app.kubernetes.io/*` labels and the run id on everything. The spec's own `ray_start_params`
+  (cluster-wide, then per pool) win over day0's, and `pod_env` reaches every Ray container.
 - Names are DNS-1035 labels, unique per run id and short enough for the names KubeRay derives.
 - Sizing from a plan fills fixed pools first and overflows to elastic pools; a plan larger than
   the pools is a `ClusterError` that names the numbers.
@@ -33,6 +34,7 @@ __all__ = [
     "label_value",
     "labels",
     "plan_accelerators",
+    "workers_for_pods",
     "workers_per_pool",
 ]
 
@@ -115,6 +117,26 @@ def workers_per_pool(cluster: ClusterSpec, accelerators: int | None = None) -> d
     return {p.name: out[p.name] for p in cluster.node_pools}
 
 
+def workers_for_pods(cluster: ClusterSpec, pods: int) -> dict[str, int]:
+    """Worker pods per pool for a run whose steps need `pods` accelerator workers at trial scale:
+    fixed pools fill first (only as many nodes as needed); elastic pools start at their minimum and
+    the in-tree autoscaler adds nodes when the work asks for more. More than the pools can ever hold
+    is an error naming the numbers."""
+    most = sum(p.max_nodes for p in cluster.node_pools)
+    if pods > most:
+        have = ", ".join(f"{p.name}: {p.max_nodes}" for p in cluster.node_pools)
+        raise ClusterError(f"the steps need {pods} worker nodes; the node pools hold at most {most} ({have})")
+    left, out = pods, {}
+    for pool in cluster.node_pools:
+        if pool.elastic is None:
+            out[pool.name] = min(left, pool.max_nodes)
+            left -= out[pool.name]
+    for pool in cluster.node_pools:
+        if pool.elastic is not None:
+            out[pool.name] = pool.elastic.min
+    return {p.name: out[p.name] for p in cluster.node_pools}
+
+
 # --- the builder -------------------------------------------------------------------------------
 
 
@@ -168,7 +190,12 @@ def _worker_group(pool: NodePool, replicas: int, image: str, meta: dict[str, str
 
 
 def _head_group(
-    image: str, meta: dict[str, str], node_selector: Mapping[str, str], cpus: int, memory_gib: int
+    image: str,
+    meta: dict[str, str],
+    node_selector: Mapping[str, str],
+    cpus: int,
+    memory_gib: int,
+    tolerations: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     ports = [
         {"containerPort": 6379, "name": "gcs"},
@@ -180,7 +207,11 @@ def _head_group(
         "rayStartParams": {"dashboard-host": "0.0.0.0", "num-cpus": "0"},
         "template": {
             "metadata": {"labels": {**meta, "app.kubernetes.io/component": "ray-head"}},
-            "spec": {"nodeSelector": dict(node_selector), "containers": [container]},
+            "spec": {
+                "nodeSelector": dict(node_selector),
+                "containers": [container],
+                **({"tolerations": tolerations} if tolerations else {}),
+            },
         },
     }
 
@@ -193,10 +224,11 @@ def build_raycluster(
     workers: Mapping[str, int] | None = None,
     image: str | None = None,
     head_node_selector: Mapping[str, str] | None = None,
-    head_cpus: int = 2,
-    head_memory_gib: int = 8,
+    head_cpus: int | None = None,
+    head_memory_gib: int | None = None,
 ) -> dict[str, Any]:
-    """The RayCluster manifest for one run. `workers` (per pool) overrides sizing from `plan`."""
+    """The RayCluster manifest for one run. `workers` (per pool) overrides sizing from `plan`;
+    the head follows `cluster.head` unless the `head_*` arguments override it."""
     if not cluster.node_pools:
         raise ClusterError("cluster.node_pools is empty: the kuberay backend needs at least one pool")
     if workers is None:
@@ -209,7 +241,14 @@ def build_raycluster(
     meta = labels(run_id, name)
     spec: dict[str, Any] = {
         "rayVersion": image.split(":")[-1].split("-")[0],
-        "headGroupSpec": _head_group(image, meta, head_node_selector or {}, head_cpus, head_memory_gib),
+        "headGroupSpec": _head_group(
+            image,
+            meta,
+            cluster.head.node_selector if head_node_selector is None else head_node_selector,
+            head_cpus or cluster.head.cpus,
+            head_memory_gib or cluster.head.memory_gib,
+            [t.model_dump(exclude_none=True) for t in cluster.head.tolerations],
+        ),
         "workerGroupSpecs": [_worker_group(p, workers.get(p.name, 0), image, meta) for p in cluster.node_pools],
     }
     if any(p.elastic is not None for p in cluster.node_pools):
@@ -219,6 +258,7 @@ def build_raycluster(
             "idleTimeoutSeconds": 120,
             "resources": _resources(1, 1),
         }
+    _apply_pod_options(spec, cluster)
     return {
         "apiVersion": f"{GROUP}/{VERSION}",
         "kind": "RayCluster",
@@ -230,6 +270,27 @@ def build_raycluster(
         },
         "spec": spec,
     }
+
+
+def _apply_pod_options(spec: dict[str, Any], cluster: ClusterSpec) -> None:
+    """The spec's own `ray start` flags (cluster-wide, then per pool) and container environment."""
+    env = [
+        {"name": e.name, "value": e.value}
+        if e.field_path is None
+        else {"name": e.name, "valueFrom": {"fieldRef": {"fieldPath": e.field_path}}}
+        for e in cluster.pod_env
+    ]
+    pools = {p.name: p for p in cluster.node_pools}
+    spec["headGroupSpec"]["rayStartParams"].update(cluster.ray_start_params)
+    for group in spec["workerGroupSpecs"]:
+        group["rayStartParams"].update({**cluster.ray_start_params, **pools[group["groupName"]].ray_start_params})
+    if not env:
+        return
+    for group in [spec["headGroupSpec"], *spec["workerGroupSpecs"]]:
+        for container in group["template"]["spec"]["containers"]:
+            container["env"] = [*container.get("env", []), *env]
+    if "autoscalerOptions" in spec:
+        spec["autoscalerOptions"]["env"] = list(env)
 
 
 def _default_image() -> str:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import torch
 
-from day0.numerics.platform_kernels import KernelTable
+from day0.platforms.kernels import KernelTable
 
 aten = torch.ops.aten
 

@@ -14,8 +14,8 @@ from day0.core.model_source import resolve_model_source
 from day0.core.modeling import build_meta_model, load_hf_config
 from day0.core.ops import OpInventory
 from day0.numerics.layers import WholeModel
-from day0.numerics.platform_kernels import ENTRY_POINT_GROUP, Platform
 from day0.paths import CONFIGS_DIR
+from day0.platforms.kernels import ENTRY_POINT_GROUP, Platform
 from day0.spec import ModelSpec, PlatformSpec, load_yaml
 
 MODEL = "tiny-deepseek-v3"

@@ -7,6 +7,8 @@ ops go through the platform's kernels too. The mode routes each aten overload to
 1. an entry of the platform's `KernelTable` (vendor kernels, plugin kernels, step-2 adaptations);
 2. the stock kernel, if the platform's operator library has the op at that dtype;
 3. otherwise raises `MissingKernelError`: what a day-0 platform does for an op it lacks.
+Ops outside `aten` (the collectives of `c10d`, which a training run's DDP all-reduce calls) are the
+distributed backend's, not the operator library's: stock unless the table has a kernel for them.
 
 Vendor and extra kernels come from the entry-point group `day0.platforms`: an entry point names a
 callable `register(table: KernelTable) -> None`; never a hard import of a vendor package.
@@ -68,7 +70,7 @@ def call_dtype(args: Any) -> str | None:
 class KernelEntry:
     fn: Callable[..., Any] = field(repr=False)
     source: str = "vendor"
-    dtypes: frozenset[str] | None = None
+    dtypes: frozenset[str | None] | None = None
     reenter: bool = False
     """Run `fn` under the platform mode, so its own aten calls are platform ops (decompositions)."""
 
@@ -85,7 +87,7 @@ class KernelTable:
         fn: Callable[..., Any],
         *,
         source: str = "vendor",
-        dtypes: Iterable[str] | None = None,
+        dtypes: Iterable[str | None] | None = None,
         reenter: bool = False,
     ) -> None:
         resolve_op(op)
@@ -195,7 +197,7 @@ class PlatformMode(TorchDispatchMode):
                 with self:
                     return entry.fn(*args, **kwargs)
             return entry.fn(*args, **kwargs)
-        if not self.platform.declares(name, dtype):
+        if name.startswith("aten::") and not self.platform.declares(name, dtype):
             example = describe_call(args, kwargs)
             raise MissingKernelError(f"{self.platform.name}: no kernel for {name} at {dtype}", name, example, dtype)
         self.served[(name, "stock")] += 1

@@ -1,0 +1,48 @@
+"""What one accelerator worker asks Ray for: shared by step 2's Ray task and step 5's Train workers.
+
+Why here: the answer depends on the platform and on the cluster's node pools, not on the step, and
+the step packages must not import each other. NVIDIA pools advertise `GPU`; other accelerators are
+custom Ray resources named after the last part of the Kubernetes resource (`huawei.com/Ascend910` ->
+`Ascend910`, as `day0.backends.kuberay.manifest` advertises them); a CPU platform on a local Ray asks
+for one CPU.
+"""
+
+from __future__ import annotations
+
+from day0.spec import ClusterSpec, PlatformSpec
+
+__all__ = ["accelerator_resource", "task_options", "train_worker_resources"]
+
+
+def accelerator_resource(platform: PlatformSpec, cluster: ClusterSpec | None = None) -> str | None:
+    """The Ray resource one accelerator is counted in (`GPU`, a custom name), or None for CPU-only."""
+    pools = cluster.node_pools if cluster is not None and cluster.backend == "kuberay" else []
+    if pools:
+        resource = pools[0].accelerator.resource
+    elif platform.device_type == "cpu":
+        return None
+    else:
+        resource = "nvidia.com/gpu" if platform.device_type == "cuda" else ""
+    if resource == "cpu":
+        return None
+    if resource in ("nvidia.com/gpu", ""):
+        return "GPU"
+    return resource.split("/")[-1]
+
+
+def task_options(platform: PlatformSpec, cluster: ClusterSpec | None = None) -> dict[str, object]:
+    """`ray.remote(...).options(**...)` for a task that needs one accelerator worker."""
+    resource = accelerator_resource(platform, cluster)
+    if resource is None:
+        return {"num_cpus": 1}
+    if resource == "GPU":
+        return {"num_cpus": 1, "num_gpus": 1}
+    return {"num_cpus": 1, "resources": {resource: 1}}
+
+
+def train_worker_resources(platform: PlatformSpec, cluster: ClusterSpec | None = None) -> dict[str, float] | None:
+    """Ray Train `resources_per_worker` (None: Ray Train's default of one CPU, plus a GPU with use_gpu)."""
+    resource = accelerator_resource(platform, cluster)
+    if resource is None or resource == "GPU":
+        return None
+    return {"CPU": 1, resource: 1}

@@ -1,0 +1,14 @@
+"""Calibration of a platform for the cost model: microbenchmarks on the platform's own workers.
+
+Contract: `calibrate(platform, workers, store)` runs, through Ray (`day0.backends.local.connect` unless
+an address is given), GEMMs by shape and dtype and a device memory copy on one worker, and all-reduce,
+all-gather and all-to-all by message size across `workers` Ray workers joined by the platform's
+torch.distributed backend (gloo on the CPU, nccl on GPUs); it writes a `CalibratedProfile`
+(`day0.planner.profile`) to the store, which `day0 plan` then uses, and returns a `CalibrationReport`
+that sets each measured figure beside the datasheet's. The kernels (`kernels.py`) are plain functions
+run inside the workers; `figures.py` holds the pure maths (bus bandwidth, medians).
+"""
+
+from day0.calibration.run import CalibrationReport, CalibrationSizes, calibrate
+
+__all__ = ["CalibrationReport", "CalibrationSizes", "calibrate"]

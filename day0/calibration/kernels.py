@@ -1,0 +1,97 @@
+"""The microbenchmark kernels, run inside Ray workers (torch is imported here, on the worker).
+
+Each returns plain numbers (seconds per repeat); `Worker` is the Ray actor that owns one accelerator
+(or one CPU) and, for collectives, its rank of a torch.distributed group.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+__all__ = ["Worker"]
+
+_DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
+
+
+class Worker:
+    def __init__(self, device_type: str) -> None:
+        import torch
+
+        self.torch = torch
+        self.device = torch.device("cpu") if device_type == "cpu" else torch.device(device_type, 0)
+        if device_type == "cpu":
+            torch.set_num_threads(1)  # one worker, one core: what a Ray CPU "accelerator" is
+
+    def _sync(self) -> None:
+        if self.device.type == "cuda":
+            self.torch.cuda.synchronize()
+
+    def _time(self, fn: Any, repeats: int) -> list[float]:
+        fn()  # warm-up (kernel selection, allocation)
+        self._sync()
+        out = []
+        for _ in range(repeats):
+            t = time.perf_counter()
+            fn()
+            self._sync()
+            out.append(time.perf_counter() - t)
+        return out
+
+    def address(self) -> str:
+        import ray
+
+        return ray.util.get_node_ip_address()
+
+    def gemm(self, dtype: str, m: int, n: int, k: int, repeats: int) -> list[float] | None:
+        """Seconds per (m x k) @ (k x n) at `dtype`; None where the device has no such GEMM."""
+        torch = self.torch
+        if dtype == "fp8":
+            if self.device.type != "cuda" or not hasattr(torch, "_scaled_mm"):
+                return None
+            a = torch.randn(m, k, device=self.device).to(torch.float8_e4m3fn)
+            b = torch.randn(n, k, device=self.device).to(torch.float8_e4m3fn).t()
+            one = torch.ones((), device=self.device)
+            try:
+                return self._time(lambda: torch._scaled_mm(a, b, one, one, out_dtype=torch.bfloat16), repeats)
+            except RuntimeError:
+                return None
+        t = getattr(torch, _DTYPES[dtype])
+        a, b = torch.randn(m, k, device=self.device, dtype=t), torch.randn(k, n, device=self.device, dtype=t)
+        return self._time(lambda: a @ b, repeats)
+
+    def copy(self, nbytes: int, repeats: int) -> list[float]:
+        src = self.torch.empty(nbytes // 4, dtype=self.torch.float32, device=self.device).uniform_()
+        dst = self.torch.empty_like(src)
+        return self._time(lambda: dst.copy_(src), repeats)
+
+    def join(self, backend: str, init_method: str, rank: int, world: int) -> int:
+        import torch.distributed as dist
+
+        dist.init_process_group(backend, init_method=init_method, rank=rank, world_size=world)
+        return rank
+
+    def collective(self, op: str, nbytes: int, repeats: int) -> list[float]:
+        """Seconds per `op` on a `nbytes` fp32 buffer per rank (all-gather: the gathered output)."""
+        import torch.distributed as dist
+
+        torch, world = self.torch, dist.get_world_size()
+        n = max(world, nbytes // 4 // world * world)
+        buf = torch.ones(n, dtype=torch.float32, device=self.device)
+        if op == "all_reduce":
+            fn = lambda: dist.all_reduce(buf)  # noqa: E731
+        elif op == "all_gather":
+            part = torch.ones(n // world, dtype=torch.float32, device=self.device)
+            parts = list(buf.chunk(world))
+            fn = lambda: dist.all_gather(parts, part)  # noqa: E731
+        else:
+            out = torch.empty_like(buf)
+            fn = lambda: dist.all_to_all_single(out, buf)  # noqa: E731
+        dist.barrier()
+        return self._time(fn, repeats)
+
+    def leave(self) -> None:
+        import torch.distributed as dist
+
+        if dist.is_initialized():
+            dist.destroy_process_group()

@@ -1,0 +1,195 @@
+"""`calibrate`: the microbenchmarks on a platform's Ray workers, the profile they give, and the report.
+
+from day0.calibration import calibrate
+report = calibrate(load_platform("cpu"), workers=2, store=open_store("file://.day0"))
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+from datetime import UTC, datetime
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from day0.backends.resources import task_options
+from day0.calibration import figures as fig
+from day0.planner.profile import CalibratedProfile, CollectivePoint, GemmPoint, profile_key
+from day0.spec import PlatformSpec
+from day0.store import ArtifactStore
+
+__all__ = ["CalibrationReport", "CalibrationSizes", "calibrate"]
+
+COLLECTIVES = ("all_reduce", "all_gather", "all_to_all")
+
+
+class CalibrationSizes(BaseModel):
+    """What to measure; the defaults finish in well under two minutes on a 2-core CPU."""
+
+    gemm: list[tuple[int, int, int]] = Field(
+        default_factory=lambda: [
+            (256, 256, 256),
+            (512, 512, 512),
+            (1024, 1024, 1024),
+            (2048, 512, 512),
+            (128, 1024, 1024),
+        ],
+        description="(m, n, k) GEMM shapes: square sizes and thin ones (few token rows).",
+    )
+    dtypes: list[str] = Field(default_factory=lambda: ["fp32", "bf16", "fp8"])
+    copy_bytes: list[int] = Field(default_factory=lambda: [1 << 22, 1 << 26], description="Memory copy sizes.")
+    message_bytes: list[int] = Field(
+        default_factory=lambda: [1 << 10, 1 << 14, 1 << 18, 1 << 22], description="Collective buffer sizes per rank."
+    )
+    repeats: int = Field(5, ge=1)
+
+    @classmethod
+    def for_device(cls, device_type: str) -> CalibrationSizes:
+        """GPU-sized defaults on accelerators (large GEMMs and messages reach the asymptote)."""
+        if device_type == "cpu":
+            return cls()
+        return cls(
+            gemm=[(1024, 1024, 1024), (4096, 4096, 4096), (8192, 8192, 8192), (8192, 1024, 8192), (256, 8192, 8192)],
+            copy_bytes=[1 << 26, 1 << 30],
+            message_bytes=[1 << 10, 1 << 16, 1 << 20, 1 << 24, 1 << 28],
+            repeats=10,
+        )
+
+
+class FigureRow(BaseModel):
+    figure: str
+    datasheet: float | None
+    calibrated: float | None
+    unit: str
+
+
+class CalibrationReport(BaseModel):
+    profile: CalibratedProfile
+    store_key: str
+    seconds: float
+
+    def rows(self) -> list[FigureRow]:
+        p, hw = self.profile, self.profile.datasheet
+        return [
+            FigureRow(
+                figure="bf16 GEMM peak", datasheet=hw.bf16_tflops, calibrated=p.best_tflops("bf16"), unit="TFLOP/s"
+            ),
+            FigureRow(figure="fp32 GEMM", datasheet=None, calibrated=p.best_tflops("fp32"), unit="TFLOP/s"),
+            FigureRow(figure="fp8 GEMM peak", datasheet=hw.fp8_tflops, calibrated=p.best_tflops("fp8"), unit="TFLOP/s"),
+            FigureRow(figure="memory bandwidth", datasheet=None, calibrated=p.hbm_bandwidth_gbps, unit="GB/s"),
+            *[
+                FigureRow(
+                    figure=f"{op.replace('_', '-')} bus bandwidth",
+                    datasheet=hw.intra_node_bandwidth_gbps,
+                    calibrated=p.bus_gbps(op),
+                    unit="GB/s",
+                )
+                for op in COLLECTIVES
+            ],
+            FigureRow(figure="collective latency", datasheet=None, calibrated=p.collective_latency_us, unit="us"),
+        ]
+
+    def to_markdown(self) -> str:
+        p = self.profile
+        lines = [
+            f"# Calibration of `{p.platform}` ({p.backend}, {p.workers} workers, {self.seconds:.0f} s)",
+            "",
+            "| figure | datasheet | calibrated | unit |",
+            "|---|---:|---:|---|",
+        ]
+        lines += [f"| {r.figure} | {_fmt(r.datasheet)} | {_fmt(r.calibrated)} | {r.unit} |" for r in self.rows()]
+        lines += ["", "| GEMM dtype | m | n | k | TFLOP/s |", "|---|---:|---:|---:|---:|"]
+        lines += [f"| {g.dtype} | {g.m} | {g.n} | {g.k} | {g.tflops:.4g} |" for g in p.gemm]
+        lines += ["", "| collective | bytes/rank | seconds | bus GB/s |", "|---|---:|---:|---:|"]
+        lines += [f"| {c.op} | {c.bytes} | {c.seconds:.3g} | {c.bus_gbps:.4g} |" for c in p.collectives]
+        lines += ["", f"profile written to `{self.store_key}`; `day0 plan` uses it for platform `{p.platform}`"]
+        return "\n".join(lines) + "\n"
+
+
+def _fmt(x: float | None) -> str:
+    return "-" if x is None else f"{x:.4g}"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def calibrate(
+    platform: PlatformSpec,
+    workers: int,
+    store: ArtifactStore,
+    sizes: CalibrationSizes | None = None,
+    address: str | None = None,
+) -> CalibrationReport:
+    """Measure, write the profile to `store`, and report (see the package contract)."""
+    import ray
+
+    from day0.backends.local import connect
+    from day0.calibration.kernels import Worker
+
+    t0, sizes = time.perf_counter(), sizes or CalibrationSizes.for_device(platform.device_type)
+    connect(address)
+    actor: Any = ray.remote(Worker).options(**task_options(platform))
+    pool: list[Any] = [actor.remote(platform.device_type) for _ in range(workers)]
+    try:
+        gemm = _gemms(pool[0], sizes)
+        copies = [
+            fig.copy_gbps(b, fig.median_seconds(s))
+            for b in sizes.copy_bytes
+            if (s := ray.get(pool[0].copy.remote(b, sizes.repeats)))
+        ]
+        collectives = _collectives(pool, platform.distributed_backend, sizes) if workers > 1 else []
+    finally:
+        ray.get([w.leave.remote() for w in pool])
+        for w in pool:
+            ray.kill(w)
+    smallest = [c.seconds for c in collectives if c.op == "all_reduce" and c.bytes == min(sizes.message_bytes)]
+    profile = CalibratedProfile(
+        platform=platform.name,
+        backend=platform.distributed_backend,
+        workers=workers,
+        created=datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        datasheet=platform.hardware,
+        gemm=gemm,
+        hbm_bandwidth_gbps=max(copies),
+        collectives=collectives,
+        collective_latency_us=(smallest[0] * 1e6) if smallest else 0.0,
+    )
+    key = profile_key(platform.name)
+    store.put_json(key, profile.model_dump(mode="json"))
+    return CalibrationReport(profile=profile, store_key=key, seconds=time.perf_counter() - t0)
+
+
+def _gemms(worker: Any, sizes: CalibrationSizes) -> list[GemmPoint]:
+    import ray
+
+    out = []
+    for dtype in sizes.dtypes:
+        for m, n, k in sizes.gemm:
+            samples = ray.get(worker.gemm.remote(dtype, m, n, k, sizes.repeats))
+            if samples is None:  # the device has no GEMM at this dtype (fp8 on a CPU)
+                break
+            out.append(
+                GemmPoint(dtype=dtype, m=m, n=n, k=k, tflops=fig.gemm_tflops(m, n, k, fig.median_seconds(samples)))
+            )
+    return out
+
+
+def _collectives(pool: list[Any], backend: str, sizes: CalibrationSizes) -> list[CollectivePoint]:
+    import ray
+
+    world = len(pool)
+    init = f"tcp://{ray.get(pool[0].address.remote())}:{_free_port()}"
+    ray.get([w.join.remote(backend, init, rank, world) for rank, w in enumerate(pool)])
+    out = []
+    for op in COLLECTIVES:
+        for nbytes in sizes.message_bytes:
+            per_rank = ray.get([w.collective.remote(op, nbytes, sizes.repeats) for w in pool])
+            seconds = max(fig.median_seconds(s) for s in per_rank)  # the slowest rank ends the collective
+            out.append(
+                CollectivePoint(op=op, bytes=nbytes, seconds=seconds, bus_gbps=fig.bus_gbps(op, nbytes, world, seconds))
+            )
+    return out

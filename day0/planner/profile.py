@@ -1,0 +1,107 @@
+"""The platform's calibrated profile: what `day0 calibrate PLATFORM` measured (GEMM TFLOP/s by shape and
+dtype, memory bandwidth, collective bus bandwidth by message size) and how it replaces the datasheet
+figures the cost model would otherwise assume.
+
+Contract: pure data and pure functions (no torch, no I/O besides `load_profile`, which reads the store).
+`apply_profile(hardware, options, profile)` returns the hardware and options the planner uses: each GEMM
+dtype's roof from its best measured TFLOP/s, the HBM bandwidth measured, the intra-node link at the
+measured all-reduce bus bandwidth (collective efficiency then 1: the figure is already achieved), and the
+collective latency fitted from the smallest messages. The datasheet stays beside it for the report.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from day0.planner.inputs import PlannerOptions
+from day0.spec import HardwareSpec
+from day0.store import ArtifactStore
+
+__all__ = [
+    "CalibratedProfile",
+    "CollectivePoint",
+    "GemmPoint",
+    "apply_profile",
+    "load_profile",
+    "profile_key",
+]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class GemmPoint(_Model):
+    dtype: str
+    m: int
+    n: int
+    k: int
+    tflops: float = Field(description="Achieved TFLOP/s (median of repeats).")
+
+
+class CollectivePoint(_Model):
+    op: str = Field(description="all_reduce, all_gather or all_to_all")
+    bytes: int = Field(description="Buffer bytes per rank.")
+    seconds: float
+    bus_gbps: float = Field(description="NCCL-tests bus bandwidth: algorithm bandwidth x (g-1)/g (x2 for all-reduce).")
+
+
+class CalibratedProfile(_Model):
+    platform: str
+    backend: str = Field(description="torch.distributed backend of the collectives (gloo, nccl, ...).")
+    workers: int = Field(description="Ray workers the collectives ran across.")
+    created: str
+    datasheet: HardwareSpec
+    gemm: list[GemmPoint]
+    hbm_bandwidth_gbps: float = Field(description="Best measured device memory copy bandwidth, GB/s.")
+    collectives: list[CollectivePoint]
+    collective_latency_us: float = Field(description="Time of the smallest all-reduce, microseconds.")
+
+    def best_tflops(self, dtype: str) -> float | None:
+        points = [p.tflops for p in self.gemm if p.dtype == dtype]
+        return max(points) if points else None
+
+    def bus_gbps(self, op: str) -> float | None:
+        """The largest message's bus bandwidth of `op` (the asymptote the cost model's rings run at)."""
+        points = [p for p in self.collectives if p.op == op]
+        return max(points, key=lambda p: p.bytes).bus_gbps if points else None
+
+
+def profile_key(platform: str) -> str:
+    """Where the store keeps a platform's profile."""
+    return f"calibration/{platform}/profile.json"
+
+
+def apply_profile(
+    hardware: HardwareSpec, options: PlannerOptions, profile: CalibratedProfile
+) -> tuple[HardwareSpec, PlannerOptions]:
+    """The hardware and options the planner uses once `profile` is known (see the module contract)."""
+    hw_update: dict[str, float] = {}
+    eff = dict(options.gemm_efficiency)
+    measured = {dtype: profile.best_tflops(dtype) for dtype in ("bf16", "fp32", "fp8")}
+    for dtype, peak_field in (("bf16", "bf16_tflops"), ("fp8", "fp8_tflops")):  # non-fp8 GEMMs share the bf16 roof
+        value, datasheet = measured[dtype], getattr(hardware, peak_field)
+        if value is not None and datasheet is not None and value > datasheet:
+            hw_update[peak_field] = value  # the datasheet undersells this machine: the measurement is the roof
+    for dtype, peak_field in (("bf16", "bf16_tflops"), ("fp32", "bf16_tflops"), ("fp8", "fp8_tflops")):
+        value, peak = measured[dtype], hw_update.get(peak_field, getattr(hardware, peak_field))
+        if value is not None and peak is not None:
+            eff[dtype] = min(1.0, value / peak)
+    if (bus := profile.bus_gbps("all_reduce")) is not None:
+        hw_update["intra_node_bandwidth_gbps"] = bus
+    opt_update = {
+        "gemm_efficiency": eff,
+        "hbm_bandwidth_gbps": profile.hbm_bandwidth_gbps,
+        "collective_latency_us": profile.collective_latency_us,
+        "collective_efficiency": 1.0 if "intra_node_bandwidth_gbps" in hw_update else options.collective_efficiency,
+        "profile": f"calibrated {profile.created}",
+    }
+    return hardware.model_copy(update=hw_update), options.model_copy(update=opt_update)
+
+
+def load_profile(store: ArtifactStore, platform: str) -> CalibratedProfile | None:
+    """The platform's calibrated profile in `store`, or None when there is none."""
+    key = profile_key(platform)
+    if not store.exists(key):
+        return None
+    return CalibratedProfile.model_validate(store.get_json(key))

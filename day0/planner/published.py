@@ -1,0 +1,175 @@
+"""The cost model against published training runs: each run's figures, its step time (quoted or derived
+from the published throughput), and what the planner predicts under the published degrees and knobs.
+
+Contract: pure. `PublishedRun` is one row of tests/data/planner/published_runs.yaml; `predict_run(run,
+structure, hardware)` plans with the published degrees fixed (knobs the source does not state are
+searched) and returns the chosen plan's step time, MFU and memory beside the published figures.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from day0.core.precision import DType
+from day0.planner.inputs import PlannerOptions, cluster_figures
+from day0.planner.model import model_costs
+from day0.planner.search import plan_parallelism
+from day0.planner.step_time import model_flops_per_step
+from day0.spec import HardwareSpec, ParallelConstraints, Precision, TrainingSpec
+
+if TYPE_CHECKING:
+    from day0.analysis.results import ModelStructure
+
+__all__ = [
+    "HBM_FRACTION",
+    "PublishedHardware",
+    "PublishedRun",
+    "RunPrediction",
+    "megatron_flops_per_step",
+    "predict_run",
+    "published_step_seconds",
+]
+
+HBM_FRACTION = 0.85  # memory-bound kernels reach ~85% of the datasheet HBM bandwidth (STREAM-like copies)
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+
+class PublishedHardware(_Model):
+    memory_gib: float
+    bf16_tflops: float
+    fp8_tflops: float | None = None
+    hbm_gbps: float
+    intra_node_bandwidth_gbps: float
+    inter_node_bandwidth_gbps: float
+
+    def spec(self) -> HardwareSpec:
+        return HardwareSpec(**self.model_dump(exclude={"hbm_gbps"}))
+
+
+class PublishedRun(_Model):
+    id: str
+    source: str
+    model: str
+    hardware: str
+    accelerators: int
+    per_node: int = 8
+    host_memory_gib_per_node: float = 2048  # DGX-class nodes (Kimi K2 sec. 2.4: 2 TB per 8-GPU node)
+    seq_len: int
+    global_batch: int
+    compute: DType = "bf16"
+    degrees: dict[str, int]
+    recompute: str | None = None
+    zero_stage: int | None = None
+    offload: str | None = None
+    sequence_parallel: bool | None = None
+    options: dict[str, Any] = Field(default_factory=dict)
+    published: dict[str, float]
+    derived: str | None = None
+    flops: Literal["model", "megatron_recompute"] = Field(
+        "model", description="What a published TFLOP/s counts: model FLOPs, or Megatron's 96·B·s·l·h² form."
+    )
+
+
+class RunPrediction(BaseModel):
+    id: str
+    published_step_s: float | None
+    predicted_step_s: float | None
+    error: float | None = Field(description="(predicted - published) / published")
+    mfu: float | None
+    memory_gib: float | None
+    feasible: bool
+    plan: str
+    message: str
+
+
+def megatron_flops_per_step(s: ModelStructure, global_batch: int, seq: int) -> float:
+    """Narayanan et al. 2021 eq. 3, FLOPs of one step with full recompute (what their TFLOP/s count):
+    96·B·s·l·h²·(1 + s/(6h) + V/(16·l·h))."""
+    b, layers, h, v = global_batch, s.num_layers, s.hidden_size, s.vocab_size
+    return 96 * b * seq * layers * h**2 * (1 + seq / (6 * h) + v / (16 * layers * h))
+
+
+def published_step_seconds(run: PublishedRun, s: ModelStructure) -> float | None:
+    """The run's step time: quoted, or derived from its throughput (the derivation the data file states)."""
+    p = run.published
+    if "step_s" in p:
+        return p["step_s"]
+    if "tflops_per_gpu" in p and run.flops == "megatron_recompute":
+        return megatron_flops_per_step(s, run.global_batch, run.seq_len) / (
+            p["tflops_per_gpu"] * 1e12 * run.accelerators
+        )
+    if "tflops_per_gpu" in p:
+        flops = model_flops_per_step(model_costs(s), run.global_batch, run.seq_len)
+        return flops / (p["tflops_per_gpu"] * 1e12 * run.accelerators)
+    if "gpu_hours_per_trillion_tokens" in p:
+        tokens = run.global_batch * run.seq_len
+        return tokens * p["gpu_hours_per_trillion_tokens"] * 3600 / (1e12 * run.accelerators)
+    return None
+
+
+def run_options(run: PublishedRun, hw: PublishedHardware) -> PlannerOptions:
+    """The planner's options for a run: its stated knobs fixed, the rest searched, HBM from the datasheet."""
+    opts: dict[str, Any] = {"hbm_bandwidth_gbps": hw.hbm_gbps * HBM_FRACTION, **run.options}
+    if run.recompute:
+        opts["recompute"] = [run.recompute]
+    if run.zero_stage is not None:
+        opts["zero_stages"] = [run.zero_stage]
+    opts["offload"] = [run.offload or "none"]
+    if run.sequence_parallel is not None:
+        opts["sequence_parallel"] = run.sequence_parallel
+    return PlannerOptions.model_validate(opts)
+
+
+def predict_run(run: PublishedRun, s: ModelStructure, hw: PublishedHardware) -> RunPrediction:
+    d = run.degrees
+    constraints = ParallelConstraints(
+        tensor_parallel=d.get("tp"),
+        pipeline_parallel=d.get("pp"),
+        expert_parallel=d.get("ep", 1 if s.moe is None else None),
+        context_parallel=d.get("cp", 1),
+        data_parallel=d.get("dp"),
+    )
+    training = TrainingSpec(
+        seq_len=run.seq_len,
+        global_batch=run.global_batch,
+        micro_batch=1,
+        precision=Precision(compute=run.compute, master_weights="fp32"),
+    )
+    cluster = cluster_figures(
+        hw.spec(),
+        run.accelerators,
+        run.per_node,
+        host_memory_gib_per_accelerator=run.host_memory_gib_per_node / run.per_node,
+    )
+    report = plan_parallelism(s, cluster, training, constraints, run_options(run, hw), find_min_accelerators=False)
+    published = published_step_seconds(run, s)
+    best = report.best
+    if best is None:
+        return RunPrediction(
+            id=run.id,
+            published_step_s=published,
+            predicted_step_s=None,
+            error=None,
+            mfu=None,
+            memory_gib=None,
+            feasible=False,
+            plan="",
+            message=report.message,
+        )
+    step = best.time.step_s
+    return RunPrediction(
+        id=run.id,
+        published_step_s=published,
+        predicted_step_s=step,
+        error=(step - published) / published if published else None,
+        mfu=best.time.mfu,
+        memory_gib=best.memory.total_bytes / 1024**3,
+        feasible=True,
+        plan=f"{best.parallel.micro_batch=} {best.parallel.virtual_pipeline_stages=} {best.memory_knobs}",
+        message=report.message,
+    )

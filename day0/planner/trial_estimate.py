@@ -1,0 +1,78 @@
+"""The cost model's prediction of step 5's own run: the trial's scaled model, data-parallel over its
+workers, at its micro-batch, dtype, recompute and sharding, on the calibrated profile when there is one.
+
+Contract: pure. `predict_trial` evaluates exactly one plan (TP = PP = EP = CP = 1, DP = workers, one
+micro-batch per step, no framework reserve: the trial measures its training part apart) with the same
+`PlanContext` step 3 ranks plans with, so the trial's measurement checks the model step 3 trusts.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, NamedTuple
+
+from day0.core.precision import DType
+from day0.planner.evaluate import PlanContext
+from day0.planner.inputs import PlannerOptions, cluster_figures, costs_for
+from day0.planner.profile import CalibratedProfile, apply_profile
+from day0.planner.values import Degrees, MemoryKnobs
+from day0.spec import HardwareSpec, Precision, TrainingSpec
+
+if TYPE_CHECKING:
+    from day0.analysis.results import ModelStructure
+
+__all__ = ["TrialPrediction", "predict_trial"]
+
+
+class TrialPrediction(NamedTuple):
+    step_time_s: float  # one optimizer step of the candidate (forward, backward, DP sync, AdamW)
+    peak_bytes: float  # per worker: model states + activations + buffers (no runtime/fragmentation reserve)
+    source: str  # "datasheet" or "calibrated <date>": which figures the prediction used
+
+
+def predict_trial(
+    structure: ModelStructure,
+    profile_or_hardware: CalibratedProfile | HardwareSpec,
+    seq_len: int,
+    micro_batch: int,
+    workers: int,
+    compute_dtype: DType = "fp32",
+    recompute: str = "none",
+    zero_stage: int = 0,
+    flash_attention: bool = False,
+) -> TrialPrediction:
+    """Step time and peak bytes per worker of the trial's configuration (FSDP is ZeRO-3, DDP ZeRO-0;
+    Hugging Face eager attention stores its scores: `flash_attention=False`)."""
+    options = PlannerOptions(
+        micro_batches=[micro_batch],
+        recompute=[recompute],  # type: ignore[list-item]  # validated by PlannerOptions
+        zero_stages=[zero_stage],
+        offload=["none"],
+        framework_overhead_gib=0,
+        fragmentation_fraction=0,
+        flash_attention=flash_attention,
+    )
+    if isinstance(profile_or_hardware, CalibratedProfile):
+        hardware, options = apply_profile(profile_or_hardware.datasheet, options, profile_or_hardware)
+    else:
+        hardware = profile_or_hardware
+    training = TrainingSpec(
+        seq_len=seq_len,
+        global_batch=micro_batch * workers,
+        micro_batch=micro_batch,
+        precision=Precision(compute=compute_dtype, master_weights="fp32"),
+    )
+    d = Degrees(
+        tensor_parallel=1,
+        pipeline_parallel=1,
+        virtual_pipeline_stages=1,
+        expert_parallel=1,
+        expert_tensor_parallel=1,
+        context_parallel=1,
+        data_parallel=workers,
+        micro_batch=micro_batch,
+        num_microbatches=1,
+    )
+    cluster = cluster_figures(hardware, workers, workers)
+    ctx = PlanContext(costs_for(structure, options, compute_dtype), cluster, training, d, options)
+    knobs = MemoryKnobs(recompute=recompute, zero_stage=zero_stage, offload="none")
+    return TrialPrediction(ctx.time(knobs).step_s, ctx.memory(knobs).total_bytes, options.profile)

@@ -1,0 +1,6 @@
+"""What a platform runs, shared by the steps that run ops on it (step 2 checks them, step 5 trains
+on them): the kernel table and the dispatch mode that routes aten calls through it (`kernels`),
+and the adapted kernels step 2 registers and hands on as data (`adapted`).
+
+Contract: nothing here imports a step package; `day0.numerics` and `day0.trial` both import this.
+"""

@@ -1,0 +1,220 @@
+"""Step 6's result: the quantisation's coverage and quality, the KV-cache budgets (ours beside the
+engine's), the engine's findings, and the benchmark sweep against the SLO.
+
+Verdict (`judge`): fail when quantisation quality is beyond `inference.quality`, when the engine
+could not serve, when a sweep point completed no request, or when the heaviest sweep point misses
+the p99 TTFT / TPOT targets (or the best point the throughput floor); warn when the engine needed a
+fallback (a Day-0 finding) or some requests failed; else pass.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from pydantic import BaseModel, Field
+
+from day0.core.result import Judgement, StepResult, Verdict
+from day0.serving.kv_budget import KVBudget
+from day0.serving.metrics import LoadSummary
+from day0.serving.quality import QualityReport
+from day0.serving.quantize import QuantizationReport
+from day0.serving.server import EngineFinding
+from day0.spec import SLO
+
+__all__ = ["EngineCache", "InferenceResult", "SweepPoint"]
+
+
+class EngineCache(BaseModel):
+    """The paged cache the engine was given, in its own layout (K/V heads only)."""
+
+    engine: str
+    num_blocks: int
+    block_size: int
+    bytes_per_token: float | None = Field(
+        None, description="In its K/V-head layout (2 x heads x head dim x layers x bytes); None: it has no MLA layout."
+    )
+    continuous_batching: bool
+
+    @property
+    def max_tokens(self) -> int:
+        return self.num_blocks * self.block_size
+
+
+class SweepPoint(BaseModel):
+    concurrency: int
+    request_rate: float | None
+    summary: LoadSummary
+
+
+class InferenceResult(StepResult):
+    """Step 6's result (see the module docstring for the verdict)."""
+
+    STEP: ClassVar[str] = "inference"
+
+    model: str
+    served: str = Field(description="What was served (trial checkpoint or scaled-down model).")
+    engine: str
+    device: str
+    quantization: str
+    quantized: QuantizationReport | None = None
+    quality: QualityReport | None = None
+    kv: list[KVBudget] = Field(default_factory=list)
+    engine_cache: EngineCache | None = None
+    findings: list[EngineFinding] = Field(default_factory=list)
+    error: str | None = Field(None, description="Why serving failed, with the engine's words.")
+    slo: SLO
+    sweep: list[SweepPoint] = Field(default_factory=list)
+    notes: list[str] = Field(default_factory=list)
+    seconds: float
+
+    def _slo_reasons(self) -> tuple[list[str], list[str]]:
+        """(failures, passes) of the SLO: p99s at the heaviest sweep point, throughput at the best."""
+        if not self.sweep:
+            return [], []
+        heavy, slo = max(self.sweep, key=lambda p: p.concurrency), self.slo
+        s = heavy.summary
+        fails: list[str] = []
+        passes: list[str] = []
+        checks = [
+            ("TTFT", s.ttft.p99_ms if s.ttft else None, slo.ttft_p99_ms),
+            ("TPOT", s.tpot.p99_ms if s.tpot else None, slo.tpot_p99_ms),
+        ]
+        for name, value, limit in checks:
+            if value is None:
+                continue
+            line = f"p99 {name} {value:.1f} ms at concurrency {heavy.concurrency} (target <= {limit:g} ms)"
+            (passes if value <= limit else fails).append(line)
+        if slo.min_throughput_tok_s is not None:
+            best = max(p.summary.output_throughput for p in self.sweep)
+            line = f"best output throughput {best:.1f} tok/s (target >= {slo.min_throughput_tok_s:g} tok/s)"
+            (passes if best >= slo.min_throughput_tok_s else fails).append(line)
+        return fails, passes
+
+    def judge(self) -> Judgement:
+        fails: list[str] = []
+        warns: list[str] = []
+        info: list[str] = []
+        if self.error:
+            fails.append(f"serving failed: {self.error}")
+        elif not self.sweep:
+            fails.append("no benchmark point was measured")
+        if self.quality is not None:
+            fails += self.quality.failures
+            if self.quality.passed:
+                q = self.quality
+                info.append(
+                    f"quantised ({self.quantization}) quality within tolerance: perplexity "
+                    f"{q.perplexity_reference:.3f} -> {q.perplexity_quantized:.3f} ({q.perplexity_increase:+.3%}), "
+                    f"greedy agreement {q.token_agreement:.2%}"
+                )
+        if self.quantized is not None:
+            qr = self.quantized
+            info.append(
+                f"{qr.fraction_quantized:.1%} of the weights quantised, storage {qr.bytes_before / 2**20:.2f} -> "
+                f"{qr.bytes_after / 2**20:.2f} MiB ({qr.size_ratio:.3f}x)"
+            )
+        for f in self.findings:
+            warns.append(f"Day-0 finding: {f.engine} cannot use {f.feature} for this model ({f.error}); {f.fallback}")
+        for p in self.sweep:
+            s = p.summary
+            if s.completed == 0:
+                fails.append(f"concurrency {p.concurrency}: no request completed ({'; '.join(s.errors)})")
+            elif s.failed:
+                warns.append(f"concurrency {p.concurrency}: {s.failed} request(s) failed ({'; '.join(s.errors)})")
+        slo_fails, slo_passes = self._slo_reasons()
+        fails += slo_fails
+        info += slo_passes
+        verdict: Verdict = "fail" if fails else "warn" if warns else "pass"
+        return Judgement(verdict=verdict, reasons=fails + warns + info, headline=self._headline())
+
+    def _headline(self) -> dict[str, str]:
+        out = {"engine": self.engine + (" (fallback)" if self.findings else "")}
+        if self.sweep:
+            heavy = max(self.sweep, key=lambda p: p.concurrency).summary
+            if heavy.ttft and heavy.tpot:
+                out["p99 TTFT / TPOT"] = f"{heavy.ttft.p99_ms:.0f} / {heavy.tpot.p99_ms:.1f} ms"
+            out["best throughput"] = f"{max(p.summary.output_throughput for p in self.sweep):.1f} tok/s"
+        if self.quantized is not None:
+            out["quantised"] = f"{self.quantization}, {self.quantized.fraction_quantized:.0%} of weights"
+        return out
+
+    def files(self) -> dict[str, bytes]:
+        points = [p for p in self.sweep if p.summary.ttft and p.summary.tpot]
+        if not points:
+            return {}
+        from day0.plots import line_overlay
+
+        xs = [p.summary.output_throughput for p in points]
+        return {
+            "latency-throughput.png": line_overlay(
+                f"{self.model} on {self.engine}: p99 latency vs throughput (concurrency "
+                + ", ".join(str(p.concurrency) for p in points)
+                + ")",
+                {
+                    "TTFT p99": (xs, [p.summary.ttft.p99_ms for p in points if p.summary.ttft]),
+                    "TPOT p99": (xs, [p.summary.tpot.p99_ms for p in points if p.summary.tpot]),
+                },
+                "output throughput, tokens/s",
+                "ms",
+            )
+        }
+
+    def to_markdown(self) -> str:
+        lines = [
+            f"# Step 6: serving `{self.model}`: **{self.verdict.upper()}**",
+            "",
+            *[f"- {r}" for r in self.reasons],
+            "",
+            f"- served: {self.served} on {self.engine} ({self.device}), quantisation {self.quantization}",
+            *[f"- note: {n}" for n in self.notes + (self.quantized.notes if self.quantized else [])],
+        ]
+        if self.kv:
+            lines += [
+                "",
+                "## KV-cache budget (per accelerator)",
+                "",
+                "| for | attention | TP | bytes/token | weights | cache | max tokens | max seqs @ context |",
+                "|---|---|---:|---:|---:|---:|---:|---:|",
+            ]
+            lines += [
+                f"| {b.label} | {b.layout.kind} | {b.tensor_parallel} | {b.bytes_per_token:,.0f} | "
+                f"{b.weight_bytes / 2**30:.2f} GiB | {b.cache_bytes / 2**30:.2f} GiB | {b.max_tokens:,} | "
+                f"{b.max_sequences:,} @ {b.context_len:,} |"
+                for b in self.kv
+            ]
+            if self.engine_cache:
+                e = self.engine_cache
+                lines += [
+                    "",
+                    f"Engine ({e.engine}): {e.num_blocks} blocks x {e.block_size} tokens = {e.max_tokens:,} tokens, "
+                    + (
+                        "no MLA layout in its paged cache"
+                        if e.bytes_per_token is None
+                        else f"{e.bytes_per_token:,.0f} bytes/token in its K/V-head layout"
+                    )
+                    + ("" if e.continuous_batching else " (configured; unused without continuous batching)"),
+                ]
+        if self.sweep:
+            lines += ["", "![latency vs throughput](latency-throughput.png)", "", *_sweep_table(self.sweep)]
+        return "\n".join(lines) + "\n"
+
+
+def _ms(d: object, field: str) -> str:
+    return "-" if d is None else f"{getattr(d, field):.1f}"
+
+
+def _sweep_table(sweep: list[SweepPoint]) -> list[str]:
+    lines = [
+        "| concurrency | done / failed | req/s | out tok/s | goodput | TTFT p50 / p99 ms | TPOT p50 / p99 ms | "
+        "ITL p99 ms | E2EL p99 ms |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for p in sweep:
+        s = p.summary
+        lines.append(
+            f"| {p.concurrency} | {s.completed} / {s.failed} | {s.request_throughput:.2f} | "
+            f"{s.output_throughput:.1f} | {'-' if s.goodput is None else f'{s.goodput:.2f}'} | "
+            f"{_ms(s.ttft, 'p50_ms')} / {_ms(s.ttft, 'p99_ms')} | {_ms(s.tpot, 'p50_ms')} / {_ms(s.tpot, 'p99_ms')} | "
+            f"{_ms(s.itl, 'p99_ms')} | {_ms(s.e2el, 'p99_ms')} |"
+        )
+    return lines

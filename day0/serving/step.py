@@ -1,0 +1,226 @@
+"""Step 6 end to end: build the served model, quantise it and measure what that costs, size the KV
+cache, serve it with continuous batching (falling back when the engine cannot), and benchmark it
+over a concurrency sweep against the SLO.
+
+    from day0.serving import InferenceRequest, run_inference
+    result = run_inference(InferenceRequest(served=ServedModel(...), inference=spec.inference,
+                                            platform=spec.platform))
+
+Contract: the request is plain data (it travels as JSON to `python -m day0.serving REQUEST RESULT`
+on a cluster); the server is a real process on 127.0.0.1 and is stopped on every path; an engine
+that cannot serve gives a failed result with its error, never an exception; bad input raises
+`UsageError` naming the field.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from day0.errors import UsageError
+from day0.serving.client import LoadRequest, LoadSettings, run_load
+from day0.serving.kv_budget import KVBudget, kv_budget, kv_bytes_per_token, kv_layout, serving_tensor_parallel
+from day0.serving.metrics import summarize
+from day0.serving.model import ServedModel, build_model, held_out_text, load_tokenizer, write_model_dir
+from day0.serving.quality import QualityReport, compare_quality, windows
+from day0.serving.quantize import ExpertCodec, QuantizationReport, quantize_model, state_dict_bytes
+from day0.serving.results import EngineCache, InferenceResult, SweepPoint
+from day0.serving.server import ENGINE, EngineConfig, EngineFinding, Server, ServingError, serve
+from day0.spec import InferenceSpec, PlatformSpec
+
+__all__ = ["FullModel", "InferenceRequest", "run_inference"]
+
+Progress = Callable[[str], None]
+QUALITY_SEQ_LEN, QUALITY_WINDOWS = 128, 16
+_SERVING_BYTES = {"none": 2.0, "int8-weight": 1.0, "fp8": 1.0}  # full model: bf16 unless quantised
+
+
+class FullModel(BaseModel):
+    """The full-size model (step 1's), for its KV budget on the platform."""
+
+    label: str
+    config: dict[str, Any]
+    params_total: int = Field(ge=1)
+
+
+class InferenceRequest(BaseModel):
+    model: str = Field(description="The spec's model source, for the report.")
+    served: ServedModel
+    inference: InferenceSpec
+    platform: PlatformSpec
+    full_model: FullModel | None = None
+    work_dir: Path | None = Field(None, description="Where the model directory and engine logs go (default: temp).")
+
+
+def _check_engine(inference: InferenceSpec, platform: PlatformSpec) -> None:
+    if inference.engine not in ("auto", "transformers"):
+        raise UsageError(
+            f"inference.engine: {inference.engine!r} is not wired into day0 yet (it has no CPU build on PyPI and "
+            "the GPU launcher is not built); use 'auto' or 'transformers'"
+        )
+    if platform.device_type not in ("cpu", "cuda"):
+        raise UsageError(f"platform.device_type: serving on {platform.device_type!r} is not supported yet")
+
+
+def _quantize(
+    request: InferenceRequest, reference: Any, batch: Any, codec: ExpertCodec | None, say: Progress
+) -> tuple[Any, QuantizationReport | None, QualityReport | None]:
+    method = request.inference.quantization
+    if method == "none":
+        return reference, None, None
+    say(f"quantising ({method}) and scoring on held-out text")
+    model = build_model(request.served)
+    report = quantize_model(model, method, codec)
+    text = f"stdlib module docstrings, {batch.shape[0]} windows of {QUALITY_SEQ_LEN} tokens"
+    return model, report, compare_quality(reference, model, batch, request.inference.quality, text)
+
+
+def _budgets(request: InferenceRequest, served_weight_bytes: int) -> tuple[list[KVBudget], EngineCache]:
+    inf, memory = request.inference, request.platform.hardware.memory_gib * 2**30
+    layout = kv_layout(request.served.config)
+    out = [
+        kv_budget(
+            "served model",
+            layout,
+            memory_bytes=memory,
+            weight_bytes=served_weight_bytes,
+            cache_dtype_bytes=4,
+            context_len=inf.context_len,
+            block_size=inf.block_size,
+        )
+    ]
+    full = request.full_model
+    if full is not None:
+        weights = full.params_total * _SERVING_BYTES[inf.quantization]
+        tp = serving_tensor_parallel(weights, memory * 0.9) or 1024
+        out.append(
+            kv_budget(
+                f"{full.label} on {request.platform.name} (TP {tp}, bf16 cache)",
+                kv_layout(full.config),
+                memory_bytes=memory,
+                weight_bytes=weights,
+                cache_dtype_bytes=2,
+                context_len=inf.context_len,
+                block_size=16,
+                tensor_parallel=tp,
+            )
+        )
+    engine = EngineCache(
+        engine=ENGINE,
+        num_blocks=inf.cache_blocks,
+        block_size=inf.block_size,
+        bytes_per_token=None if layout.kind == "MLA" else kv_bytes_per_token(layout, 4),
+        continuous_batching=True,
+    )
+    return out, engine
+
+
+def _workload(tokenizer: Any, tokens: list[int], n: int, inference: InferenceSpec, seed: int) -> list[LoadRequest]:
+    """`n` prompts cut from held-out text with vLLM's random-dataset lengths (uniform around the means)."""
+    b, rng = inference.benchmark, random.Random(seed)
+
+    def length(mean: int) -> int:
+        return max(1, rng.randint(round(mean * (1 - b.range_ratio)), round(mean * (1 + b.range_ratio))))
+
+    out = []
+    for _ in range(n):
+        size = min(length(b.input_len), len(tokens) - 1)
+        start = rng.randrange(0, len(tokens) - size)
+        out.append(LoadRequest(prompt=tokenizer.decode(tokens[start : start + size]), max_tokens=length(b.output_len)))
+    return out
+
+
+def _sweep(
+    server: Server, tokenizer: Any, tokens: list[int], inference: InferenceSpec, say: Progress
+) -> tuple[list[SweepPoint], list[str]]:
+    b, slo = inference.benchmark, inference.slo
+    points, notes = [], []
+    for i, concurrency in enumerate(b.concurrency):
+        requests = _workload(tokenizer, tokens, b.requests, inference, b.seed + i)
+        settings = LoadSettings(
+            concurrency=concurrency,
+            request_rate=b.request_rate,
+            burstiness=b.burstiness,
+            warmup=b.warmup_requests,
+            timeout_s=b.timeout_s,
+            seed=b.seed + i,
+        )
+        say(f"benchmark: {len(requests)} requests at concurrency {concurrency}")
+        run = asyncio.run(run_load(server.base_url, server.model, requests, settings))
+        summary = summarize(run.records, run.duration_s, (slo.ttft_p99_ms, slo.tpot_p99_ms))
+        points.append(SweepPoint(concurrency=concurrency, request_rate=b.request_rate, summary=summary))
+        if not server.alive:
+            notes.append(f"the server stopped answering during the concurrency-{concurrency} run: sweep ended there")
+            break
+    return points, notes
+
+
+def run_inference(
+    request: InferenceRequest, progress: Progress | None = None, *, expert_codec: ExpertCodec | None = None
+) -> InferenceResult:
+    """Step 6 for `request` (see the module docstring); `expert_codec` overrides the experts' quantiser."""
+    t0, say, inf = time.time(), progress or (lambda msg: None), request.inference
+    _check_engine(inf, request.platform)
+    tokenizer = load_tokenizer(request.served.tokenizer_dir)
+    tokens = list(tokenizer(held_out_text())["input_ids"])
+    say(f"building the served model: {request.served.label}")
+    reference = build_model(request.served)
+    batch = windows(tokens, QUALITY_SEQ_LEN, QUALITY_WINDOWS)
+    model, quantized, quality = _quantize(request, reference, batch, expert_codec, say)
+    kv, engine_cache = _budgets(request, quantized.bytes_after if quantized else state_dict_bytes(model))
+    notes = (
+        []
+        if inf.quantization == "none"
+        else [
+            "the engine serves the quantised values dequantised to fp32 (it loads no per-expert int8 checkpoint): "
+            "served outputs are the quantised model's, the storage saving is measured in-process"
+        ]
+    )
+    points: list[SweepPoint] = []
+    findings: list[EngineFinding] = []
+    error = None
+    with tempfile.TemporaryDirectory(prefix="day0-inference-") as tmp:
+        work = request.work_dir or Path(tmp)
+        model_dir = write_model_dir(model, request.served, work / "model")
+        config = EngineConfig(
+            model_dir=model_dir,
+            device=request.platform.device_type,
+            cache_blocks=inf.cache_blocks,
+            block_size=inf.block_size,
+            max_batch_tokens=inf.max_batch_tokens,
+            startup_timeout_s=inf.startup_timeout_s,
+        )
+        say(f"starting {ENGINE} with continuous batching ({inf.cache_blocks} blocks x {inf.block_size} tokens)")
+        try:
+            with serve(config, work) as (server, finding):
+                findings += [finding] if finding else []
+                engine_cache.continuous_batching = server.config.continuous_batching
+                more_points, sweep_notes = _sweep(server, tokenizer, tokens, inf, say)
+                points += more_points
+                notes += sweep_notes
+        except ServingError as exc:
+            error = str(exc)
+    return InferenceResult(
+        model=request.model,
+        served=request.served.label,
+        engine=ENGINE,
+        device=request.platform.device_type,
+        quantization=inf.quantization,
+        quantized=quantized,
+        quality=quality,
+        kv=kv,
+        engine_cache=engine_cache,
+        findings=findings,
+        error=error,
+        slo=inf.slo,
+        sweep=points,
+        notes=notes,
+        seconds=time.time() - t0,
+    )

@@ -1,0 +1,79 @@
+"""Step 6 as a Prefect task: quantise, size the KV cache, serve with continuous batching and
+benchmark against the SLO.
+
+The served model is step 5's trained candidate checkpoint when step 5 ran, else the same
+scaled-down model the trial would build (step 1's config scaled by `trial.scale`, initialised from
+`trial.seed`), with the trial's tokenizer. This task composes those values from the trial's code,
+so `day0.serving` takes plain data and never imports another step's internals.
+"""
+
+from __future__ import annotations
+
+from prefect import task
+from prefect.cache_policies import NO_CACHE
+
+from day0.analysis.results import AnalyzeResult
+from day0.backends.session import backend_for
+from day0.runs import RunContext
+from day0.serving import FullModel, InferenceRequest, InferenceResult
+from day0.serving.__main__ import JOB
+from day0.serving.model import ServedModel
+from day0.spec import PipelineSpec
+from day0.trial.data import prepare_data
+from day0.trial.model import scale_config
+from day0.trial.results import TrialResult
+from day0.trial.step import TRIAL_VOCAB
+from tasks._step import run_step, step_logger
+
+__all__ = ["inference", "served_model"]
+
+
+def _checkpoint(spec: PipelineSpec, trained: TrialResult | None) -> str | None:
+    """The candidate's last checkpoint as a directory or s3:// URI (Ray Train gives s3 paths without scheme)."""
+    path = next((r.checkpoint_path for r in (trained.runs if trained else []) if r.role == "candidate"), None)
+    if path is None:
+        return None
+    return f"s3://{path}" if spec.storage.startswith("s3://") and "://" not in path else path
+
+
+def served_model(spec: PipelineSpec, analyzed: AnalyzeResult, trained: TrialResult | None = None) -> ServedModel:
+    """What step 6 serves: step 5's checkpoint, else the scaled-down model step 5 would train."""
+    data = prepare_data(spec.trial.dataset, TRIAL_VOCAB)
+    config = scale_config(
+        analyzed.model.config,
+        spec.trial.scale,
+        vocab_size=data.vocab_size,
+        seq_len=spec.trial.seq_len,
+        eos_token_id=data.eos_token_id,
+    )
+    checkpoint = _checkpoint(spec, trained)
+    what = (
+        f"step 5's trained checkpoint of {analyzed.model.source}"
+        if checkpoint
+        else (f"{analyzed.model.source} scaled down as trial.scale says, untrained (seed {spec.trial.seed})")
+    )
+    return ServedModel(
+        label=what, config=config, tokenizer_dir=data.tokenizer_dir, seed=spec.trial.seed, checkpoint=checkpoint
+    )
+
+
+@task(name="inference", cache_policy=NO_CACHE)
+def inference(ctx: RunContext, analyzed: AnalyzeResult, trained: TrialResult | None = None) -> InferenceResult:
+    """Serve and benchmark step 5's model (or the scaled-down one) on the run's platform, as a job on
+    the run's backend (in this process locally; on the head of the run's RayCluster on KubeRay)."""
+    log, spec = step_logger(), ctx.spec
+    request = InferenceRequest(
+        model=analyzed.model.source,
+        served=served_model(spec, analyzed, trained),
+        inference=spec.inference,
+        platform=spec.platform,
+        full_model=FullModel(
+            label=analyzed.model.source, config=analyzed.model.config, params_total=analyzed.structure.params_total
+        ),
+    )
+
+    def compute() -> InferenceResult:
+        result, execution = backend_for(ctx).run("inference", JOB, request, lambda msg: log.info("inference: %s", msg))
+        return result.model_copy(update={"execution": execution})
+
+    return run_step("inference", ctx, InferenceResult, compute)

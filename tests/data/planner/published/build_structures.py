@@ -1,0 +1,62 @@
+"""Rebuild the GPT structures of the published-setups table with step 1's own analyser.
+
+    .venv/bin/python tests/data/planner/published/build_structures.py
+
+Megatron's GPT models (Narayanan et al. 2021 table 1; Korthikanti et al. 2022 table 3) are written as
+transformers Starcoder2 configs: pre-LayerNorm, multi-head attention with biases, a non-gated GeLU MLP
+of 4h, vocabulary 51200, tied embeddings. Starcoder2 uses rotary positions where Megatron learned
+2048 x h position embeddings (under 0.01% of the parameters); nothing else differs.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+HERE = Path(__file__).parent
+GPT = {  # name: (attention heads, hidden, layers)
+    "gpt-22b": (64, 6144, 48),
+    "gpt-39b": (64, 8192, 48),
+    "gpt-76b": (80, 10240, 60),
+    "gpt-146b": (96, 12288, 80),
+    "gpt-175b": (96, 12288, 96),
+    "gpt-310b": (128, 16384, 96),
+    "gpt-530b": (128, 20480, 105),
+    "gpt-1t": (160, 25600, 128),
+}
+
+
+def structure(name: str):
+    """Step 1's structure of one GPT of the table."""
+    from transformers import Starcoder2Config
+
+    from day0.analysis.structure import analyze_structure
+    from day0.core.modeling import build_meta_model
+
+    heads, hidden, layers = GPT[name]
+    cfg = Starcoder2Config(
+        vocab_size=51200,
+        hidden_size=hidden,
+        intermediate_size=4 * hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=heads,
+        hidden_act="gelu_pytorch_tanh",
+        max_position_embeddings=2048,
+        use_bias=True,
+        tie_word_embeddings=True,
+        bos_token_id=None,
+        eos_token_id=None,
+    )
+    return analyze_structure(build_meta_model(cfg, name), name)
+
+
+def main() -> None:
+    for name in GPT:
+        s = structure(name)
+        (HERE / f"{name}.structure.json").write_text(json.dumps(s.model_dump(), indent=1) + "\n")
+        print(name, s.params_total / 1e9)
+
+
+if __name__ == "__main__":
+    main()

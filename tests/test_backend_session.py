@@ -1,0 +1,128 @@
+"""The run's backend without a cluster: sizing, preconditions, the job contract through a real S3
+server, the local backend, and the report's record of where the steps ran."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pydantic import BaseModel
+
+from day0.backends.jobs import StepJob, read_url, write_url
+from day0.backends.kuberay.manifest import build_raycluster, workers_for_pods
+from day0.backends.kuberay.status import ClusterError
+from day0.backends.session import LocalBackend, backend_for, check_backend, job_env, pods_needed, run_backend
+from day0.errors import UsageError
+from day0.paths import CONFIGS_DIR
+from day0.runs import RunContext
+from day0.spec import ClusterSpec, load_yaml, spec_from_dict
+
+
+def _cluster(fixed: int = 3, elastic_max: int = 2, elastic_min: int = 0) -> ClusterSpec:
+    acc = {"resource": "day0.io/accel", "per_node": 1, "memory_gib": 4}
+    return ClusterSpec.model_validate(
+        {
+            "backend": "kuberay",
+            "head": {"node_selector": {"day0.io/pool": "heads"}, "cpus": 1, "memory_gib": 2},
+            "node_pools": [
+                {"name": "fixed", "accelerator": acc, "nodes": fixed},
+                {"name": "burst", "accelerator": acc, "elastic": {"min": elastic_min, "max": elastic_max}},
+            ],
+        }
+    )
+
+
+def _spec(**overrides: Any):
+    raw = load_yaml(CONFIGS_DIR / "pipelines" / "tiny-local.yaml") | overrides
+    return spec_from_dict(raw)
+
+
+def test_pods_fill_fixed_pools_first_and_leave_elastic_at_their_minimum() -> None:
+    assert workers_for_pods(_cluster(), 2) == {"fixed": 2, "burst": 0}
+    # more than the fixed pool: the autoscaler grows the elastic pool when the work asks for it
+    assert workers_for_pods(_cluster(), 4) == {"fixed": 3, "burst": 0}
+    assert workers_for_pods(_cluster(elastic_min=1), 1) == {"fixed": 1, "burst": 1}
+    with pytest.raises(ClusterError, match=r"need 6 worker nodes; the node pools hold at most 5"):
+        workers_for_pods(_cluster(), 6)
+
+
+def test_head_follows_the_cluster_spec() -> None:
+    manifest = build_raycluster(_cluster(), "run-1", workers={"fixed": 2, "burst": 0})
+    head = manifest["spec"]["headGroupSpec"]["template"]["spec"]
+    assert head["nodeSelector"] == {"day0.io/pool": "heads"}
+    assert head["containers"][0]["resources"]["requests"] == {"cpu": "1", "memory": "2Gi"}
+    assert manifest["spec"]["enableInTreeAutoscaling"] is True
+
+
+def test_pods_needed_follow_the_planned_steps() -> None:
+    ctx = RunContext.create(_spec(trial={"workers": 3}))
+    assert pods_needed(ctx, ["analyze", "operators"]) == 1
+    assert pods_needed(ctx, ["analyze", "operators", "parallel", "optimize", "trial"]) == 3
+    assert pods_needed(ctx, ["analyze"]) == 1
+
+
+def test_kuberay_preconditions_name_the_field() -> None:
+    with pytest.raises(UsageError, match=r"storage: 'file://.day0': the kuberay backend needs an s3:// store"):
+        check_backend(_spec(cluster=_cluster().model_dump()))
+    no_pools = _cluster().model_dump() | {"node_pools": []}
+    with pytest.raises(UsageError, match=r"cluster.node_pools"):
+        check_backend(_spec(cluster=no_pools, storage="s3://bucket/x"))
+    check_backend(_spec())  # local: nothing to check
+
+
+def test_job_env_carries_the_store_and_never_unrelated_settings(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DAY0_STORE_ENDPOINT_URL", "http://127.0.0.1:9")
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "k")
+    monkeypatch.setenv("HOME_SECRET_UNRELATED", "x")
+    env = job_env()
+    assert env["DAY0_STORE_ENDPOINT_URL"] == "http://127.0.0.1:9" and env["AWS_ACCESS_KEY_ID"] == "k"
+    assert "HOME_SECRET_UNRELATED" not in env and env["PYTHONUNBUFFERED"] == "1"
+
+
+class _Req(BaseModel):
+    n: int
+
+
+class _Res(BaseModel):
+    square: int
+
+
+def _square(req: _Req, progress) -> _Res:
+    progress(f"squaring {req.n}")
+    return _Res(square=req.n * req.n)
+
+
+SQUARE = StepJob("tests.test_backend_session", _Req, _Res, _square)
+
+
+@pytest.mark.integration
+def test_job_main_reads_and_writes_through_s3(s3_server: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    base = f"s3://{s3_server.bucket}/jobs"
+    write_url(f"{base}/request.json", _Req(n=7).model_dump_json().encode())
+    assert SQUARE.main([f"{base}/request.json", f"{base}/result.json"]) == 0
+    assert json.loads(read_url(f"{base}/result.json")) == {"square": 49}
+    assert "squaring 7" in capsys.readouterr().out
+    assert SQUARE.main(["only-one"]) == 2
+    assert (
+        SQUARE.entrypoint("s3://b/r q.json", "s3://b/out")
+        == "python -m tests.test_backend_session 's3://b/r q.json' s3://b/out"
+    )
+
+
+def test_job_main_on_plain_paths(tmp_path: Path) -> None:
+    (tmp_path / "req.json").write_text('{"n": 3}')
+    assert SQUARE.main([str(tmp_path / "req.json"), str(tmp_path / "out.json")]) == 0
+    assert json.loads((tmp_path / "out.json").read_text()) == {"square": 9}
+
+
+def test_local_backend_runs_in_process_and_records_where() -> None:
+    ctx = RunContext.create(_spec())
+    seen: list[str] = []
+    with run_backend(ctx, ["analyze"], progress=seen.append) as backend:
+        assert isinstance(backend, LocalBackend) and backend_for(ctx) is backend
+        result, execution = backend.run("x", SQUARE, _Req(n=4), seen.append)
+    assert result == _Res(square=16) and seen == ["squaring 4"]
+    assert execution.backend == "local" and execution.job_id is None and execution.duration_s is not None
+    assert backend_for(ctx) is not backend  # outside the run: a fresh local backend

@@ -1,0 +1,86 @@
+"""`day0 calibrate`: real microbenchmarks on real Ray workers (gloo on the CPU), the profile in the store,
+the report beside the datasheet, and the planner reading it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from day0.calibration import CalibrationSizes, calibrate
+from day0.calibration.figures import bus_gbps, gemm_tflops
+from day0.planner.inputs import PlannerOptions
+from day0.planner.profile import CalibratedProfile, apply_profile, load_profile, profile_key
+from day0.spec import load_platform
+from day0.store import open_store
+
+
+def test_bus_bandwidth_follows_nccl_tests() -> None:
+    # 1 GB in 0.1 s on 8 ranks: algbw 10 GB/s; all-reduce bus = x 2·7/8, all-gather / all-to-all = x 7/8
+    assert bus_gbps("all_reduce", 10**9, 8, 0.1) == pytest.approx(17.5)
+    assert bus_gbps("all_gather", 10**9, 8, 0.1) == pytest.approx(8.75)
+    assert bus_gbps("all_to_all", 10**9, 8, 0.1) == pytest.approx(8.75)
+    assert gemm_tflops(1000, 1000, 1000, 0.002) == pytest.approx(1.0)
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory: pytest.TempPathFactory):
+    import ray
+
+    store = open_store(f"file://{tmp_path_factory.mktemp('store')}")
+    sizes = CalibrationSizes(
+        gemm=[(128, 128, 128), (256, 256, 256)],
+        dtypes=["fp32", "bf16", "fp8"],
+        copy_bytes=[1 << 20],
+        message_bytes=[1 << 10, 1 << 18],
+        repeats=3,
+    )
+    try:
+        yield calibrate(load_platform("cpu"), 2, store, sizes), store
+    finally:
+        ray.shutdown()
+
+
+def test_profile_is_measured_and_stored(report) -> None:
+    rep, store = report
+    p = rep.profile
+    assert store.exists(profile_key("cpu")) and load_profile(store, "cpu") == p
+    assert p.backend == "gloo" and p.workers == 2
+    assert {(g.dtype, g.m) for g in p.gemm} == {("fp32", 128), ("fp32", 256), ("bf16", 128), ("bf16", 256)}
+    assert all(g.tflops > 0 for g in p.gemm)  # fp8 has no CPU GEMM: skipped, not invented
+    assert p.hbm_bandwidth_gbps > 0.1
+    assert {(c.op, c.bytes) for c in p.collectives} == {
+        (op, b) for op in ("all_reduce", "all_gather", "all_to_all") for b in (1 << 10, 1 << 18)
+    }
+    big = {c.op: c.bus_gbps for c in p.collectives if c.bytes == 1 << 18}
+    small = {c.op: c.bus_gbps for c in p.collectives if c.bytes == 1 << 10}
+    assert all(big[op] > small[op] for op in big)  # latency dominates small messages
+    assert p.collective_latency_us > 0
+
+
+def test_report_sets_calibrated_beside_datasheet(report) -> None:
+    rep, _ = report
+    rows = {r.figure: r for r in rep.rows()}
+    assert rows["bf16 GEMM peak"].datasheet == 0.5 and rows["bf16 GEMM peak"].calibrated == rep.profile.best_tflops(
+        "bf16"
+    )
+    assert rows["fp8 GEMM peak"].calibrated is None
+    text = rep.to_markdown()
+    assert "| figure | datasheet | calibrated | unit |" in text and "all-to-all bus bandwidth" in text
+
+
+def test_the_planner_uses_the_measured_figures(report) -> None:
+    rep, _ = report
+    p: CalibratedProfile = rep.profile
+    hw, o = apply_profile(p.datasheet, PlannerOptions(), p)
+    best = p.best_tflops("bf16") or 0.0
+    assert o.gemm_efficiency["bf16"] * hw.bf16_tflops == pytest.approx(best)
+    assert o.hbm_bandwidth_gbps == p.hbm_bandwidth_gbps
+    assert hw.intra_node_bandwidth_gbps == p.bus_gbps("all_reduce")
+
+
+def test_calibrate_command_is_registered(tmp_path: Path) -> None:
+    from cli.main import build_parser
+
+    args = build_parser().parse_args(["calibrate", "cpu", "--workers", "2", "--store", f"file://{tmp_path}"])
+    assert args.platform == "cpu" and args.workers == 2 and args.func.__name__ == "cmd_calibrate"

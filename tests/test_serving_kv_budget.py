@@ -1,0 +1,65 @@
+"""The KV-cache budget formulas for MHA, GQA and MLA configs, against hand-computed and published figures."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from day0.serving.kv_budget import kv_budget, kv_bytes_per_token, kv_layout, serving_tensor_parallel
+from tests.conftest import REPO
+
+
+def _config(name: str) -> dict:
+    return json.loads((REPO / "configs" / "models" / name / "config.json").read_text())
+
+
+def test_mha_is_two_vectors_per_head_per_layer() -> None:
+    layout = kv_layout({"num_hidden_layers": 12, "num_attention_heads": 12, "hidden_size": 768})  # GPT-2 small
+    assert (layout.kind, layout.kv_heads, layout.head_dim) == ("MHA", 12, 64)
+    assert kv_bytes_per_token(layout, 2) == 2 * 12 * 64 * 12 * 2  # 36 KiB at bf16
+
+
+def test_gqa_counts_kv_heads_and_splits_them_over_tensor_parallel() -> None:
+    layout = kv_layout(_config("llama-3-8b"))  # 32 layers, 8 KV heads of 128
+    assert layout.kind == "GQA"
+    assert kv_bytes_per_token(layout, 2) == 2 * 8 * 128 * 32 * 2 == 131_072  # the published 128 KiB/token
+    assert kv_bytes_per_token(layout, 2, tensor_parallel=4) == 131_072 / 4
+    assert kv_bytes_per_token(layout, 2, tensor_parallel=16) == 131_072 / 8  # heads replicate past 8 ranks
+
+
+def test_mla_caches_the_latent_and_rope_key_replicated_over_tensor_parallel() -> None:
+    layout = kv_layout(_config("deepseek-v3"))  # 61 layers, kv_lora_rank 512, rope 64
+    assert layout.kind == "MLA"
+    assert kv_bytes_per_token(layout, 2) == (512 + 64) * 61 * 2 == 70_272  # 68.6 KiB, as step 1 reports
+    assert kv_bytes_per_token(layout, 2, tensor_parallel=8) == 70_272
+
+
+def test_budget_takes_the_weight_shard_and_counts_blocks_and_sequences() -> None:
+    layout = kv_layout(_config("llama-3-8b"))
+    gib = 2**30
+    b = kv_budget(
+        "llama on 80 GiB",
+        layout,
+        memory_bytes=80 * gib,
+        weight_bytes=16 * gib,
+        cache_dtype_bytes=2,
+        context_len=8192,
+        block_size=16,
+        memory_utilization=0.9,
+        activation_reserve_bytes=2 * gib,
+    )
+    usable = 80 * gib * 0.9 - 16 * gib - 2 * gib  # 54 GiB
+    assert b.cache_bytes == pytest.approx(usable)
+    assert b.num_blocks == int(usable // (16 * 131_072))
+    assert b.max_tokens == b.num_blocks * 16 == 442_368
+    assert b.max_sequences == 442_368 // 8192 == 54
+    full = kv_budget("no room", layout, memory_bytes=gib, weight_bytes=16 * gib, cache_dtype_bytes=2,
+                     context_len=8192, block_size=16)  # fmt: skip
+    assert (full.cache_bytes, full.max_tokens, full.max_sequences) == (0, 0, 0)
+
+
+def test_serving_tensor_parallel_is_the_smallest_power_of_two_that_fits() -> None:
+    assert serving_tensor_parallel(10, 100) == 1
+    assert serving_tensor_parallel(1342e9, 72e9) == 32  # DeepSeek-V3 bf16 on 80 GiB x 0.9: 41.9 GB/rank
+    assert serving_tensor_parallel(1e15, 1e9, max_degree=64) is None

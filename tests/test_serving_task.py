@@ -1,0 +1,59 @@
+"""What the inference task composes from other steps (no serving): the served model is the trial's
+scaled-down model, or step 5's trained checkpoint when there is one, and its weights are loaded."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from day0.core.model_source import resolve_model_source
+from day0.errors import UsageError
+from day0.serving.model import build_model
+from day0.spec import spec_from_dict
+
+
+def _spec():  # type: ignore[no-untyped-def]
+    return spec_from_dict(
+        {"metadata": {"name": "x"}, "model": "tiny-qwen3-moe", "platform": "cpu",
+         "trial": {"scale": {"layers": 1, "hidden": 64, "experts": 4}, "seed": 3, "seq_len": 64}}
+    )  # fmt: skip
+
+
+def test_without_a_trial_the_scaled_down_model_is_served() -> None:
+    from tasks.inference import served_model
+
+    analyzed = SimpleNamespace(model=resolve_model_source("tiny-qwen3-moe"))
+    served = served_model(_spec(), analyzed, None)  # type: ignore[arg-type]  # a stand-in with the field it reads
+    assert served.checkpoint is None and served.seed == 3 and "untrained" in served.label
+    cfg = served.config
+    assert (cfg["num_hidden_layers"], cfg["hidden_size"], cfg["num_experts"]) == (1, 64, 4)
+    assert cfg["vocab_size"] == 512 and (served.tokenizer_dir / "tokenizer.json").is_file()
+
+
+def test_the_trials_checkpoint_is_served_with_its_weights(tmp_path: Path) -> None:
+    from tasks.inference import served_model
+
+    analyzed = SimpleNamespace(model=resolve_model_source("tiny-qwen3-moe"))
+    untrained = served_model(_spec(), analyzed, None)  # type: ignore[arg-type]  # as above
+    trained_weights = build_model(untrained.model_copy(update={"seed": 99})).state_dict()
+    torch.save(trained_weights, tmp_path / "model.pt")
+    trained = SimpleNamespace(runs=[SimpleNamespace(role="reference", checkpoint_path="elsewhere"),
+                                    SimpleNamespace(role="candidate", checkpoint_path=str(tmp_path))])  # fmt: skip
+    served = served_model(_spec(), analyzed, trained)  # type: ignore[arg-type]  # as above
+    assert served.checkpoint == str(tmp_path) and "trained checkpoint" in served.label
+    loaded = build_model(served).state_dict()
+    fresh = build_model(untrained).state_dict()
+    name = "model.layers.0.mlp.experts.gate_up_proj"
+    assert torch.equal(loaded[name], trained_weights[name]) and not torch.equal(loaded[name], fresh[name])
+
+
+def test_a_full_size_model_without_trial_scale_is_refused_naming_the_field() -> None:
+    from tasks.inference import served_model
+
+    spec = spec_from_dict({"metadata": {"name": "x"}, "model": "deepseek-v3", "platform": "cpu"})
+    served = served_model(spec, SimpleNamespace(model=resolve_model_source("deepseek-v3")), None)  # type: ignore[arg-type]  # a stand-in
+    with pytest.raises(UsageError, match=r"trial\.scale: the served model would have 6\d\d\.\dB parameters"):
+        build_model(served)
