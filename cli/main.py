@@ -142,13 +142,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     spec = load_spec(args.spec)  # all spec errors before Prefect starts
     only = parse_only(args.only)
     os.environ.setdefault(_PREFECT_STARTUP, _PREFECT_STARTUP_DEFAULT)  # before Prefect reads its settings
-    from flows.adapt import TASKS, check_runnable, plan_steps
+    from flows.adapt import check_runnable, plan_steps
 
-    steps, unavailable = plan_steps(spec, only)
-    if not steps:
-        raise UsageError(
-            f"--only/steps: nothing to run: {unavailable} not built in this version; built steps: {list(TASKS)}"
-        )
+    if not plan_steps(spec, only):  # unknown --only names also exit 2 here, before Prefect starts
+        raise UsageError(f"--only {','.join(only or [])}: nothing to run: none of the spec's steps {spec.steps}")
     check_runnable(spec)
     check_spec(spec, check_store=True)
     check_parameters(args.spec)

@@ -407,6 +407,11 @@ class PlannerSpec(_UserModel):
     """Steps 3-4's cost-model assumptions. Unset figures come from the platform's calibrated profile when
     the store holds one (`day0 calibrate PLATFORM`), else from the datasheet defaults named below."""
 
+    calibrate: bool = Field(
+        False,
+        description="Run `day0 calibrate` on the run's backend before step 3 (its profile is then used); "
+        "default false: use a stored profile if any.",
+    )
     profile: Literal["auto", "datasheet", "calibrated"] = Field(
         "auto",
         description="'auto': the calibrated profile if the store has one, else datasheet figures; 'calibrated' "

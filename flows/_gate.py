@@ -65,6 +65,3 @@ class StepGate:
         if not result.passed:
             self._unavailable[step] = f"failed ({'; '.join(result.reasons[:2])})"
         return result
-
-    def not_built(self, step: str) -> None:
-        self._skip(step, f"step {step} is not built in this version of day0")

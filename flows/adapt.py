@@ -56,22 +56,22 @@ def prerequisites(step: str) -> tuple[str, ...]:
     )
 
 
-def plan_steps(spec: PipelineSpec, only: list[str] | None = None) -> tuple[list[str], list[str]]:
-    """(steps to run in pipeline order, including prerequisites; requested steps not built yet)."""
+def plan_steps(spec: PipelineSpec, only: list[str] | None = None) -> list[str]:
+    """The steps to run in pipeline order: those wanted (`only`, else the spec's) and their prerequisites."""
     if only and (unknown := [s for s in only if s not in STEPS]):
         raise UsageError(f"--only: unknown step(s) {unknown}; expected some of {list(STEPS)}")
     wanted = [s for s in spec.steps if not only or s in only]
     needed: set[str] = set()
 
     def add(step: str) -> None:
-        if step in TASKS and step not in needed:
+        if step not in needed:
             needed.add(step)
             for dep in prerequisites(step):
                 add(dep)
 
     for step in wanted:
         add(step)
-    return [s for s in STEPS if s in needed], [s for s in wanted if s not in TASKS]
+    return [s for s in STEPS if s in needed]
 
 
 def check_runnable(spec: PipelineSpec) -> None:
@@ -136,7 +136,7 @@ def adapt(spec: dict[str, Any], only: list[str] | None = None, fresh: bool = Fal
     pipeline_spec = spec_from_dict(spec, "spec")
     check_runnable(pipeline_spec)
     ctx = RunContext.create(pipeline_spec, flow_run_id=flow_run.get_id(), fresh=fresh)
-    steps, unavailable = plan_steps(pipeline_spec, only)
+    steps = plan_steps(pipeline_spec, only)
     ctx.begin_attempt()
     gate = StepGate(ctx, steps)
     try:
@@ -148,11 +148,9 @@ def adapt(spec: dict[str, Any], only: list[str] | None = None, fresh: bool = Fal
             trained = gate.run(trial, ctx, analyzed=analyzed, planned=planned, optimized=optimized)
             # step 6 serves step 5's model when it trained well, else the scaled-down model
             gate.run(inference, ctx, analyzed=analyzed, **({"trained": trained} if trained and trained.passed else {}))
-            for step in unavailable:
-                gate.not_built(step)
     finally:  # also on SIGTERM/cancellation: the report shows what ran and what did not
         ctx.publish_manifest()
-        report = write_report(ctx, time.perf_counter() - start, steps + unavailable)
+        report = write_report(ctx, time.perf_counter() - start, steps)
         log.info("report: %s", report["html"])
     summary = RunSummary.from_manifest(ctx, steps, report)
     if gate.usage_error is not None:

@@ -326,11 +326,11 @@ CASES = [
     Case("only-empty", ["run", "{tmp}/s.yaml", "--only", ""], 2, ["--only", "empty selection"], {"s.yaml": spec()}),
     Case("only-commas", ["run", "{tmp}/s.yaml", "--only", " , "], 2, ["empty selection"], {"s.yaml": spec()}),
     Case(
-        "only-unbuilt",
-        ["run", "{tmp}/s.yaml", "--only", "inference"],
+        "only-outside-steps",
+        ["run", "{tmp}/s.yaml", "--only", "trial"],
         2,
-        ["nothing to run", "inference"],
-        {"s.yaml": spec()},
+        ["--only trial", "nothing to run"],
+        {"s.yaml": spec(extra="steps: [analyze]\n")},
     ),
     Case("top-negative", ["plan", "{tmp}/s.yaml", "--top", "-1"], 2, ["--top", "integer >= 1"], {"s.yaml": spec()}),
     Case("top-zero", ["plan", "{tmp}/s.yaml", "--top", "0"], 2, ["--top"], {"s.yaml": spec()}),
@@ -436,13 +436,14 @@ def test_unexpected_error_is_one_line_and_traceback_only_with_debug(tmp_path: Pa
 
 
 def test_plan_out_force_overwrites_atomically(tmp_path: Path) -> None:
-    (tmp_path / "s.yaml").write_text(spec())
+    (tmp_path / "s.yaml").write_text(spec(storage=f"file://{tmp_path}/store"))
     target = tmp_path / "p.yaml"
     target.write_text("mine\n")
     proc = day0(["plan", "s.yaml", "--out", str(target), "--force"], {}, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "parallel" in target.read_text() and (target.stat().st_mode & 0o777) == 0o644 & ~_umask()
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["p.yaml", "s.yaml"], "no temp file left"
+    # no temp file left beside the target (the store holds `day0 plan`'s structure cache)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["p.yaml", "s.yaml", "store"]
 
 
 def _umask() -> int:

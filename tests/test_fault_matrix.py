@@ -25,10 +25,10 @@ DATA = Path(__file__).parent / "data"
 CATALOGUE = Catalogue.model_validate(load_yaml(DATA / "faults" / "catalogue.yaml"))
 UNSEEN = [  # not in the catalogue: same kinds, different faults (tests/data/faults/unseen_faults.py)
     Fault(
-        name="exp_low_order",
+        name="silu_as_hardswish",
         layer="numerical",
-        description="exp via (1 + x/64)^64",
-        kernel="unseen_faults:exp_low_order",
+        description="SiLU as hard-swish",
+        kernel="unseen_faults:silu_as_hardswish",
     ),
     Fault(
         name="adamw_update_drops_eps",

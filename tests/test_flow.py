@@ -74,9 +74,26 @@ def test_s3_storage(prefect_server, s3_server) -> None:
     assert {f"{prefix}/analyze/result.json", f"{prefix}/report.html", f"{prefix}/manifest.json"} <= keys
 
 
-def test_plan_steps_adds_prerequisites_and_reports_unavailable() -> None:
-    spec = spec_from_dict(tiny_spec("file:///tmp/x") | {"steps": ["analyze", "inference"]})
-    steps, unavailable = plan_steps(spec)
-    assert steps == ["analyze"] and unavailable == ["inference"]
+def test_plan_steps_adds_prerequisites() -> None:
+    # step 6 reads step 1 only (it serves step 5's model when step 5 ran, else the scaled-down one)
+    spec = spec_from_dict(tiny_spec("file:///tmp/x") | {"steps": ["inference"]})
+    assert plan_steps(spec) == ["analyze", "inference"]
+    spec = spec_from_dict(tiny_spec("file:///tmp/x") | {"steps": ["trial"]})
+    assert plan_steps(spec) == ["analyze", "parallel", "optimize", "trial"]
     with pytest.raises(UsageError, match="unknown step"):
         plan_steps(spec, only=["nope"])
+
+
+def test_planner_calibrate_measures_the_platform_before_step_3(prefect_server, tmp_path: Path) -> None:
+    from day0.planner.profile import profile_key
+
+    spec = tiny_spec(f"file://{tmp_path}", name="tiny-calibrate") | {
+        "steps": ["parallel"],
+        "planner": {"calibrate": True},
+    }
+    out = adapt(spec=spec)
+    assert out["executed"] == ["analyze", "parallel"]
+    assert (tmp_path / profile_key("cpu")).exists(), "the calibrated profile is in the run's store"
+    plan = yaml.safe_load((tmp_path / out["prefix"] / "parallel/result.json").read_text())
+    notes = plan["notes"] + plan["cluster"]["notes"]
+    assert any("calibrated profile" in note for note in notes), notes

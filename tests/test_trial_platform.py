@@ -49,7 +49,6 @@ def test_candidate_runs_the_vendor_kernels_and_step_2s_adaptations(vendor: Platf
 
     on_vendor = _train(platform=vendor)
     assert on_vendor[-1].kernel_calls.get(f"plugin:{SIGMOID.name}", 0) > 0  # the router's sigmoid, every step
-    assert [h.loss for h in on_vendor] != [h.loss for h in stock]  # and its wrong numbers change the curve
 
     # step 2 finds the wrong kernel and adapts it; its result's adaptations reach the loop as data
     checked = run_operators(tiny_inventory("fp32"), vendor, compute_dtype="fp32", max_elements=1 << 16)

@@ -2,6 +2,9 @@
 
 - `faults`: training bugs injected on purpose (`TrialFaults`), and `TestingSettings`, which lets a
   test reach a whole `day0 run` subprocess through the environment (`DAY0_TESTING_TRIAL_FAULTS`).
+- `fault_matrix`: every catalogued fault (tests/data/faults/) through every validation layer, with
+  clean runs for the false-alarm rate: the detection power `tests/test_fault_matrix.py` checks and
+  `benchmarks/bench_faults.py` records.
 - `chaos`: kill a Ray node under a training run and let Ray Train recover.
 - `ray`: `local_head`, a private Ray head (own ports, own process group) for job-submission tests.
 - `webhook`: realistic hub payloads, and `Receiver`, `day0 webhook serve` as a restartable subprocess.

@@ -17,26 +17,19 @@ one-node group and an elastic group of at most one node (see k8s/README.md, "The
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
-import sys
-import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
-from day0.backends.kuberay.manifest import RUN_ID_LABEL, label_value
 from day0.runs import RunContext
 from day0.spec import spec_from_dict
 from day0.testing.pod_runner import PodRunner, Pool, process_backed
+from tests.e2e._day0_run import Day0Run
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
-REPO = Path(__file__).resolve().parents[2]
 ACCEL = {"resource": "day0.io/accel", "per_node": 1, "memory_gib": 16}  # the planner's figure
 TRIAL = {
     "scale": {"layers": 2, "hidden": 64, "experts": 4},
@@ -100,79 +93,10 @@ def api_url(prefect_server: None) -> str:
     return str(PREFECT_API_URL.value())
 
 
-class Run:
-    """`day0 run SPEC --only operators,trial`; output collected as it comes, pod groups watched."""
-
-    def __init__(self, tmp_path: Path, raw: dict[str, Any], run_id: str, api_url: str, api: Any, **env: str) -> None:
-        spec = tmp_path / f"{raw['metadata']['name']}.yaml"
-        spec.write_text(yaml.safe_dump(raw))
-        full = {**os.environ, "PREFECT_API_URL": api_url, "PREFECT_HOME": str(tmp_path / "prefect"), **env}
-        full.update(PYTHONUNBUFFERED="1", PREFECT_LOGGING_LEVEL="INFO", COLUMNS="200")
-        self.api, self.run_id, self.lines = api, run_id, []
-        self.groups: set[str] = set()  # worker groups seen with a Running pod
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "cli", "run", str(spec), "--only", "operators,trial"],
-            cwd=REPO,
-            env=full,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            start_new_session=True,
-        )
-        self._threads = [threading.Thread(target=f, daemon=True) for f in (self._read, self._watch)]
-        for t in self._threads:
-            t.start()
-
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            self.lines.append(line)
-
-    def _watch(self) -> None:
-        while self.proc.poll() is None:
-            for pod in self.pods():
-                if pod.status.phase == "Running":
-                    self.groups.add(pod.metadata.labels.get("ray.io/group", "?"))
-            time.sleep(1)
-
-    def pods(self) -> list[Any]:
-        from kubernetes import client
-
-        selector = f"{RUN_ID_LABEL}={label_value(self.run_id)}"
-        return list(client.CoreV1Api(self.api).list_namespaced_pod("day0", label_selector=selector).items)
-
-    @property
-    def output(self) -> str:
-        return "".join(self.lines)
-
-    def wait_for(self, what: str, check: Callable[[], Any], timeout_s: float = 600) -> Any:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if value := check():
-                return value
-            if self.proc.poll() is not None:
-                raise AssertionError(f"day0 run exited ({self.proc.returncode}) before {what}:\n{self.output[-6000:]}")
-            time.sleep(0.5)
-        raise AssertionError(f"timed out waiting for {what}:\n{self.output[-6000:]}")
-
-    def finish(self, timeout_s: float = 800) -> int:
-        try:
-            return self.proc.wait(timeout_s)
-        finally:
-            if self.proc.poll() is None:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            for t in self._threads:
-                t.join(5)
-
-    def __enter__(self) -> Run:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        from day0.backends.kuberay.lifecycle import delete_run_clusters
-
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        delete_run_clusters("day0", self.run_id, api_client=self.api)
+def day0_run(tmp_path: Path, raw: dict[str, Any], run_id: str, api_url: str, api: Any, **env: str) -> Day0Run:
+    spec = tmp_path / f"{raw['metadata']['name']}.yaml"
+    spec.write_text(yaml.safe_dump(raw))
+    return Day0Run(spec, "operators,trial", api_url=api_url, api=api, run_id=run_id, home=tmp_path / "prefect", **env)
 
 
 def stored(s3: Any, bucket: str, raw: dict[str, Any], run_id: str, *key: str) -> dict[str, Any]:
@@ -181,7 +105,7 @@ def stored(s3: Any, bucket: str, raw: dict[str, Any], run_id: str, *key: str) ->
     return dict(json.loads(s3.get_object(Bucket=bucket, Key=path)["Body"].read()))
 
 
-def assert_all_gone(run: Run, runner: PodRunner) -> None:
+def assert_all_gone(run: Day0Run, runner: PodRunner) -> None:
     from day0.backends.kuberay.lifecycle import delete_run_clusters
 
     assert run.pods() == [], [p.metadata.name for p in run.pods()]
@@ -200,7 +124,7 @@ def test_day0_run_creates_uses_autoscales_and_deletes_its_raycluster(
 ) -> None:
     nodes, prefix = runner
     raw, run_id = pipeline("kr-pods", prefix, s3_server.bucket)
-    with Run(tmp_path, raw, run_id, api_url, api) as run:
+    with day0_run(tmp_path, raw, run_id, api_url, api) as run:
         rc = run.finish()
         out = run.output
         assert rc == 0, out[-8000:]
@@ -231,11 +155,11 @@ def test_a_node_lost_mid_trial_resumes_from_its_checkpoint_on_a_replacement_pod(
     s3, name = s3_server.client(), raw["metadata"]["name"]
     checkpoints = f"{name}/runs/{name}/{run_id}/trial/checkpoints/candidate/"
     faults = json.dumps({"step_delay_s": 2.0})  # slow steps: the node goes while the candidate trains
-    with Run(tmp_path, raw, run_id, api_url, api, DAY0_TESTING_TRIAL_FAULTS=faults) as run:
+    with day0_run(tmp_path, raw, run_id, api_url, api, DAY0_TESTING_TRIAL_FAULTS=faults) as run:
         run.wait_for(
             "a candidate checkpoint",
             lambda: any(
-                "checkpoint_" in o["Key"]
+                "/step_" in o["Key"]
                 for o in s3.list_objects_v2(Bucket=s3_server.bucket, Prefix=checkpoints).get("Contents", [])
             ),
         )

@@ -1,7 +1,8 @@
 """Faults of the catalogue's kinds that the catalogue does not hold, so the matrix test can show the
 detection does not depend on knowing the fault (`day0.platforms` plugin targets, like the others):
 
-- exp_low_order: exp through a low-order series (a vendor's fast-math transcendental);
+- silu_as_hardswish: SiLU computed as the piecewise-linear hard-swish (a vendor's fast-math
+  activation);
 - adamw_update_drops_eps: the parameter update divides by sqrt(v) + eps - eps (a fused kernel that
   takes the epsilon back out: 0/0 where v = 0);
 - allreduce_one_rank: the all-reduce keeps only this rank's gradient (a collective that never
@@ -18,8 +19,8 @@ from day0.platforms.kernels import KernelTable
 aten = torch.ops.aten
 
 
-def exp_low_order(table: KernelTable) -> None:
-    table.register("aten::exp", lambda x: (1 + x / 64) ** 64)
+def silu_as_hardswish(table: KernelTable) -> None:
+    table.register("aten::silu", lambda x: x * (x / 6 + 0.5).clamp(0, 1))
 
 
 def _addcdiv_drops_eps(self: list[torch.Tensor], t1: list[torch.Tensor], t2: list[torch.Tensor], scalars) -> None:
