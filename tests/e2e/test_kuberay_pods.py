@@ -163,6 +163,7 @@ def test_a_node_lost_mid_trial_resumes_from_its_checkpoint_on_a_replacement_pod(
                 for o in s3.list_objects_v2(Bucket=s3_server.bucket, Prefix=checkpoints).get("Contents", [])
             ),
         )
+        time.sleep(3 * 2.0)  # three slow steps: the checkpoint's upload is complete and reported
         victim = next(p for p in run.pods() if p.metadata.labels.get("ray.io/group") == "fixed")
         nodes.delete_node(victim.spec.node_name)
         rc = run.finish()
