@@ -58,6 +58,8 @@ def run(workers: int = 1) -> dict[str, Any]:
                         "name": f"w{i}",
                         "accelerator": acc,
                         "nodes": 1,
+                        "cpus_per_node": 2,
+                        "memory_gib_per_node": 2,
                         "node_selector": {"day0.io/pool": f"{prefix}-work"},
                     }
                     for i in range(workers)

@@ -142,10 +142,12 @@ def adapt(spec: dict[str, Any], only: list[str] | None = None, fresh: bool = Fal
     try:
         with _stop_when_cancelled(ctx.flow_run_id), run_backend(ctx, steps, progress=log.info):
             analyzed = gate.run(analyze, ctx)
-            gate.run(operators, ctx, analyzed=analyzed)
+            checked = gate.run(operators, ctx, analyzed=analyzed)
             planned = gate.run(parallel, ctx, analyzed=analyzed)
             optimized = gate.run(optimize, ctx, analyzed=analyzed, planned=planned)
-            trained = gate.run(trial, ctx, analyzed=analyzed, planned=planned, optimized=optimized)
+            # the candidate trains with step 2's adaptations when step 2 ran and passed
+            adapted = {"checked": checked} if checked and checked.passed else {}
+            trained = gate.run(trial, ctx, analyzed=analyzed, planned=planned, optimized=optimized, **adapted)
             # step 6 serves step 5's model when it trained well, else the scaled-down model
             gate.run(inference, ctx, analyzed=analyzed, **({"trained": trained} if trained and trained.passed else {}))
     finally:  # also on SIGTERM/cancellation: the report shows what ran and what did not

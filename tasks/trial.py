@@ -15,6 +15,7 @@ from prefect.cache_policies import NO_CACHE
 
 from day0.analysis.results import AnalyzeResult
 from day0.backends.session import backend_for
+from day0.numerics.results import OperatorsResult
 from day0.planner.optimize import OptimizationReport
 from day0.planner.profile import CalibratedProfile, load_profile
 from day0.planner.results import PlanReport
@@ -87,10 +88,16 @@ class PlannerMemoryEstimate:
 
 @task(name="trial", cache_policy=NO_CACHE)
 def trial(
-    ctx: RunContext, analyzed: AnalyzeResult, planned: PlanReport, optimized: OptimizationReport, max_failures: int = 2
+    ctx: RunContext,
+    analyzed: AnalyzeResult,
+    planned: PlanReport,
+    optimized: OptimizationReport,
+    checked: OperatorsResult | None = None,
+    max_failures: int = 2,
 ) -> TrialResult:
-    """Train the reference and the candidate on step 1's model with step 4's (else step 3's) plan,
-    as a job on the run's backend; then put step 3's memory estimate beside the measured peaks."""
+    """Train the reference and the candidate on step 1's model with step 4's (else step 3's) plan and,
+    when step 2 ran and passed, its adaptations in the candidate's platform kernels, as a job on the
+    run's backend; then put step 3's prediction beside the measured step time and peaks."""
     log, spec = step_logger(), ctx.spec
     faults = TestingSettings().trial_faults
     if faults is not None:
@@ -104,6 +111,7 @@ def trial(
         plan=plan,
         max_failures=max_failures,
         faults=faults,
+        adaptations=checked.ops.adaptations if checked else [],
         on_cluster=backend.kind != "local",
     )
 

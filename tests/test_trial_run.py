@@ -97,7 +97,9 @@ def test_task_rerun_resumes_from_s3_checkpoint(
     # The reference: a stored curve (public API: trial.reference = a URI), made here by the bare loop.
     ref = [
         StepRecord.model_validate(h)
-        for h in run_steps(tiny_loop(12, micro_batch=2, lr_warmup_steps=1), tiny_data().tokens)
+        # the candidate's data: 1 worker x micro_batch 2 = 2 sequences a step (a reference on other
+        # batches is another training, which the noise-derived threshold rightly refuses)
+        for h in run_steps(tiny_loop(12, global_batch=2, micro_batch=2, lr_warmup_steps=1), tiny_data().tokens)
     ]
     curve = TrialCurve(
         label="stored reference",

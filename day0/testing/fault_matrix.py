@@ -13,8 +13,8 @@ Layers, each the library's own judgement:
   stock kernel, which the clean platform's check of the whole inventory covers (once, at a smaller
   shape cap: 87 ops in ~3 s instead of ~55 s). Caught = an op with wrong numbers (a missing or
   raising kernel is a gap step 2 adapts, not a wrong answer); localised at the op; margin = how far
-  its worst metric is over its bound (RMS error / rtol, 1 - cosine over 1 - min cosine, max abs
-  error over atol; NaN/Inf = infinite). A size-dependent fault needs the real cap: the bf16-
+  its worst metric is over its bound (RMS error or max relative error over rtol, 1 - cosine over
+  1 - min cosine; NaN/Inf = infinite). A size-dependent fault needs the real cap: the bf16-
   accumulated norm passes on 64k-element shapes and fails on step 2's;
 - convergence: step 5's alignment (`day0.trial.alignment.compare_curves`, thresholds from the
   reference's noise) of the candidate (bf16 autocast, the platform's kernels, the faults) against
@@ -67,7 +67,7 @@ Layer = Literal["numerical", "convergence", "performance"]
 LAYERS: tuple[Layer, ...] = ("numerical", "convergence", "performance")
 STEPS, WARMUP, SEEDS = 30, 8, (0, 1, 2)
 TOLERANCE = TrialTolerance(warmup_steps=WARMUP)  # the spec's defaults, warm-up scaled to a 30-step trial
-PERF_THRESHOLD = 0.10  # a 10% slower kernel is worth a look; the clean spread measured is far below
+PERF_THRESHOLD = 0.15  # three times the worst clean deviation measured here (+5.5%, the kernel against itself)
 PERF_REPEATS, PERF_BATCH_S = 15, 0.01
 CLEAN_MAX_ELEMENTS = 1 << 16  # the clean platform's whole-inventory check (see the module docstring)
 
@@ -307,7 +307,7 @@ def numerical(platform: Platform, clean_failing: set[str], dtype: str = "bf16") 
         m = c.metrics if c.status != "pass" else c.grad_metrics
         if m is None or m.nan_inf_mismatch:
             return math.inf
-        return max(m.rel_rmse / t.rtol, (1 - m.cosine) / (1 - t.min_cosine), m.max_abs / t.atol if m.max_abs else 0)
+        return max(m.rel_rmse / t.rtol, (1 - m.cosine) / (1 - t.min_cosine), m.max_rel / t.rtol)
 
     worst = max(bad, key=over)
     return Detection(

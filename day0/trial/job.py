@@ -4,7 +4,7 @@ job on the run's cluster, where the Train workers land on the accelerator pools.
     python -m day0.trial.job REQUEST_URL RESULT_URL   # as a submitted Ray job
 
 The request carries what the task gathered from other steps (step 1's resolved model, the plan's
-knobs) and the test-only faults as data; the memory estimate, which needs step 3's cost model, is
+knobs, step 2's adaptations) and the test-only faults as data; the memory estimate, which needs step 3's cost model, is
 added by the task to the result it gets back (`TrialResult.scaled_config` holds the model it needs).
 """
 
@@ -17,6 +17,7 @@ from pydantic import BaseModel, Field
 from day0.backends.jobs import StepJob
 from day0.backends.resources import train_worker_resources
 from day0.core.model_source import ResolvedModel
+from day0.numerics.results import Adaptation
 from day0.spec import PipelineSpec
 from day0.testing.faults import TrialFaults
 from day0.trial.results import TrialResult
@@ -32,6 +33,9 @@ class TrialRequest(BaseModel):
     plan: TrialPlan = Field(default_factory=TrialPlan)
     max_failures: int = Field(2, ge=0)
     faults: TrialFaults | None = Field(None, description="Test-only faults injected into the candidate.")
+    adaptations: list[Adaptation] = Field(
+        default_factory=list, description="Step 2's adaptations, applied to the candidate's platform kernels."
+    )
     on_cluster: bool = Field(False, description="Join the job's Ray cluster instead of a private local Ray.")
 
 
@@ -43,6 +47,7 @@ def run_request(request: TrialRequest, progress: Callable[[str], None] | None = 
         checkpoint_uri=request.checkpoint_uri,
         plan=request.plan,
         hooks=request.faults,
+        adaptations=request.adaptations,
         max_failures=request.max_failures,
         progress=progress,
         ray_address="auto" if request.on_cluster else None,

@@ -87,7 +87,7 @@ class StepRecord(BaseModel):
     compute_time_s: float = Field(description="Forward + backward + optimizer time.")
     kernel_calls: dict[str, int] = Field(
         default_factory=dict,
-        description="aten calls per kernel source (stock, vendor, plugin:x, adapt:y) in this step.",
+        description="Op calls per kernel source (stock, vendor, plugin:x, adapt:y) in this step.",
     )
 
 

@@ -119,7 +119,7 @@ def _kernels(loop: LoopConfig, history: list[StepRecord]) -> str:
         return "stock" if loop.platform is None else f"stock ({loop.platform.name} has nothing to emulate)"
     calls = ", ".join(f"{k} {v}" for k, v in sorted(history[-1].kernel_calls.items(), key=lambda kv: -kv[1]))
     adapted = f", {len(loop.adaptations)} step-2 adaptation(s)" if loop.adaptations else ""
-    return f"{loop.platform.name} kernel table{adapted} (aten calls in the last step: {calls})"
+    return f"{loop.platform.name} kernel table{adapted} (op calls in the last step: {calls})"
 
 
 def _curve(label: str, platform: str, loop: LoopConfig, workers: int, run: TrainingRun) -> TrialCurve:
