@@ -48,6 +48,7 @@ class Host(Protocol):
     max_backoff_s: float
     source: Source
     lookup: Lookup
+    code_dirs: list[Path]  # the virtualenv and the repository the pods run from
 
     def pod_dir(self, pod: Mapping[str, Any]) -> Path: ...
 
@@ -234,6 +235,8 @@ class PodWorker(threading.Thread):
             Mount(self.dir / "tmp", "/tmp"),
             Mount(self.dir / "shm", "/dev/shm"),
             Mount(self.hosts_file, "/etc/hosts"),
+            # the pod's own /tmp must not hide the code it runs (a checkout under /tmp, as in CI)
+            *(Mount(d, str(d)) for d in self.host.code_dirs if Path("/tmp") in d.parents),
         ]
         for vm in spec.get("volumeMounts") or []:
             if vm["name"] not in self._volumes:

@@ -186,6 +186,9 @@ class PodRunner:
             raise ValueError(f"root {base}: must not be under /tmp or /dev/shm (containers get their own)")
         self.root = base / self.runner_id
         self.venv_bin = (venv / "bin") if venv else Path(sys.executable).parent
+        repo = Path(__file__).resolve().parents[3]  # day0/testing/pod_runner/runner.py -> the checkout
+        venv_root = self.venv_bin.absolute().parent
+        self.code_dirs = [repo] + ([] if repo in venv_root.parents else [venv_root])
         self.max_grace_s, self.backoff_s, self.max_backoff_s = max_grace_s, backoff_s, max_backoff_s
         self.heartbeat_s = heartbeat_s
         self.pools = {p.name: p for p in pools}
