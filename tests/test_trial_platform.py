@@ -98,3 +98,109 @@ def test_cuda_platform_trains_the_candidate_on_the_gpu(tmp_path: Path) -> None:
     assert result.candidate.device == "cuda" and result.reference.device == "cpu"
     assert not any("no cuda device" in n for n in result.notes), result.notes
     assert len(result.candidate.loss) == 6 and all(x == x for x in result.candidate.loss)
+
+
+@pytest.fixture(scope="module")
+def ascend_checked():
+    """Step 2 on the emulated Ascend 910B (declared operator library, no device here) with the whole
+    reduced-depth model: its op checks, layer comparison and training step."""
+    from day0.core.model_source import resolve_model_source
+    from day0.numerics.layers import WholeModel
+    from day0.numerics.step import run_operators
+    from tests.data.numerics.numerics_fixtures import tiny_inventory
+
+    spec = PlatformSpec.model_validate(load_yaml(CONFIGS_DIR / "platforms" / "ascend-910b.yaml"))
+    whole = WholeModel(model=resolve_model_source("tiny-deepseek-v3"), keep_layers=[0, 1])
+    checked = run_operators(tiny_inventory("bf16"), spec, compute_dtype="bf16", max_elements=1 << 16, whole_model=whole)
+    return spec, checked
+
+
+def test_step_2s_training_step_meets_what_the_capture_cannot_see(ascend_checked) -> None:
+    from day0.platforms.kernels import MissingKernelError
+    from day0.trial.step import adapted_kernels
+
+    spec, checked = ascend_checked
+    step = checked.training_step
+    assert step is not None and step.passed and step.error is None, step
+    assert {r.quantity for r in step.rows} == {"loss", "gradients", "update"}
+    assert step.kernel_calls.get("stock", 0) > 0 and any(k.startswith("adapt:") for k in step.kernel_calls)
+    # ops only real training tensors under autocast meet: created tensors, the optimizer's step counter,
+    # the fp32 grouped GEMM autocast leaves alone, DDP's bucket averaging
+    met = {(a.op, a.dtype) for a in checked.ops.adaptations if a.problem.startswith("missing in the training step")}
+    assert {("aten::_grouped_mm", "fp32"), ("aten::lift_fresh", "fp32"), ("aten::mul.out", "fp32")} <= met, met
+    assert all(a.strategy for a in checked.ops.adaptations), [a for a in checked.ops.adaptations if not a.strategy]
+    assert checked.verdict == "warn", checked.judge().reasons  # adapted missing kernels warn; nothing is wrong
+
+    # without what the training step adapted, the candidate cannot train on the platform
+    without = adapted_kernels(
+        [a for a in checked.ops.adaptations if not a.problem.startswith("missing in the training step")]
+    )
+    with pytest.raises(MissingKernelError):
+        run_steps(tiny_loop(1, platform=spec, adaptations=without, compute_dtype="bf16"), tiny_data().tokens)
+
+
+def test_a_kernel_wrong_only_at_trainings_dtype_fails_step_2s_training_step(tmp_path: Path) -> None:
+    """The bf16 model's capture runs the embedding at bf16, so the op checks pass a vendor embedding
+    wrong at fp32; the trial's fp32 weights call exactly that kernel, and the training step sees it."""
+    from day0.core.model_source import resolve_model_source
+    from day0.numerics.layers import WholeModel
+    from day0.numerics.step import run_operators
+    from tests.data.numerics.numerics_fixtures import tiny_inventory
+
+    fault = Fault(
+        name="embedding_shifted_fp32",
+        layer="numerical",
+        description="fp32 embedding reads the next row",
+        kernel="faulty_kernels:embedding_shifted_fp32",
+    )
+    saved = os.environ.get("PYTHONPATH")
+    install_plugins([fault], tmp_path / "site", [DATA / "numerics"])
+    try:
+        spec = PlatformSpec.model_validate(load_yaml(CONFIGS_DIR / "platforms" / "cpu.yaml"))
+        spec = spec.model_copy(update={"name": "cpu-shifted-embedding", "vendor_plugin": fault.name})
+        whole = WholeModel(model=resolve_model_source("tiny-deepseek-v3"), keep_layers=[0, 1])
+        inventory = tiny_inventory("bf16")
+        checked = run_operators(inventory, spec, compute_dtype="bf16", max_elements=1 << 16, whole_model=whole)
+    finally:
+        os.environ.pop("PYTHONPATH") if saved is None else os.environ.update(PYTHONPATH=saved)
+    embedding = next(c for c in checked.ops.checks if c.op == "aten::embedding")
+    assert embedding.ok and embedding.dtype == "bf16", embedding  # the op check runs what the capture saw
+    assert checked.layers is not None and checked.layers.passed  # the bf16 model never calls the fp32 kernel
+    step = checked.training_step
+    assert step is not None and not step.passed and step.kernel_calls.get(f"plugin:{fault.name}", 0) > 0, step
+    assert checked.verdict == "fail"
+    assert any(r.startswith("training step (bf16 autocast") and "differ" in r for r in checked.judge().reasons)
+
+
+@pytest.fixture(scope="module")
+def local_ray() -> Iterator[None]:
+    import ray
+
+    from day0.backends.local import connect
+
+    ray.shutdown()
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    connect(num_cpus=2)
+    yield
+    ray.shutdown()
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("sharding", ["ddp", "fsdp"])
+def test_emulated_ascend_candidate_trains_on_two_workers(
+    ascend_checked, local_ray, sharding: str, tmp_path: Path
+) -> None:
+    """The candidate on 2 Ray Train workers, DDP and FSDP2, every aten call through the platform's dispatch
+    mode with step 2's adaptations: it trains, and its losses are the stock kernels' within bf16 rounding."""
+    from day0.trial.run import run_training
+    from day0.trial.step import adapted_kernels
+
+    spec, checked = ascend_checked
+    stock = _train(compute_dtype="bf16", micro_batch=2)
+    loop = tiny_loop(3, platform=spec, adaptations=adapted_kernels(checked.ops.adaptations), compute_dtype="bf16")
+    loop = loop.model_copy(update={"sharding": sharding, "micro_batch": 2})
+    run = run_training(loop, tiny_data().tokens, name=f"ascend-{sharding}", storage_uri=f"file://{tmp_path}", workers=2)
+    assert run.error is None, run.error
+    assert len(run.history) == 3
+    assert all(h.kernel_calls.get("adapt:cpu_fallback", 0) > 0 for h in run.history), run.history[-1].kernel_calls
+    assert [h.loss for h in run.history] == pytest.approx([h.loss for h in stock], rel=1e-3)

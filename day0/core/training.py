@@ -10,11 +10,15 @@ the ops of one optimizer step in the inventory, so what step 2 checks is what th
   `_foreach_mul_` by the clamped coefficient), like `torch.nn.utils.clip_grad_norm_`.
 - Master weights (what the optimizer updates) are fp32: the trial trains bf16 under autocast with
   fp32 parameters, so its optimizer ops run at fp32 whatever the compute dtype.
+- The model is called one way (`forward_loss`): step 5's loop and step 2's training-step check run
+  the same calls, so the ops step 2 meets at run time are the ones the candidate will meet.
 """
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterable
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -27,7 +31,9 @@ __all__ = [
     "LEARNING_RATE",
     "MASTER_DTYPE",
     "WEIGHT_DECAY",
+    "autocast",
     "clip_gradients",
+    "forward_loss",
     "make_optimizer",
     "next_token_loss",
 ]
@@ -44,6 +50,20 @@ LEARNING_RATE = 3e-4  # the spec's default trial learning rate; the capture's st
 def next_token_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     """Mean cross-entropy of `logits` (batch, seq, vocab) against `targets` (batch, seq), in fp32."""
     return F.cross_entropy(logits.float().reshape(-1, logits.size(-1)), targets.reshape(-1))
+
+
+def autocast(device_type: str, compute_dtype: torch.dtype) -> contextlib.AbstractContextManager[Any]:
+    """The trial's mixed precision: fp32 parameters, matmuls at `compute_dtype` under autocast."""
+    if compute_dtype == torch.float32:
+        return contextlib.nullcontext()
+    return torch.autocast(device_type, dtype=compute_dtype)
+
+
+def forward_loss(model: torch.nn.Module, batch: torch.Tensor, compute_dtype: torch.dtype) -> torch.Tensor:
+    """The next-token loss of `batch` (batch, seq + 1): the model under autocast, the loss in fp32."""
+    with autocast(batch.device.type, compute_dtype):
+        logits = model(input_ids=batch[:, :-1]).logits
+    return next_token_loss(logits, batch[:, 1:])
 
 
 def make_optimizer(

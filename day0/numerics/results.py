@@ -9,7 +9,16 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 from day0.core.result import Judgement, StepResult, Verdict
 from day0.numerics.metrics import ErrorMetrics
 
-__all__ = ["Adaptation", "LayerReport", "LayerRow", "OpCheck", "OpCheckReport", "OperatorsResult"]
+__all__ = [
+    "Adaptation",
+    "LayerReport",
+    "LayerRow",
+    "OpCheck",
+    "OpCheckReport",
+    "OperatorsResult",
+    "TrainingStepCheck",
+    "TrainingStepRow",
+]
 
 Status = Literal["pass", "fail", "missing", "error", "skipped"]
 Kind = Literal["compute", "layout", "creation", "nondeterministic"]
@@ -170,11 +179,70 @@ class LayerReport(BaseModel):
         return "\n".join(lines)
 
 
-class OperatorsResult(StepResult):
-    """Step 2's result: per-op checks (with adaptations) and the whole-model layer comparison.
+class TrainingStepRow(BaseModel):
+    quantity: Literal["loss", "gradients", "update"]
+    metrics: ErrorMetrics
+    passed: bool
+    reason: str
 
-    Verdict: `fail` when an op is left failing, erroring or without a kernel after adaptation, or
-    the whole-model check diverges or errors; `warn` when ops needed adapting or something was not
+
+class TrainingStepCheck(BaseModel):
+    """One step of the trial's recipe on the platform vs the host's stock kernels (`training_step`)."""
+
+    model_config = ConfigDict(ser_json_inf_nan="strings")
+
+    compute_dtype: str
+    loss_reference: float
+    loss_platform: float | None = None
+    rows: list[TrainingStepRow] = Field(default_factory=list)
+    ops: int = Field(0, description="Distinct aten ops the platform's step ran.")
+    kernel_calls: dict[str, int] = Field(default_factory=dict, description="Calls per kernel source.")
+    error: str | None = Field(None, description="Why the platform's step did not complete, if it did not.")
+    seconds: float
+    _missing: Any = PrivateAttr(default=None)  # the MissingKernelError that stopped the run, if any
+
+    @property
+    def passed(self) -> bool:
+        return self.error is None and all(r.passed for r in self.rows)
+
+    def reasons(self) -> list[str]:
+        what = f"training step ({self.compute_dtype} autocast, the trial's recipe) on the platform"
+        if self.error:
+            return [f"{what} did not run: {self.error}"]
+        return [
+            f"{what}: {r.quantity} differ from the host's: RMS error {r.metrics.rel_rmse:.3g}, "
+            f"cosine {r.metrics.cosine:.6f}: {r.reason}"
+            for r in self.rows
+            if not r.passed
+        ]
+
+    def to_markdown(self) -> str:
+        state = "ran" if self.error is None else f"run failed: {self.error}"
+        calls = ", ".join(f"{k} {v}" for k, v in self.kernel_calls.items())
+        lines = [
+            f"### Training step: the trial's recipe at {self.compute_dtype} autocast on the platform vs the host: "
+            f"{'within tolerance' if self.passed else state if self.error else 'differs'}",
+            f"loss host {self.loss_reference:.6f}, platform "
+            + (f"{self.loss_platform:.6f}" if self.loss_platform is not None else "n/a")
+            + f"; {self.ops} distinct ops ({calls}); {self.seconds:.1f} s",
+        ]
+        if self.rows:
+            lines += ["", "| quantity | max abs | rel RMSE | cosine | verdict |", "|---|---|---|---|---|"]
+            for r in self.rows:
+                m = r.metrics
+                lines.append(
+                    f"| {r.quantity} | {_g(m.max_abs)} | {_g(m.rel_rmse)} | {m.cosine:.6f} | "
+                    f"{'ok' if r.passed else '**' + r.reason + '**'} |"
+                )
+        return "\n".join(lines)
+
+
+class OperatorsResult(StepResult):
+    """Step 2's result: per-op checks (with adaptations), the whole-model layer comparison and the
+    training step.
+
+    Verdict: `fail` when an op is left failing, erroring or without a kernel after adaptation, the
+    whole-model check diverges or errors, or the training step errors or differs; `warn` when ops needed adapting or something was not
     checked (skipped ops, gradients, the whole model); `pass` otherwise. Unchecked ops are counted
     apart, never as passing."""
 
@@ -182,6 +250,7 @@ class OperatorsResult(StepResult):
 
     ops: OpCheckReport
     layers: LayerReport | None = None
+    training_step: TrainingStepCheck | None = None
     notes: list[str] = Field(default_factory=list)
     seconds: float = 0.0
 
@@ -196,6 +265,7 @@ class OperatorsResult(StepResult):
         # the kernel itself must be fixed. Missing kernels adapted around only warn.
         wrong = [a for a in adapted if a.cause == "wrong_numbers"]
         reasons = [_op_reason(c) for c in failed + missing] + _layer_reasons(self.layers)
+        reasons += self.training_step.reasons() if self.training_step else []
         reasons += [
             f"{a.op} at {a.dtype}: the platform's kernel gives wrong numbers ({a.problem[:120]}); "
             f"{a.strategy} works around it meanwhile"
@@ -204,7 +274,7 @@ class OperatorsResult(StepResult):
         warnings = [
             line
             for line in (
-                _listing("op(s) needed adapting", [f"{a.op} ({a.strategy})" for a in adapted]),
+                _listing("op(s) needed adapting", [f"{a.op} at {a.dtype} ({a.strategy})" for a in adapted]),
                 _listing("op(s) not checked", [f"{c.op}: {c.reason[:80]}" for c in skipped]),
                 _listing("gradient(s) not checked", [c.op for c in grads_skipped]),
             )
@@ -281,6 +351,8 @@ class OperatorsResult(StepResult):
             parts.append(self.layers.to_markdown())
             if self._plot_layers():
                 parts.append("![per-module error](layers.png)")
+        if self.training_step is not None:
+            parts.append(self.training_step.to_markdown())
         return "\n\n".join(parts)
 
 

@@ -1,5 +1,6 @@
 """Step 2, operators: every inventory op checked on the platform, gaps and faults adapted, then the
-whole reduced-depth model compared layer by layer.
+whole reduced-depth model compared layer by layer, then one step of the trial's own recipe on the
+platform (`training_step`), so the ops the candidate meets at run time are adapted here first.
 
     from day0.numerics.step import run_operators
     result = run_operators(analyzed.inventory, spec.platform, spec.validation, "bf16",
@@ -13,7 +14,9 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from functools import partial
 from importlib.metadata import EntryPoint
+from typing import TypeVar
 
 from day0.core.dtypes import DTYPES
 from day0.core.ops import OpInventory, OpRecord
@@ -21,8 +24,9 @@ from day0.core.precision import host_compute_dtype
 from day0.numerics.adapt import adapt_op, adapt_report
 from day0.numerics.layers import WholeModel, build_model, compare_layers, reduced_params
 from day0.numerics.opcheck import check_inventory
-from day0.numerics.results import LayerReport, OpCheck, OpCheckReport, OperatorsResult
-from day0.platforms.kernels import ENTRY_POINT_GROUP, KernelTable, Platform, load_plugin_kernels
+from day0.numerics.results import LayerReport, OpCheck, OpCheckReport, OperatorsResult, TrainingStepCheck
+from day0.numerics.training_step import check_training_step
+from day0.platforms.kernels import ENTRY_POINT_GROUP, KernelTable, MissingKernelError, Platform, load_plugin_kernels
 from day0.spec import PlatformSpec, ValidationSpec
 
 __all__ = ["MAX_MODEL_PARAMS", "run_operators"]
@@ -56,16 +60,43 @@ def _adaptation_plugins(vendor: str | None, eps: list[EntryPoint] | None) -> tup
 _MAX_RUNTIME_ADAPTATIONS = 20
 
 
-def _runtime_record(layer_report: LayerReport) -> OpRecord | None:
-    """An inventory record for an op the real run needs but the meta capture never saw (real
-    tensors take data-dependent paths, e.g. attention-mask shortcuts), from the failing call."""
-    exc = layer_report._missing
+def _runtime_record(exc: MissingKernelError | None, where: str) -> OpRecord | None:
+    """An inventory record for an op a real run needs but the meta capture never saw (real tensors
+    take data-dependent paths, e.g. attention-mask shortcuts), from the failing call."""
     if exc is None or not exc.op or exc.example is None:
         return None
     floats = [exc.dtype] if exc.dtype in DTYPES else []
-    return OpRecord(
-        op=exc.op, calls=1, phases=["forward"], dtypes=floats, modules=["whole-model run"], examples=[exc.example]
-    )
+    return OpRecord(op=exc.op, calls=1, phases=["forward"], dtypes=floats, modules=[where], examples=[exc.example])
+
+
+R = TypeVar("R", LayerReport, TrainingStepCheck)
+
+
+def _adapting(
+    run: Callable[[], R],
+    where: str,
+    plat: Platform,
+    dtype: str,
+    validation: ValidationSpec,
+    report: OpCheckReport,
+    say: Progress,
+    plugins: KernelTable | None,
+) -> R:
+    """`run()`, with each op it needs and the platform lacks adapted as met (when `plugins` is not
+    None, i.e. adaptation is on) and the run repeated."""
+    result = run()
+    for _ in range(_MAX_RUNTIME_ADAPTATIONS if plugins is not None else 0):
+        record = _runtime_record(result._missing, where)
+        if record is None:
+            break
+        call_dtype = record.dtypes[0] if record.dtypes else "int"
+        say(f"the {where} needs {record.op} at {call_dtype}: adapting")
+        a = adapt_op(record, plat, call_dtype, validation, f"missing in the {where}: {result.error}", plugins, dtype)
+        report.adaptations.append(a)
+        if a.strategy is None:
+            break
+        result = run()
+    return result
 
 
 def _whole_model(
@@ -78,9 +109,9 @@ def _whole_model(
     say: Progress,
     max_params: int,
     plugins: KernelTable | None,
-) -> LayerReport | None:
-    """The layer comparison; ops the real run needs and the platform lacks are adapted as met
-    (when `plugins` is not None, i.e. adaptation is on) and the run repeated."""
+) -> tuple[LayerReport | None, TrainingStepCheck | None]:
+    """The layer comparison, then one step of the trial's recipe; ops either run needs and the
+    platform lacks are adapted as met."""
     n, source = reduced_params(whole), whole.model.source
     depth = f"decoder layers {whole.keep_layers}"
     if n > max_params:
@@ -88,30 +119,16 @@ def _whole_model(
             f"whole-model check skipped: {depth} at full width hold {n / 1e9:.1f}B parameters "
             f"(> {max_params / 1e9:.1f}B limit for this worker)"
         )
-        return None
+        return None, None
     say(f"whole-model check: {depth}, {n / 1e6:.1f}M parameters")
     model = build_model(whole)
-    layer_report = compare_layers(model, plat, dtype, validation, name=source)
-    for _ in range(_MAX_RUNTIME_ADAPTATIONS if plugins is not None else 0):
-        record = _runtime_record(layer_report)
-        if record is None:
-            break
-        call_dtype = record.dtypes[0] if record.dtypes else "int"
-        say(f"the whole-model run needs {record.op} at {call_dtype}: adapting")
-        a = adapt_op(
-            record,
-            plat,
-            call_dtype,
-            validation,
-            f"missing in the whole-model run: {layer_report.error}",
-            plugins,
-            dtype,
-        )
-        report.adaptations.append(a)
-        if a.strategy is None:
-            break
-        layer_report = compare_layers(model, plat, dtype, validation, name=source)
-    return layer_report
+    adapting = partial(
+        _adapting, plat=plat, dtype=dtype, validation=validation, report=report, say=say, plugins=plugins
+    )
+    layers = adapting(lambda: compare_layers(model, plat, dtype, validation, name=source), "whole-model run")
+    say(f"training step: the trial's recipe at {dtype} on {plat.name}")
+    step = adapting(lambda: check_training_step(model, plat, dtype, validation), "training step")
+    return layers, step
 
 
 def run_operators(
@@ -150,9 +167,9 @@ def run_operators(
         table, plugin_notes = _adaptation_plugins(vendor, plugins)
         notes += plugin_notes
         report = adapt_report(report, inventory, plat, validation, table)
-    layer_report = None
+    layer_report = training_step = None
     if whole_model is not None:
-        layer_report = _whole_model(
+        layer_report, training_step = _whole_model(
             whole_model,
             plat,
             dtype,
@@ -163,4 +180,10 @@ def run_operators(
             max_model_params,
             _adaptation_plugins(vendor, plugins)[0] if adapt else None,
         )
-    return OperatorsResult(ops=report, layers=layer_report, notes=notes, seconds=time.perf_counter() - start)
+    return OperatorsResult(
+        ops=report,
+        layers=layer_report,
+        training_step=training_step,
+        notes=notes,
+        seconds=time.perf_counter() - start,
+    )

@@ -31,7 +31,7 @@ import torch
 from pydantic import BaseModel, Field
 
 from day0.core.dtypes import DTYPES
-from day0.core.training import GRAD_CLIP_NORM, WEIGHT_DECAY, clip_gradients, make_optimizer, next_token_loss
+from day0.core.training import GRAD_CLIP_NORM, WEIGHT_DECAY, clip_gradients, forward_loss, make_optimizer
 from day0.platforms.adapted import AdaptedKernel, apply_adaptations
 from day0.platforms.kernels import Platform, PlatformMode, load_plugin_kernels
 from day0.spec import PlatformSpec
@@ -284,11 +284,6 @@ def run_steps(
     built.train()
     model = _parallelize(built, cfg, world, device)
     optimizer = make_optimizer(model.parameters(), cfg.learning_rate, cfg.weight_decay)
-    autocast = (
-        torch.autocast(device.type, dtype=DTYPES[cfg.compute_dtype])
-        if cfg.compute_dtype != "fp32"
-        else contextlib.nullcontext()
-    )
 
     history: list[dict[str, Any]] = []
     if checkpoint is not None:
@@ -313,9 +308,7 @@ def run_steps(
             sync = i == accum - 1
             no_sync = getattr(model, "no_sync", None)  # DDP all-reduces on the last micro-batch only
             with no_sync() if (not sync and no_sync) else contextlib.nullcontext(), kernels:
-                with autocast:
-                    logits = model(input_ids=micro[:, :-1]).logits
-                loss = next_token_loss(logits, micro[:, 1:])
+                loss = forward_loss(model, micro, DTYPES[cfg.compute_dtype])
                 loss = hooks.loss(step, loss) / accum
                 loss.backward()
             loss_sum += loss.detach()

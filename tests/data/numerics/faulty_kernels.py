@@ -6,6 +6,8 @@
 - rmsnorm_wrong_eps: rsqrt with a fused RMSNorm epsilon of 1e-5 baked in (the model asks 1e-6);
 - matmul_low_precision: mm accumulating its K dimension in bf16 chunks;
 - sigmoid_wrong_fp32: sigmoid through a low-order exp approximation, in the fp32 kernel only;
+- embedding_shifted_fp32: the fp32 embedding gather reads the row after the token's, in the fp32
+  kernel only (a bf16 model's capture never calls it; the trial's fp32 weights under autocast do);
 - adamw_lerp_drops_term: AdamW's first-moment update `m += w * (g - m)` as `m += w * g`, the
   `- w * m` term dropped (an optimizer kernel: only the optimizer part of the inventory sees it).
 """
@@ -47,6 +49,13 @@ def matmul_low_precision(table: KernelTable) -> None:
 
 def sigmoid_wrong_fp32(table: KernelTable) -> None:
     table.register("aten::sigmoid", lambda x: 1.0 / (1.0 + (1.0 - x / 256.0) ** 256), dtypes=["fp32"])
+
+
+def embedding_shifted_fp32(table: KernelTable) -> None:
+    def embedding(weight: torch.Tensor, indices: torch.Tensor, *args: object) -> torch.Tensor:
+        return aten.embedding.default(weight, (indices + 1) % weight.shape[0], *args)
+
+    table.register("aten::embedding", embedding, dtypes=["fp32"])
 
 
 def _lerp_without_decay(self: list[torch.Tensor], end: list[torch.Tensor], weight: float) -> None:
