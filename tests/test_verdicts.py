@@ -75,14 +75,16 @@ def _flow_run(api_url: str, flow_run_id: str):
         return asyncio.run(read())
 
 
-def _faulty_plugin_site(tmp_path: Path) -> Path:
+def _faulty_plugin_site(
+    tmp_path: Path, entry_point: str = "faulty_vendor = faulty_kernels:matmul_low_precision"
+) -> Path:
     """An installed distribution (dist-info on the path) offering a `day0.platforms` entry point
-    whose matmul accumulates in bf16 chunks: what a vendor plugin with a subtle bug looks like."""
+    (by default a matmul accumulating in bf16 chunks): what a vendor plugin with a subtle bug looks like."""
     site = tmp_path / "site"
     info = site / "day0_faulty_vendor-0.1.dist-info"
     info.mkdir(parents=True)
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: day0-faulty-vendor\nVersion: 0.1\n")
-    (info / "entry_points.txt").write_text("[day0.platforms]\nfaulty_vendor = faulty_kernels:matmul_low_precision\n")
+    (info / "entry_points.txt").write_text(f"[day0.platforms]\n{entry_point}\n")
     return site
 
 
@@ -117,6 +119,30 @@ def test_faulty_vendor_kernel_fails_step_2_and_the_run(tmp_path: Path, api_url: 
     assert report.index("## Day-0 scorecard") < report.index("Step 2"), "the scorecard comes first"
     html = Path(summary["report"]["html"].removeprefix("file://")).read_text()
     assert "Day-0 scorecard" in html and "<details>" in html, "long tables fold in HTML"
+
+
+def test_catalogue_platform_fault_passes_step_2_and_fails_the_run_at_step_5(tmp_path: Path, api_url: str) -> None:
+    """The fault catalogue's summing gradient all-reduce as the platform's vendor plugin: step 2 (op
+    checks, layers, its one-rank training step) cannot see it; `day0 run` trains the candidate on 2
+    workers through the plugin, fails step 5, exits 1 and the report says where the curves part."""
+    platform = yaml.safe_load((REPO / "configs/platforms/cpu.yaml").read_text())
+    platform |= {"name": "cpu-summing-allreduce", "vendor_plugin": "allreduce_sum_not_mean"}
+    trial = TRIAL_SMALL | {"workers": 2, "learning_rate": 3e-3, "tolerance": {"warmup_steps": 4}}
+    steps = ["analyze", "operators", "parallel", "optimize", "trial"]
+    spec = _spec(tmp_path, "summing-allreduce", platform=platform, trial=trial, steps=steps)
+    site = _faulty_plugin_site(tmp_path, "allreduce_sum_not_mean = platform_faults:allreduce_sum_not_mean")
+    path = [str(site), str(REPO / "tests" / "data" / "faults"), os.environ.get("PYTHONPATH", "")]
+    proc = _day0(tmp_path, api_url, "run", str(spec), "--json", PYTHONPATH=os.pathsep.join(path))
+    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
+    summary = _summary(proc)
+    assert summary["verdicts"]["operators"] in ("pass", "warn"), summary["failed"]
+    assert summary["verdicts"]["trial"] == "fail" and list(summary["failed"]) == ["trial"], summary["failed"]
+    assert any("the curves part at step" in r for r in summary["failed"]["trial"]), summary["failed"]
+    run = _flow_run(api_url, summary["flow_run_id"])
+    assert run.state.is_failed() and "trial" in run.state.message
+    report = Path(summary["report"]["markdown"].removeprefix("file://")).read_text()
+    convergence = next(line for line in report.splitlines() if line.startswith("| convergence"))
+    assert "**FAIL**" in convergence and "plugin:allreduce_sum_not_mean" in report
 
 
 def test_injected_training_fault_fails_step_5(tmp_path: Path, api_url: str) -> None:
