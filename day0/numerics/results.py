@@ -242,9 +242,9 @@ class OperatorsResult(StepResult):
     training step.
 
     Verdict: `fail` when an op is left failing, erroring or without a kernel after adaptation, the
-    whole-model check diverges or errors, or the training step errors or differs; `warn` when ops needed adapting or something was not
-    checked (skipped ops, gradients, the whole model); `pass` otherwise. Unchecked ops are counted
-    apart, never as passing."""
+    whole-model check diverges or errors, or the training step errors or differs; `warn` when ops
+    needed adapting or something was not checked (skipped ops, gradients, the whole model); `pass`
+    otherwise. Unchecked ops are counted apart, never as passing."""
 
     STEP: ClassVar[str] = "operators"
 
