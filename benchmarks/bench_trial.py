@@ -1,5 +1,6 @@
 """Step 5 benchmark: training tokens/s under day0 (Ray Train, 1 worker) vs the same model and loop
-as a bare PyTorch script, in one run; and the time to recover after a node kill.
+as a bare PyTorch script, in one run; the time to recover after a node kill; and the cost model's
+prediction of the default pipeline's candidate (datasheet and freshly calibrated) against its run.
 
     python -m benchmarks.run trial
 
@@ -7,6 +8,14 @@ Both throughput numbers are steady state: tokens per step over the median step t
 2 steps (start-up and checkpoint uploads are reported apart, as wall times). The bare script runs
 before and after the day0 run and the baseline is their mean, so drift in the machine's load over
 the run does not land on one side only.
+
+The cost check (`cost_check`) calibrates the CPU into a temporary store (`day0 calibrate cpu`'s
+function), trains `configs/pipelines/tiny-local.yaml`'s candidate as step 5 does (Ray Train, its
+workers, dtype, micro-batch), and predicts it with `predict_trial` from both figures. Step time is
+measured as step 5 measures it (steady tokens/s). Peak memory two ways: the process RSS growth the
+trial reports, and the training state counted from the tensors (parameters, gradients and AdamW
+states, exact; the saved activations' unique storages at the end of the forward, through
+`torch.autograd.graph.saved_tensors_hooks`), which is what the cost model's memory terms describe.
 """
 
 from __future__ import annotations
@@ -26,6 +35,8 @@ from day0.trial.loop import LoopConfig
 from day0.trial.model import build_model, scale_config
 
 STEPS, SEQ, BATCH = 40, 64, 8
+COST_STEPS, COST_SPEC = 30, "configs/pipelines/tiny-local.yaml"
+TARGETS = {"step_time": 0.20, "peak_memory": 0.10}
 SCALE = TrialScale(layers=2, hidden=128, experts=4)
 
 
@@ -121,6 +132,104 @@ def recovery(loop: LoopConfig, tokens, storage: str) -> dict:
         cluster.shutdown()
 
 
+def _candidate(data):
+    """The default pipeline's candidate loop and its scaled config (as step 5 builds them)."""
+    from day0.spec import load_spec
+    from day0.trial.step import TrialPlan, candidate_loop
+
+    spec = load_spec(COST_SPEC)
+    source = resolve_model_source(spec.model.source)
+    cfg = scale_config(
+        source.config,
+        spec.trial.scale,
+        vocab_size=data.vocab_size,
+        seq_len=spec.trial.seq_len,
+        eos_token_id=data.eos_token_id,
+    )
+    loop = candidate_loop(spec, cfg, TrialPlan()).model_copy(
+        update={"steps": COST_STEPS, "checkpoint_every": COST_STEPS}
+    )
+    return spec, cfg, loop
+
+
+def _error(predicted: float, measured: float) -> float:
+    return round(predicted / measured - 1, 3)
+
+
+def cost_check(data, storage: str, store_uri: str) -> dict:
+    """Calibrate, train the candidate, predict it from the datasheet and the profile (see the module doc)."""
+    from transformers import AutoConfig
+
+    from day0.analysis.structure import analyze_structure
+    from day0.calibration import calibrate
+    from day0.core.modeling import build_meta_model
+    from day0.planner.trial_estimate import predict_trial
+    from day0.spec import load_platform
+    from day0.store import open_store
+    from day0.trial.results import steady_tokens_per_s
+    from day0.trial.run import run_training
+
+    spec, cfg, loop = _candidate(data)
+    calibration = calibrate(load_platform(spec.platform.name), 2, open_store(store_uri))
+    workers = spec.trial.workers
+    run = run_training(loop, data.tokens, name="bench-cost", storage_uri=storage, workers=workers)
+    if run.error:
+        raise RuntimeError(f"the candidate run failed: {run.error}")
+    step_s = loop.global_batch * loop.seq_len / (steady_tokens_per_s(run.history) or float("nan"))
+    baseline = {e.rank: e.baseline_bytes or 0 for e in run.events if e.kind == "memory"}
+    rss = max(peak - baseline.get(rank, 0) for rank, peak in run.peak_memory_bytes.items())
+    counted = max(e.tensor_bytes or 0 for e in run.events if e.kind == "memory")  # the loop's own count
+    structure = analyze_structure(build_meta_model(AutoConfig.for_model(**cfg), "trial", "fp32"), "trial")
+    out: dict = {
+        "load_average_1m": round(os.getloadavg()[0], 2),
+        "config": {
+            "spec": COST_SPEC,
+            "workers": workers,
+            "micro_batch": loop.micro_batch,
+            "seq_len": loop.seq_len,
+            "compute_dtype": loop.compute_dtype,
+            "sharding": loop.sharding,
+            "steps": loop.steps,
+        },
+        "targets": TARGETS,
+        "calibration_s": round(calibration.seconds, 1),
+        "kernel_launch_us": {
+            "datasheet": spec.platform.hardware.kernel_launch_us,
+            "calibrated": calibration.profile.kernel_launch_us,
+        },
+        "measured": {
+            "step_s": round(step_s, 4),
+            "peak_rss_growth_bytes": rss,
+            "training_state_bytes": counted,
+        },
+    }
+    for label, figures in (("datasheet", spec.platform.hardware), ("calibrated", calibration.profile)):
+        p = predict_trial(
+            structure,
+            figures,
+            seq_len=loop.seq_len,
+            micro_batch=loop.micro_batch,
+            workers=workers,
+            compute_dtype=loop.compute_dtype,
+            recompute=loop.recompute,
+            zero_stage=3 if loop.sharding == "fsdp" else 0,
+            flash_attention=False,
+        )
+        out[label] = {
+            "step_s": round(p.step_time_s, 4),
+            "peak_bytes": round(p.peak_bytes),
+            "step_time_error": _error(p.step_time_s, step_s),
+            "memory_error_vs_training_state": _error(p.peak_bytes, counted),
+            "memory_error_vs_rss_growth": _error(p.peak_bytes, rss),
+        }
+    cal = out["calibrated"]
+    out["meets_targets"] = {
+        "step_time": abs(cal["step_time_error"]) <= TARGETS["step_time"],
+        "peak_memory": abs(cal["memory_error_vs_training_state"]) <= TARGETS["peak_memory"],
+    }
+    return out
+
+
 def run() -> dict:
     import tempfile
 
@@ -131,6 +240,7 @@ def run() -> dict:
         bare_before = bare_pytorch(loop, data.tokens)
         day0 = day0_ray(loop, data.tokens, f"file://{tmp}/ckpt")
         bare_after = bare_pytorch(loop, data.tokens)
+        cost = cost_check(data, f"file://{tmp}/cost", f"file://{tmp}/store")
         rec = recovery(loop, data.tokens, f"file://{tmp}/kill")
     bare = {
         "tokens_per_s": (bare_before["tokens_per_s"] + bare_after["tokens_per_s"]) / 2,
@@ -148,4 +258,5 @@ def run() -> dict:
         "day0_wall_s": day0["wall_s"],
         "day0_startup_s": day0["startup_s"],
         "node_kill": rec,
+        "cost_check": cost,
     }

@@ -94,6 +94,15 @@ class HardwareSpec(_UserModel):
     fp8_tflops: float | None = Field(None, gt=0, description="Dense fp8 peak per accelerator, TFLOP/s.")
     intra_node_bandwidth_gbps: float = Field(gt=0, description="Per-accelerator intra-node bandwidth, GB/s.")
     inter_node_bandwidth_gbps: float = Field(gt=0, description="Per-accelerator inter-node bandwidth, GB/s.")
+    kernel_launch_us: float = Field(
+        10.0,
+        ge=0,
+        description="Host time per op of eager training (dispatcher, autograd, launch), microseconds "
+        "(PyTorch eager: ~5-10 on GPUs, ~10-30 on CPUs).",
+    )
+    launch_async: bool = Field(
+        True, description="Kernels run asynchronously to the host (GPUs, NPUs): op dispatch hides behind device work."
+    )
 
 
 class PlatformSpec(_UserModel):

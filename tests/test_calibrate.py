@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from day0.calibration import CalibrationSizes, calibrate
-from day0.calibration.figures import bus_gbps, gemm_tflops
+from day0.calibration.figures import bus_gbps, gemm_tflops, microseconds_per_op
 from day0.planner.inputs import PlannerOptions
 from day0.planner.profile import CalibratedProfile, apply_profile, load_profile, profile_key
 from day0.spec import load_platform
@@ -23,6 +23,12 @@ def test_bus_bandwidth_follows_nccl_tests() -> None:
     assert gemm_tflops(1000, 1000, 1000, 0.002) == pytest.approx(1.0)
 
 
+def test_host_time_per_op_is_time_over_ops() -> None:
+    assert microseconds_per_op(0.006, 600) == pytest.approx(10.0)
+    with pytest.raises(ValueError, match="at least one op"):
+        microseconds_per_op(0.006, 0)
+
+
 @pytest.fixture(scope="module")
 def report(tmp_path_factory: pytest.TempPathFactory):
     import ray
@@ -34,6 +40,7 @@ def report(tmp_path_factory: pytest.TempPathFactory):
         copy_bytes=[1 << 20],
         message_bytes=[1 << 10, 1 << 18],
         repeats=3,
+        dispatch_steps=2,
     )
     try:
         yield calibrate(load_platform("cpu"), 2, store, sizes), store
@@ -56,6 +63,8 @@ def test_profile_is_measured_and_stored(report) -> None:
     small = {c.op: c.bus_gbps for c in p.collectives if c.bytes == 1 << 10}
     assert all(big[op] > small[op] for op in big)  # latency dominates small messages
     assert p.collective_latency_us > 0
+    # a tiny forward + backward's time over the aten ops it dispatched: microseconds, not nothing
+    assert p.kernel_launch_us is not None and 0.1 < p.kernel_launch_us < 10_000
 
 
 def test_report_sets_calibrated_beside_datasheet(report) -> None:
@@ -65,6 +74,8 @@ def test_report_sets_calibrated_beside_datasheet(report) -> None:
         "bf16"
     )
     assert rows["fp8 GEMM peak"].calibrated is None
+    assert rows["host time per op (fwd+bwd)"].calibrated == rep.profile.kernel_launch_us
+    assert rows["host time per op (fwd+bwd)"].datasheet == 12
     text = rep.to_markdown()
     assert "| figure | datasheet | calibrated | unit |" in text and "all-to-all bus bandwidth" in text
 
@@ -77,6 +88,9 @@ def test_the_planner_uses_the_measured_figures(report) -> None:
     assert o.gemm_efficiency["bf16"] * hw.bf16_tflops == pytest.approx(best)
     assert o.hbm_bandwidth_gbps == p.hbm_bandwidth_gbps
     assert hw.intra_node_bandwidth_gbps == p.bus_gbps("all_reduce")
+    assert hw.kernel_launch_us == p.kernel_launch_us != p.datasheet.kernel_launch_us
+    old = p.model_copy(update={"kernel_launch_us": None})  # a profile from before the figure existed
+    assert apply_profile(p.datasheet, PlannerOptions(), old)[0].kernel_launch_us == p.datasheet.kernel_launch_us
 
 
 def test_calibrate_command_is_registered(tmp_path: Path) -> None:

@@ -69,3 +69,73 @@ def test_fp8_adds_cast_traffic_and_mtp_adds_a_layer_and_a_head() -> None:
     assert all(b.memory_bound_bytes < f.memory_bound_bytes for b, f in zip(bf16.kinds, fp8.kinds))
     mtp = costs_for(s, o.model_copy(update={"mtp_layers": 1}), "bf16")
     assert mtp.num_layers == bf16.num_layers + 1 and mtp.head_flops_per_token == 2 * bf16.head_flops_per_token
+
+
+def test_host_dispatch_adds_on_a_cpu_and_hides_behind_a_busy_gpu() -> None:
+    assert tm.launch_seconds(1000, 10e-6, 0.5, asynchronous=False) == pytest.approx(0.01)  # kernels x seconds
+    assert tm.launch_seconds(2000, 10e-6, 0.5, asynchronous=False) == pytest.approx(0.02)  # linear in the count
+    assert tm.launch_seconds(1000, 10e-6, 0.5, asynchronous=True) == 0.0  # queued ahead of a busy device
+    assert tm.launch_seconds(1000, 10e-6, 0.004, asynchronous=True) == pytest.approx(0.006)  # host-bound
+
+
+def _trial_context(hardware, micro_batch: int = 2):
+    from day0.planner.evaluate import PlanContext
+    from day0.planner.inputs import cluster_figures
+    from day0.planner.values import Degrees
+    from day0.spec import Precision, TrainingSpec
+
+    s = _structure("deepseek-v3")
+    o = PlannerOptions(micro_batches=[micro_batch], flash_attention=False)
+    d = Degrees(
+        tensor_parallel=1,
+        pipeline_parallel=1,
+        virtual_pipeline_stages=1,
+        expert_parallel=1,
+        expert_tensor_parallel=1,
+        context_parallel=1,
+        data_parallel=1,
+        micro_batch=micro_batch,
+        num_microbatches=1,
+    )
+    tr = TrainingSpec(seq_len=64, global_batch=micro_batch, micro_batch=micro_batch, precision=Precision())
+    return PlanContext(costs_for(s, o, "bf16"), cluster_figures(hardware, 1, 1), tr, d, o)
+
+
+def test_stage_time_carries_one_dispatch_per_op_on_a_synchronous_platform() -> None:
+    from day0.planner.kernels import model_kernels
+    from day0.planner.values import MemoryKnobs
+    from day0.spec import load_platform
+
+    cpu = load_platform("cpu").hardware
+    assert not cpu.launch_async and cpu.kernel_launch_us > 0
+    knobs = MemoryKnobs(recompute="none", zero_stage=0, offload="none")
+    with_ops = _trial_context(cpu).time(knobs).step_s
+    without = _trial_context(cpu.model_copy(update={"kernel_launch_us": 0.0})).time(knobs).step_s
+    c = _trial_context(cpu).costs
+    k = model_kernels(c, "bf16")
+    moe = sum(1 for i in c.layer_kind if c.kinds[i].is_moe)
+    ops = c.num_layers * k.dense_layer + moe * k.moe_extra + k.outside + k.optimizer
+    assert with_ops - without == pytest.approx(ops * cpu.kernel_launch_us * 1e-6, rel=1e-9)
+    # a bigger micro-batch pays the same dispatch: its share of the step falls
+    big = (
+        _trial_context(cpu, 8).time(knobs).step_s
+        - _trial_context(cpu.model_copy(update={"kernel_launch_us": 0.0}), 8).time(knobs).step_s
+    )
+    assert big == pytest.approx(with_ops - without, rel=1e-9)
+    assert big / _trial_context(cpu, 8).time(knobs).step_s < (with_ops - without) / with_ops
+
+
+def test_dispatch_is_hidden_on_an_h100_and_the_foreach_optimizer_costs_more_passes() -> None:
+    from day0.planner import step_time as st
+    from day0.planner.memory import param_bytes
+    from day0.planner.values import MemoryKnobs
+    from day0.spec import load_platform
+
+    h100 = load_platform("h100").hardware
+    knobs = MemoryKnobs(recompute="none", zero_stage=0, offload="none")
+    hidden = _trial_context(h100, 8).time(knobs).step_s
+    assert hidden == _trial_context(h100.model_copy(update={"kernel_launch_us": 0.0}), 8).time(knobs).step_s
+    pb, o = param_bytes("bf16", "fp32", "fp32", "fp32"), PlannerOptions()
+    fused = st.optimizer_seconds_per_param("none", pb, o)
+    foreach = st.optimizer_seconds_per_param("none", pb, o.model_copy(update={"fused_optimizer": False}))
+    assert fused == pytest.approx((24 + 4 + 2) / 3000e9) and foreach == pytest.approx(84 / 3000e9)

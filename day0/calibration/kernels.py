@@ -60,6 +60,58 @@ class Worker:
         a, b = torch.randn(m, k, device=self.device, dtype=t), torch.randn(k, n, device=self.device, dtype=t)
         return self._time(lambda: a @ b, repeats)
 
+    def dispatch(self, steps: int, repeats: int) -> tuple[list[float], int]:
+        """Seconds per `steps` training passes (forward, the trial's loss, backward through autograd:
+        `day0.core.training.forward_loss`) of a tiny Hugging Face causal LM (Llama, hidden 16, 2 layers,
+        8 tokens: built from its config, no weights fetched), and the aten ops one pass dispatches
+        (counted once under a `TorchDispatchMode`). The operands are so small that the time is the ops'
+        fixed host cost as eager training pays it: dispatcher, autograd and the modules' Python between
+        ops (a bare chain of `nn.Linear` pays about half of it per op)."""
+        import warnings
+
+        from torch.utils._python_dispatch import TorchDispatchMode
+        from transformers import AutoModelForCausalLM, LlamaConfig
+
+        from day0.core.training import forward_loss
+
+        torch = self.torch
+        cfg = LlamaConfig(
+            hidden_size=16,
+            intermediate_size=32,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            num_key_value_heads=1,
+            vocab_size=32,
+            max_position_embeddings=16,
+            use_cache=False,
+        )
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            model = AutoModelForCausalLM.from_config(cfg).to(self.device).train()
+        ids = torch.randint(0, 32, (1, 9), device=self.device)
+
+        def one() -> None:
+            forward_loss(model, ids, torch.float32).backward()
+
+        class _Count(TorchDispatchMode):
+            def __init__(self) -> None:
+                super().__init__()
+                self.calls = 0
+
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                self.calls += 1
+                return func(*args, **(kwargs or {}))
+
+        counter = _Count()
+        with counter:
+            one()
+
+        def many() -> None:
+            for _ in range(steps):
+                one()
+
+        return self._time(many, repeats), counter.calls
+
     def copy(self, nbytes: int, repeats: int) -> list[float]:
         src = self.torch.empty(nbytes // 4, dtype=self.torch.float32, device=self.device).uniform_()
         dst = self.torch.empty_like(src)

@@ -195,7 +195,8 @@ class PlanContext:
                 st.optimizer_params(self.dense[i] + self.embhead[i], self.expert[i], zero, self.d)
                 for i in range(len(self.groups))
             )
-            self._cache[key] = params * st.optimizer_seconds_per_param(offload, self.pb, self.o)
+            per_param = st.optimizer_seconds_per_param(offload, self.pb, self.o)
+            self._cache[key] = params * per_param + st.optimizer_launch_seconds(self.rates)
         return self._cache[key]
 
     def _slot(self, rc: str, offload: str) -> tuple[float, float, int]:

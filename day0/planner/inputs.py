@@ -107,6 +107,11 @@ class PlannerOptions(_Model):
         "(DeepSeek-V3 sec. 3.2.2: 20 of 132 SMs drive the all-to-all).",
     )
     cpu_adam_params_per_s: float = Field(2.5e8, gt=0, description="Offloaded Adam update rate per accelerator.")
+    fused_optimizer: bool = Field(
+        True,
+        description="Adam is one fused pass over its states (Megatron, DeepSpeed); false: torch's foreach AdamW, "
+        "a pass per op (what the trial runs).",
+    )
     sequence_parallel: bool = Field(True, description="Megatron sequence parallelism with TP (Korthikanti 2022).")
     dropout: bool = Field(False, description="The model trains with dropout (1-byte masks are stored).")
     fp8_activation_cache: bool = Field(

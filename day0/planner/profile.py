@@ -5,8 +5,9 @@ figures the cost model would otherwise assume.
 Contract: pure data and pure functions (no torch, no I/O besides `load_profile`, which reads the store).
 `apply_profile(hardware, options, profile)` returns the hardware and options the planner uses: each GEMM
 dtype's roof from its best measured TFLOP/s, the HBM bandwidth measured, the intra-node link at the
-measured all-reduce bus bandwidth (collective efficiency then 1: the figure is already achieved), and the
-collective latency fitted from the smallest messages. The datasheet stays beside it for the report.
+measured all-reduce bus bandwidth (collective efficiency then 1: the figure is already achieved), the
+collective latency fitted from the smallest messages, and the host time per dispatched op measured. The
+datasheet stays beside it for the report.
 """
 
 from __future__ import annotations
@@ -53,9 +54,16 @@ class CalibratedProfile(_Model):
     created: str
     datasheet: HardwareSpec
     gemm: list[GemmPoint]
-    hbm_bandwidth_gbps: float = Field(description="Best measured device memory copy bandwidth, GB/s.")
+    hbm_bandwidth_gbps: float = Field(
+        description="Device memory copy bandwidth of the largest buffer measured (beyond the caches), GB/s."
+    )
     collectives: list[CollectivePoint]
     collective_latency_us: float = Field(description="Time of the smallest all-reduce, microseconds.")
+    kernel_launch_us: float | None = Field(
+        None,
+        description="Host time per op of a tiny forward + backward through autograd, microseconds "
+        "(None: profiles written before it was measured; the datasheet figure stays).",
+    )
 
     def best_tflops(self, dtype: str) -> float | None:
         points = [p.tflops for p in self.gemm if p.dtype == dtype]
@@ -89,6 +97,8 @@ def apply_profile(
             eff[dtype] = min(1.0, value / peak)
     if (bus := profile.bus_gbps("all_reduce")) is not None:
         hw_update["intra_node_bandwidth_gbps"] = bus
+    if profile.kernel_launch_us is not None:
+        hw_update["kernel_launch_us"] = profile.kernel_launch_us
     opt_update = {
         "gemm_efficiency": eff,
         "hbm_bandwidth_gbps": profile.hbm_bandwidth_gbps,

@@ -12,7 +12,9 @@ backward, 4 more with full recompute (Korthikanti et al. 2022, sec. 4.2.2); MoE 
 all-to-all forward, their gradients backward (GShard, Lepikhin et al. 2020); ring attention exchanges
 K/V CP-1 times, overlapped with attention (Liu et al. 2023); backward = 2x forward FLOPs; model FLOPs
 6·N per token plus causal attention (Kaplan et al. 2020; PaLM appendix B); MFU against the peak of the
-dtype the GEMMs run at (PaLM sec. 4.1).
+dtype the GEMMs run at (PaLM sec. 4.1). Host dispatch: every eager op costs the platform's
+`kernel_launch_us` of host time (`kernels.model_kernels` counts them), added to the compute where the
+host runs the kernels itself (a CPU) and hidden behind device work where launches are asynchronous.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from dataclasses import dataclass, fields
 
 from day0.planner import timing as tm
 from day0.planner.inputs import ClusterFigures, CommSettings, PlannerOptions
+from day0.planner.kernels import FORWARD_SHARE, model_kernels
 from day0.planner.memory import ParamBytes
 from day0.planner.model import ModelCosts
 from day0.planner.values import Degrees
@@ -37,6 +40,7 @@ __all__ = [
     "grad_reduce_bytes",
     "mfu",
     "model_flops_per_step",
+    "optimizer_launch_seconds",
     "optimizer_params",
     "optimizer_seconds_per_param",
     "stage_seconds",
@@ -82,6 +86,12 @@ class StepRates:
     cp_bandwidth: float  # bytes/s of the CP ring
     p2p_s: float  # pipeline sends/receives per micro-batch (forward + backward, every chunk)
     dp_bandwidth: float  # bytes/s of the data-parallel ring
+    kernel_s: float  # host time per dispatched op (the platform's launch + dispatcher + autograd cost)
+    layer_kernels: float  # ops of one layer's forward + backward (a dense layer's)
+    moe_kernels: float  # what a MoE layer adds to them
+    head_kernels_per_flop: float  # embedding, head and loss ops per unit of `StageWork.head_flops`
+    optimizer_kernels: float  # one rank's clipping + optimizer ops per step
+    launch_async: bool  # device kernels run behind the host (only dispatch beyond device time shows)
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,7 +103,8 @@ class StageTime:
     tp_comm_s: float
     ep_comm_s: float
     cp_comm_s: float
-    slot_s: float  # compute + recompute + exposed communication
+    slot_s: float  # compute + recompute + exposed communication + exposed dispatch
+    launch_s: float = 0.0  # host dispatch left on the critical path
 
 
 def gemm_peak_flops(hardware: HardwareSpec, compute: str) -> float:
@@ -142,6 +153,7 @@ def step_rates(
         else 0.0
     )
     head = tm.gemm_efficiency([(tokens, c.vocab / tp, c.hidden)], 2, bf16, o.gemm_fraction("bf16"), hbm)
+    kernels = model_kernels(c, compute)
     return StepRates(
         tokens=tokens,
         head_flops=bf16 * head,
@@ -155,6 +167,12 @@ def step_rates(
         cp_bandwidth=tm.link_bandwidth(tp * d.context_parallel, n, intra, inter),
         p2p_s=p2p,
         dp_bandwidth=tm.link_bandwidth(dp_span, n, intra, inter),
+        kernel_s=hw.kernel_launch_us * 1e-6,
+        layer_kernels=kernels.dense_layer,
+        moe_kernels=kernels.moe_extra,
+        head_kernels_per_flop=kernels.outside / c.head_flops_per_token,
+        optimizer_kernels=kernels.optimizer / d.pipeline_parallel,
+        launch_async=hw.launch_async,
     )
 
 
@@ -162,7 +180,8 @@ def stage_seconds(w: StageWork, recompute: str, r: StepRates, seq: int, d: Degre
     """Forward + backward of one micro-batch on a stage doing `w`: GEMMs, attention and memory-bound
     kernels at 3x their forward; selective recompute repeats `selective_flops` (and an unfused core
     attention when it recomputes it), full recompute the whole forward but the head; TP/EP collectives
-    exposed unless overlapped; the CP K/V ring exposed beyond the attention it overlaps."""
+    exposed unless overlapped; the CP K/V ring exposed beyond the attention it overlaps; host dispatch of the
+    stage's ops (full recompute repeats the forward's share) added or hidden behind the busy time."""
     tok, full, flash, comm = r.tokens / d.tensor_parallel, recompute == "full", o.flash_attention, o.comm
     lin, routed = 2 * tok * w.dense_active / r.linear_flops, 2 * tok * w.routed_active / r.expert_flops
     attn = tok * seq * w.attn_per_seq / r.attention_flops
@@ -180,14 +199,19 @@ def stage_seconds(w: StageWork, recompute: str, r: StepRates, seq: int, d: Degre
     cp_deg = d.context_parallel
     cp = 3 * (cp_deg - 1) * tok * w.cp_kv / r.cp_bandwidth if cp_deg > 1 else 0.0
     busy = compute + extra
+    layer_ops = (w.layers * r.layer_kernels + w.moe_layers * r.moe_kernels) * (1 + FORWARD_SHARE * full)
+    launch = tm.launch_seconds(layer_ops + w.head_flops * r.head_kernels_per_flop, r.kernel_s, busy, r.launch_async)
     sm = o.overlap_sm_fraction
     slot = (
         busy
         + tm.exposed(tp, busy, comm.tp_overlap, sm)
         + tm.exposed(ep, busy, comm.ep_overlap, sm)
         + max(0.0, cp - 3 * attn)
+        + launch
     )
-    return StageTime(compute_s=compute, recompute_s=extra, tp_comm_s=tp, ep_comm_s=ep, cp_comm_s=cp, slot_s=slot)
+    return StageTime(
+        compute_s=compute, recompute_s=extra, tp_comm_s=tp, ep_comm_s=ep, cp_comm_s=cp, slot_s=slot, launch_s=launch
+    )
 
 
 def activation_offload_seconds(activation_bytes: float, compute_s: float, host_bandwidth_gbps: float) -> float:
@@ -231,12 +255,22 @@ def optimizer_params(dense_params: float, expert_params: float, zero_stage: int,
     return dense_params / d.dense_replicas + expert_params / d.expert_replicas
 
 
+def optimizer_launch_seconds(r: StepRates) -> float:
+    """Host dispatch of one rank's clipping + optimizer ops per step (on an asynchronous device it queues
+    behind the last backward and is taken as hidden)."""
+    return 0.0 if r.launch_async else tm.launch_seconds(r.optimizer_kernels, r.kernel_s, 0.0, False)
+
+
 def optimizer_seconds_per_param(offload: str, pb: ParamBytes, options: PlannerOptions) -> float:
-    """Adam update time per parameter: memory-bound on device (master, moments, grad and weight touched),
-    or ZeRO-Offload (Ren et al. 2021): grads down, weights up over PCIe, Adam on the CPU."""
+    """Adam update time per parameter: memory-bound on device (fused: master, moments, grad and weight
+    touched once; foreach: a pass per op, `timing.FOREACH_ADAMW_BYTES_TOUCHED`), or ZeRO-Offload (Ren et
+    al. 2021): grads down, weights up over PCIe, Adam on the CPU."""
     if "optimizer" in offload:
         return (pb.grad + pb.weight) / (options.host_bandwidth_gbps * 1e9) + 1 / options.cpu_adam_params_per_s
-    return (tm.OPTIMIZER_BYTES_TOUCHED + pb.grad + pb.weight) / (options.hbm_bandwidth_gbps * 1e9)
+    touched = (
+        tm.OPTIMIZER_BYTES_TOUCHED + pb.grad + pb.weight if options.fused_optimizer else tm.FOREACH_ADAMW_BYTES_TOUCHED
+    )
+    return touched / (options.hbm_bandwidth_gbps * 1e9)
 
 
 def model_flops_per_step(costs: ModelCosts, global_batch: int, seq: int) -> float:

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 __all__ = [
+    "FOREACH_ADAMW_BYTES_TOUCHED",
     "OPTIMIZER_BYTES_TOUCHED",
     "dp_sync_bytes",
     "expert_alltoall_seconds",
@@ -20,6 +21,7 @@ __all__ = [
     "exposed",
     "gemm_efficiency",
     "gemm_seconds",
+    "launch_seconds",
     "layer_gemm_shapes",
     "link_bandwidth",
     "pipeline_seconds",
@@ -27,6 +29,13 @@ __all__ = [
 ]
 
 OPTIMIZER_BYTES_TOUCHED = 2 * 4 + 2 * 8  # fp32 master + two fp32 moments, each read and written per update
+FOREACH_ADAMW_BYTES_TOUCHED = 72 + 12
+"""Bytes per fp32 parameter of unfused foreach AdamW (torch.optim.AdamW(foreach=True), what the trial runs)
+plus foreach clipping, each op a pass of its own: decay (r+w param 8), lerp of m (r g, r+w m: 12), v·β2
+(8), addcmul into v (r g, r+w v: 12), sqrt(v) into a new buffer (8), its divide and epsilon add (8 + 8),
+addcdiv into the parameter (r+w p, r m, r denominator: 16) = 72 with the gradient's reads; clipping
+reads the gradients for the norm (4) and scales them in place (8). Fused Adam does it in one pass
+(`OPTIMIZER_BYTES_TOUCHED` + gradient + weight)."""
 
 
 def gemm_seconds(m: float, n: float, k: float, dtype_bytes: int, peak: float, fraction: float, hbm: float) -> float:
@@ -138,3 +147,11 @@ def pipeline_seconds(
     both ends: bubble (p/2 - 1) slots (DeepSeek-V3 table 2, with F&B + B - 3W taken as one slot)."""
     bubble = (max(0.0, pp / 2 - 1) if dualpipe and pp > 1 else (pp - 1) / vpp) * slot_s
     return microbatches * slot_s + bubble, bubble
+
+
+def launch_seconds(kernels: float, seconds_per_kernel: float, device_busy_s: float, asynchronous: bool) -> float:
+    """Host dispatch of `kernels` ops at `seconds_per_kernel` each left on the critical path. Synchronous
+    (a CPU computes its own kernels) it adds to the compute; asynchronous (GPUs, NPUs: the host queues
+    kernels ahead) only what exceeds the device's busy time shows (max(0, linear): convex in the work)."""
+    host = kernels * seconds_per_kernel
+    return max(0.0, host - device_busy_s) if asynchronous else host

@@ -2,8 +2,10 @@
 workers, at its micro-batch, dtype, recompute and sharding, on the calibrated profile when there is one.
 
 Contract: pure. `predict_trial` evaluates exactly one plan (TP = PP = EP = CP = 1, DP = workers, one
-micro-batch per step, no framework reserve: the trial measures its training part apart) with the same
-`PlanContext` step 3 ranks plans with, so the trial's measurement checks the model step 3 trusts.
+micro-batch per step, no framework reserve: the trial measures its training part apart; the trial's own
+unfused foreach AdamW) with the same `PlanContext` step 3 ranks plans with, so the trial's measurement
+checks the model step 3 trusts, host dispatch of every op included. On a synchronous platform (the
+CPU) the gradient all-reduce is not overlapped: the cores that would hide it are the ones reducing.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from day0.core.precision import DType
 from day0.planner.evaluate import PlanContext
-from day0.planner.inputs import PlannerOptions, cluster_figures, costs_for
+from day0.planner.inputs import CommSettings, PlannerOptions, cluster_figures, costs_for
 from day0.planner.profile import CalibratedProfile, apply_profile
 from day0.planner.values import Degrees, MemoryKnobs
 from day0.spec import HardwareSpec, Precision, TrainingSpec
@@ -50,11 +52,14 @@ def predict_trial(
         framework_overhead_gib=0,
         fragmentation_fraction=0,
         flash_attention=flash_attention,
+        fused_optimizer=False,
     )
     if isinstance(profile_or_hardware, CalibratedProfile):
         hardware, options = apply_profile(profile_or_hardware.datasheet, options, profile_or_hardware)
     else:
         hardware = profile_or_hardware
+    if not hardware.launch_async:  # the host's own cores run gloo's reduction: nothing to hide it behind
+        options = options.model_copy(update={"comm": CommSettings(dp_overlap=False)})
     training = TrainingSpec(
         seq_len=seq_len,
         global_batch=micro_batch * workers,

@@ -36,6 +36,7 @@ from day0.platforms.adapted import AdaptedKernel, apply_adaptations
 from day0.platforms.kernels import Platform, PlatformMode, load_plugin_kernels
 from day0.spec import PlatformSpec
 from day0.trial.data import batch_for_step
+from day0.trial.memory import SavedActivations, TrainingState, state_bytes
 from day0.trial.model import build_model
 
 if TYPE_CHECKING:
@@ -284,6 +285,8 @@ def run_steps(
     built.train()
     model = _parallelize(built, cfg, world, device)
     optimizer = make_optimizer(model.parameters(), cfg.learning_rate, cfg.weight_decay)
+    activations = SavedActivations(model)  # counted on the first step run (every step has the same shapes)
+    counted: TrainingState | None = None
 
     history: list[dict[str, Any]] = []
     if checkpoint is not None:
@@ -308,7 +311,8 @@ def run_steps(
             sync = i == accum - 1
             no_sync = getattr(model, "no_sync", None)  # DDP all-reduces on the last micro-batch only
             with no_sync() if (not sync and no_sync) else contextlib.nullcontext(), kernels:
-                loss = forward_loss(model, micro, DTYPES[cfg.compute_dtype])
+                with activations.recording() if step == start else contextlib.nullcontext():
+                    loss = forward_loss(model, micro, DTYPES[cfg.compute_dtype])
                 loss = hooks.loss(step, loss) / accum
                 loss.backward()
             loss_sum += loss.detach()
@@ -316,6 +320,11 @@ def run_steps(
             grad_norm = _grad_norm(model, cfg.grad_clip)
             if hooks.apply_update(step):
                 optimizer.step()
+        if step == start:
+            params, grads, states = state_bytes(model, optimizer)
+            counted = TrainingState(
+                parameters=params, gradients=grads, optimizer_states=states, activations=activations.bytes
+            )
         optimizer.zero_grad(set_to_none=True)
         if distributed and world > 1:
             torch.distributed.all_reduce(loss_sum)
@@ -340,7 +349,12 @@ def run_steps(
             _checkpoint(model, optimizer, history, distributed, rank, report)
         last = time.perf_counter()
 
-    log("memory", peak_bytes=_peak_memory_bytes(device), baseline_bytes=baseline_mem)
+    log(
+        "memory",
+        peak_bytes=_peak_memory_bytes(device),
+        baseline_bytes=baseline_mem,
+        tensor_bytes=counted.total if counted else None,
+    )
     log("finished", step=len(history))
     return history
 

@@ -78,6 +78,11 @@ class MemoryComparison(BaseModel):
     rank: int
     measured_peak_bytes: int = Field(description="Process peak (CPU: max RSS; CUDA: max allocated).")
     measured_training_bytes: int = Field(description="Peak minus the process's footprint before the model.")
+    measured_tensor_bytes: int | None = Field(
+        None,
+        description="Parameters, gradients, optimizer states and saved activations counted from the tensors: "
+        "what the cost model's memory terms describe (RSS growth also holds allocator caches and library pages).",
+    )
     estimate_bytes: float | None = None
     estimate_source: str = "none"
 
@@ -89,7 +94,9 @@ class CostCheck(BaseModel):
     predicted_step_s: float
     measured_step_s: float | None = Field(None, description="Steady-state seconds per optimizer step.")
     predicted_peak_bytes: float
-    measured_peak_bytes: int | None = Field(None, description="Largest per-worker training peak measured.")
+    measured_peak_bytes: int | None = Field(
+        None, description="Largest per-worker training memory measured: counted from the tensors, else RSS growth."
+    )
 
     @staticmethod
     def _error(predicted: float, measured: float | None) -> float | None:
@@ -215,7 +222,8 @@ class TrialResult(StepResult):
     def with_cost_check(self, predicted_step_s: float, predicted_peak_bytes: float, source: str) -> TrialResult:
         """This result with step 3's prediction of its candidate beside the measured step time and peak."""
         tps = self.candidate.tokens_per_s
-        measured = max((m.measured_training_bytes for m in self.memory), default=None)
+        counted = [m.measured_tensor_bytes for m in self.memory if m.measured_tensor_bytes]
+        measured = max(counted or [m.measured_training_bytes for m in self.memory], default=None)
         check = CostCheck(
             source=source,
             predicted_step_s=predicted_step_s,
@@ -329,12 +337,12 @@ class TrialResult(StepResult):
                 "",
                 "## Peak memory per candidate worker",
                 "",
-                "| rank | measured peak | training part | estimate | estimate from |",
-                "|---:|---:|---:|---:|---|",
+                "| rank | process peak | RSS growth | counted from the tensors | estimate | estimate from |",
+                "|---:|---:|---:|---:|---:|---|",
             ]
             lines += [
                 f"| {m.rank} | {_mib(m.measured_peak_bytes)} | {_mib(m.measured_training_bytes)} | "
-                f"{_mib(m.estimate_bytes)} | {m.estimate_source} |"
+                f"{_mib(m.measured_tensor_bytes)} | {_mib(m.estimate_bytes)} | {m.estimate_source} |"
                 for m in self.memory
             ]
         return "\n".join(lines) + "\n"

@@ -38,6 +38,7 @@ class RunEvent(BaseModel):
     from_step: int | None = None
     peak_bytes: int | None = None
     baseline_bytes: int | None = None
+    tensor_bytes: int | None = Field(None, description="Training memory counted from the tensors (trial.memory).")
     detail: str | None = None
 
 

@@ -209,11 +209,13 @@ def candidate_loop(spec: PipelineSpec, cfg: dict[str, Any], plan: TrialPlan) -> 
 
 def _memory(run: TrainingRun, estimate: float | None, source: str) -> list[MemoryComparison]:
     baselines = {e.rank: e.baseline_bytes or 0 for e in run.events if e.kind == "memory"}
+    counted = {e.rank: e.tensor_bytes for e in run.events if e.kind == "memory"}
     return [
         MemoryComparison(
             rank=r,
             measured_peak_bytes=b,
             measured_training_bytes=b - baselines.get(r, 0),
+            measured_tensor_bytes=counted.get(r),
             estimate_bytes=estimate,
             estimate_source=source,
         )
