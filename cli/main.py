@@ -26,29 +26,22 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from pydantic import ValidationError
-from rich.console import Console
-from rich.markup import escape
-from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
-from rich.table import Table
 
+from cli._console import err, escape, out
 from cli.preflight import check_parameters, check_spec, parse_only
-from cli.reaper import start_reaper
 from day0.errors import Day0Error, RunFailed, UsageError, shorten
 from day0.spec import STEPS, PipelineSpec, load_platform, load_spec, load_yaml
 
 __all__ = ["main"]
 
-err = Console(stderr=True)
-out = Console()
-for _console in (err, out):  # piped output is not hard-wrapped (paths stay whole)
-    _console.soft_wrap = not _console.is_terminal
-
 
 @contextmanager
 def progress(title: str) -> Iterator[Callable[[str], None]]:
     """A spinner with elapsed time on stderr; yields a callback that names the current stage."""
+    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
     with Progress(
-        SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=err, transient=True
+        SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=err(), transient=True
     ) as bar:
         task = bar.add_task(escape(title), total=None)  # names from the user are text, not markup
         yield lambda stage: bar.update(task, description=escape(f"{title}: {stage}"))
@@ -61,7 +54,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
     check_spec(spec, check_store=args.check_store)
     check_parameters(args.spec)
     run = RunContext.create(spec)
-    out.print(
+    out().print(
         f"[green]ok[/]: {escape(args.spec)} is a valid {spec.kind}; results go to {escape(spec.storage)}/{run.prefix}"
     )
     return 0
@@ -73,6 +66,8 @@ def cmd_schema(args: argparse.Namespace) -> int:
 
 
 def cmd_analyze(args: argparse.Namespace) -> int:
+    from rich.table import Table
+
     from day0.analysis.step import analyze_model
     from day0.spec import ModelSpec
 
@@ -93,24 +88,24 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     for name, c in s.components.items():
         table.add_row(name, f"{c.total / 1e9:.3f}B", f"{c.active / 1e9:.3f}B")
     table.add_row("[bold]all[/]", f"[bold]{s.params_total / 1e9:.3f}B", f"[bold]{s.params_active / 1e9:.3f}B")
-    out.print(table)
-    out.print(
+    out().print(table)
+    out().print(
         f"attention {s.attention_kind}; layers {', '.join(f'{k.count}x {k.name}' for k in s.layer_kinds)}; "
         f"KV cache {s.kv_cache_bytes_per_token['bf16'] / 1024:.1f} KiB/token at bf16"
     )
     cov = result.coverage
     optimizer = len(result.inventory.in_phase("optimizer"))
-    out.print(
+    out().print(
         f"operators: {len(result.inventory.ops)} captured ({optimizer} in the optimizer step); "
         f"on {cov.platform} ({cov.method}): {cov.counts}"
     )
     for o in cov.ops:
         if o.status in ("missing", "dtype_unsupported"):
-            out.print(
+            out().print(
                 f"  [yellow]{o.status}[/] {escape(f'{o.op} {o.dtypes_unsupported or o.dtypes_needed}')} in "
                 f"{escape(', '.join(o.modules))}"
             )
-    out.print(f"[dim]{result.seconds:.1f} s[/]")
+    out().print(f"[dim]{result.seconds:.1f} s[/]")
     return 0
 
 
@@ -120,6 +115,8 @@ _PREFECT_STARTUP_DEFAULT = "120"
 
 
 def _run_flow(spec_path: str, only: list[str] | None, fresh: bool) -> dict:
+    from cli.reaper import start_reaper
+
     start_reaper()  # before Prefect or Ray start anything: they die with this process
     from flows.adapt import adapt
 
@@ -158,14 +155,14 @@ def cmd_run(args: argparse.Namespace) -> int:
     except RunFailed as exc:
         summary = exc.summary
     except _PrefectUnavailable as exc:
-        err.print(f"[red]error[/]: {escape(str(exc))}", highlight=False)
+        err().print(f"[red]error[/]: {escape(str(exc))}", highlight=False)
         return 1
     if args.json:
         print(json.dumps(summary, indent=2))
     for step, reasons in summary["failed"].items():
-        err.print(f"[red]FAIL[/] {step}: {escape('; '.join(reasons[:3]))}", highlight=False)
+        err().print(f"[red]FAIL[/] {step}: {escape('; '.join(reasons[:3]))}", highlight=False)
     done = "[red]failed[/]" if summary["failed"] else "[green]done[/]"
-    err.print(
+    err().print(
         f"{done}: executed {summary['executed'] or 'none'}, reused {summary['reused'] or 'none'}; "
         f"report: {escape(summary['report']['html'])}",
         highlight=False,
@@ -221,15 +218,15 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.func(args)
     except Day0Error as exc:
-        err.print(f"[red]error[/]: {escape(str(exc))}", highlight=False)
+        err().print(f"[red]error[/]: {escape(str(exc))}", highlight=False)
         return exc.exit_code
     except KeyboardInterrupt:
-        err.print("[red]interrupted[/]")
+        err().print("[red]interrupted[/]")
         return 130
     except Exception as exc:  # a bug, not bad input: one line unless --debug
         if args.debug:
             raise
-        err.print(
+        err().print(
             f"[red]internal error[/]: {escape(type(exc).__name__)}: {escape(shorten(str(exc), 300))} "
             "(rerun with --debug for the traceback)",
             highlight=False,

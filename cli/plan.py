@@ -21,8 +21,6 @@ import json
 import sys
 from pathlib import Path
 
-import yaml
-
 import day0
 from cli.preflight import positive_int
 from day0.analysis.structure import ModelStructure
@@ -30,6 +28,7 @@ from day0.core.model_source import ResolvedModel, resolve_model
 from day0.errors import UsageError
 from day0.spec import PipelineSpec, load_spec
 from day0.store import ArtifactStore, open_store, write_atomically
+from day0.yamlio import safe_load
 
 __all__ = [
     "add_plan_command",
@@ -122,7 +121,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         except FileExistsError:
             raise UsageError(f"--out: {out} appeared while planning; pass --force to overwrite it") from None
     if args.json:
-        doc = {**report.model_dump(mode="json"), "chosen": yaml.safe_load(text)}
+        doc = {**report.model_dump(mode="json"), "chosen": safe_load(text)}
         sys.stdout.write(json.dumps(doc, indent=1) + "\n")
         return 0
     print(report.to_markdown(top=args.top))

@@ -10,7 +10,6 @@ Prefect server at PREFECT_API_URL. Exit 2 when the secret or the watch config is
 from __future__ import annotations
 
 import argparse
-import logging
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +32,8 @@ def add_webhook_command(subparsers: argparse._SubParsersAction) -> None:
 
 
 def cmd_webhook_serve(args: argparse.Namespace) -> int:
+    import logging  # here, not at the top: every `day0` command builds this parser
+
     import uvicorn
 
     from day0.webhook import WebhookSettings, create_app

@@ -1,28 +1,62 @@
-"""Settings from the environment, one class per area (Prefect's style: `DAY0_<AREA>_<FIELD>`)."""
+"""Settings from the environment, one class per area (Prefect's style: `DAY0_<AREA>_<FIELD>`).
+
+These are read by every `day0` process (the limits bound each YAML file a user hands day0), so they
+are plain pydantic models filled from `os.environ`, not pydantic-settings models: importing
+pydantic-settings (asyncio, dotenv, its cloud providers) cost a `day0 plan` process about 40% of
+what importing pydantic and yaml costs. What these classes used of it is kept: a field reads
+`<env_prefix><FIELD>` in any case, arguments win over the environment, values are validated (a bad
+one is a `UsageError` naming the variable).
+"""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
+from typing import Any, ClassVar
 
-from pydantic import Field
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import BaseModel, ConfigDict, Field, ModelWrapValidatorHandler, ValidationError, model_validator
 
-__all__ = ["HubSettings", "LimitsSettings", "StoreSettings"]
+from day0.errors import UsageError
+
+__all__ = ["EnvSettings", "HubSettings", "LimitsSettings", "StoreSettings"]
 
 
-class HubSettings(BaseSettings):
+class EnvSettings(BaseModel):
+    """One settings area: a field not given as an argument comes from `<env_prefix><FIELD>`."""
+
+    model_config = ConfigDict(extra="forbid")
+    env_prefix: ClassVar[str]
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _from_environment(cls, data: Any, handler: ModelWrapValidatorHandler[EnvSettings]) -> EnvSettings:
+        if not isinstance(data, dict):
+            return handler(data)
+        env = {name.upper(): value for name, value in os.environ.items()}
+        variables = {field: f"{cls.env_prefix}{field}".upper() for field in cls.model_fields if field not in data}
+        found = {field: env[var] for field, var in variables.items() if var in env}
+        try:
+            return handler({**found, **data})
+        except ValidationError as exc:
+            bad = [e for e in exc.errors() if e["loc"] and e["loc"][0] in found]
+            if not bad or len(bad) < exc.error_count():  # a bad argument is the caller's bug: pydantic's error
+                raise
+            raise UsageError("; ".join(f"{variables[str(e['loc'][0])]}: {e['msg']}" for e in bad)) from None
+
+
+class HubSettings(EnvSettings):
     """How model sources on the Hugging Face hub are resolved."""
 
-    model_config = SettingsConfigDict(env_prefix="DAY0_HUB_")
+    env_prefix = "DAY0_HUB_"
 
     cache_dir: Path | None = Field(None, description="Hub cache (default: huggingface_hub's HF_HUB_CACHE).")
     offline: bool | None = Field(None, description="Force offline mode; default follows HF_HUB_OFFLINE.")
 
 
-class LimitsSettings(BaseSettings):
+class LimitsSettings(EnvSettings):
     """Bounds on what a user hands day0, so a tiny input cannot cost unbounded time or memory."""
 
-    model_config = SettingsConfigDict(env_prefix="DAY0_LIMITS_")
+    env_prefix = "DAY0_LIMITS_"
 
     max_file_bytes: int = Field(1 << 20, ge=1, description="Largest spec or config file read, bytes.")
     max_yaml_nodes: int = Field(
@@ -30,10 +64,10 @@ class LimitsSettings(BaseSettings):
     )
 
 
-class StoreSettings(BaseSettings):
+class StoreSettings(EnvSettings):
     """The S3-compatible artifact store endpoint; credentials follow boto3's usual chain."""
 
-    model_config = SettingsConfigDict(env_prefix="DAY0_STORE_")
+    env_prefix = "DAY0_STORE_"
 
     endpoint_url: str | None = Field(None, description="S3 endpoint, e.g. http://127.0.0.1:7070.")
     region: str = "us-east-1"
