@@ -3,7 +3,8 @@
 These are read by every `day0` process (the limits bound each YAML file a user hands day0), so they
 are plain pydantic models filled from `os.environ`, not pydantic-settings models: importing
 pydantic-settings (asyncio, dotenv, its cloud providers) cost a `day0 plan` process about 40% of
-what importing pydantic and yaml costs. What these classes used of it is kept: a field reads
+what importing pydantic and yaml costs; every settings class of day0 derives from `EnvSettings`, and a
+model-valued field reads JSON (`Json[...]`). What these classes used of it is kept: a field reads
 `<env_prefix><FIELD>` in any case, arguments win over the environment, values are validated (a bad
 one is a `UsageError` naming the variable).
 """
@@ -41,7 +42,12 @@ class EnvSettings(BaseModel):
             bad = [e for e in exc.errors() if e["loc"] and e["loc"][0] in found]
             if not bad or len(bad) < exc.error_count():  # a bad argument is the caller's bug: pydantic's error
                 raise
-            raise UsageError("; ".join(f"{variables[str(e['loc'][0])]}: {e['msg']}" for e in bad)) from None
+            raise UsageError("; ".join(f"{_where(variables, e['loc'])}: {e['msg']}" for e in bad)) from None
+
+
+def _where(variables: dict[str, str], loc: tuple[int | str, ...]) -> str:
+    """The variable, and inside a JSON value the path to the bad entry (`DAY0_TESTING_TRIAL_FAULTS.nan_at_stp`)."""
+    return ".".join([variables[str(loc[0])], *map(str, loc[1:])])
 
 
 class HubSettings(EnvSettings):

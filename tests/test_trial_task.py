@@ -8,6 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from day0.errors import UsageError
 from day0.paths import CONFIGS_DIR
 from day0.spec import load_spec
 from day0.testing.faults import TestingSettings, TrialFaults
@@ -51,5 +52,5 @@ def test_faults_come_from_the_environment_only_when_set(monkeypatch: pytest.Monk
     assert faults == TrialFaults(nan_at_step=5, lr_multiplier=10.0)
     assert faults.describe() == "TrialFaults(lr_multiplier=10.0, nan_at_step=5)"
     monkeypatch.setenv("DAY0_TESTING_TRIAL_FAULTS", '{"nan_at_stp": 5}')
-    with pytest.raises(ValueError, match="nan_at_stp"):
+    with pytest.raises(UsageError, match=r"DAY0_TESTING_TRIAL_FAULTS\.nan_at_stp: Extra inputs"):
         TestingSettings()

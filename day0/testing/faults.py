@@ -14,9 +14,9 @@ import time
 from typing import ClassVar
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import BaseModel, ConfigDict, Field, Json
 
+from day0.settings import EnvSettings
 from day0.trial.loop import LoopHooks
 
 __all__ = ["TestingSettings", "TrialFaults"]
@@ -63,12 +63,12 @@ class TrialFaults(BaseModel, LoopHooks):
             time.sleep(self.step_delay_s)
 
 
-class TestingSettings(BaseSettings):
+class TestingSettings(EnvSettings):
     """Test-only switches from the environment (`DAY0_TESTING_<FIELD>`, JSON for models)."""
 
-    model_config = SettingsConfigDict(env_prefix="DAY0_TESTING_")
+    env_prefix = "DAY0_TESTING_"
     __test__: ClassVar[bool] = False  # not a pytest test class, despite the name
 
-    trial_faults: TrialFaults | None = Field(
+    trial_faults: Json[TrialFaults] | None = Field(
         None, description="Faults the trial task injects into the candidate's training, e.g. '{\"nan_at_step\": 5}'."
     )

@@ -8,17 +8,17 @@ from typing import Any
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
-from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from day0.errors import SpecError, SpecIssue
 from day0.paths import CONFIGS_DIR
+from day0.settings import EnvSettings
 from day0.webhook.payload import WatchList
 
 __all__ = ["WatchConfig", "WebhookSettings", "load_watch"]
 
 
-class WebhookSettings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="DAY0_WEBHOOK_")
+class WebhookSettings(EnvSettings):
+    env_prefix = "DAY0_WEBHOOK_"
 
     secret: SecretStr = Field(description="Shared secret the hub sends verbatim in X-Webhook-Secret.")
     watch: Path = Field(CONFIGS_DIR / "webhook" / "watch.yaml", description="Watch config YAML.")
