@@ -5,7 +5,8 @@ missing, a directory, larger than `DAY0_LIMITS_MAX_FILE_BYTES`, not UTF-8, empty
 a mapping with a duplicate key, or aliases expanding past `DAY0_LIMITS_MAX_YAML_NODES` (an alias
 bomb is refused from its node graph, before anything walks the expanded value). Messages never
 echo the document's values beyond PyYAML's position marks. Parsing uses libyaml (`CSafeLoader`,
-about ten times faster than the pure-Python loader on a spec) when PyYAML was built with it.
+about ten times faster than the pure-Python loader on a spec) when PyYAML was built with it, and
+`safe_dump` its emitter likewise.
 """
 
 from __future__ import annotations
@@ -17,14 +18,16 @@ import yaml
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 try:
+    from yaml import CSafeDumper as _SafeDumper
     from yaml import CSafeLoader as _SafeLoader
 except ImportError:  # PyYAML built without libyaml
+    from yaml import SafeDumper as _SafeDumper  # type: ignore[assignment]
     from yaml import SafeLoader as _SafeLoader  # type: ignore[assignment]
 
 from day0.errors import SpecError, SpecIssue
 from day0.settings import LimitsSettings
 
-__all__ = ["read_user_yaml", "safe_load"]
+__all__ = ["read_user_yaml", "safe_dump", "safe_load"]
 
 _MERGE_TAG = "tag:yaml.org,2002:merge"
 
@@ -133,3 +136,8 @@ def read_user_yaml(path: Path, limits: LimitsSettings | None = None) -> Any:
 def safe_load(text: str) -> Any:
     """YAML that day0 wrote itself (no limits needed), parsed with the same fast safe loader."""
     return yaml.load(text, Loader=_SafeLoader)
+
+
+def safe_dump(data: Any) -> str:
+    """`yaml.safe_dump(data, sort_keys=False)` through libyaml's emitter when present."""
+    return yaml.dump(data, Dumper=_SafeDumper, sort_keys=False)

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-import yaml
 from pydantic import BaseModel, Field
 
 from day0.core.result import Judgement, StepResult
@@ -24,6 +23,7 @@ from day0.planner.results import Plan, make_plan
 from day0.planner.search import best_knobs, knob_settings
 from day0.planner.values import Degrees, MemoryKnobs
 from day0.spec import TrainingSpec
+from day0.yamlio import safe_dump
 
 if TYPE_CHECKING:
     from day0.analysis.results import ModelStructure
@@ -115,7 +115,7 @@ class OptimizationReport(StepResult):
         return out
 
     def to_yaml(self) -> str:
-        return yaml.safe_dump(self.to_yaml_dict(), sort_keys=False)
+        return safe_dump(self.to_yaml_dict())
 
     def to_markdown(self) -> str:
         j = self.judge()

@@ -13,7 +13,6 @@ from __future__ import annotations
 from dataclasses import fields
 from typing import Any
 
-import yaml
 from pydantic import BaseModel, Field
 
 from day0.core.result import Judgement, StepResult
@@ -21,6 +20,7 @@ from day0.planner.evaluate import PlanContext
 from day0.planner.inputs import GIB, ClusterFigures, PlannerOptions
 from day0.planner.values import Degrees, MemoryEstimate, MemoryKnobs, TimeEstimate
 from day0.spec import TrainingSpec
+from day0.yamlio import safe_dump
 
 __all__ = ["Infeasibility", "MemoryKnobs", "Plan", "PlanReport", "degrees_label", "make_plan"]
 
@@ -141,12 +141,9 @@ class PlanReport(StepResult):
 
     def to_yaml(self) -> str:
         if self.best is None:
-            return yaml.safe_dump(
-                {"feasible": False, "reason": self.message, "min_accelerators": self.min_accelerators}, sort_keys=False
-            )
-        return f"# day0 plan for {self.model} on {self.cluster.accelerators} accelerators\n" + yaml.safe_dump(
-            self.best.to_yaml_dict(), sort_keys=False
-        )
+            return safe_dump({"feasible": False, "reason": self.message, "min_accelerators": self.min_accelerators})
+        head = f"# day0 plan for {self.model} on {self.cluster.accelerators} accelerators\n"
+        return head + safe_dump(self.best.to_yaml_dict())
 
     def table(self, top: int = 10) -> str:
         """The ranked plans; when none fits, the closest setups first, each with why it does not fit."""
