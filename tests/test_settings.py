@@ -17,6 +17,8 @@ ROOT = Path(__file__).parent.parent
 
 
 def test_fields_come_from_their_variables_in_any_case(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    for name in [n for n in os.environ if n.upper().startswith(("DAY0_LIMITS_", "DAY0_STORE_", "DAY0_HUB_"))]:
+        monkeypatch.delenv(name)  # the session's S3 test server sets DAY0_STORE_* for every test
     assert LimitsSettings().max_file_bytes == 1 << 20 and StoreSettings().endpoint_url is None
     monkeypatch.setenv("DAY0_LIMITS_MAX_FILE_BYTES", "200")
     monkeypatch.setenv("day0_store_endpoint_url", "http://127.0.0.1:9")
