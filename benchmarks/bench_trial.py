@@ -158,16 +158,13 @@ def _error(predicted: float, measured: float) -> float:
 
 def cost_check(data, storage: str, store_uri: str) -> dict:
     """Calibrate, train the candidate, predict it from the datasheet and the profile (see the module doc)."""
-    from transformers import AutoConfig
-
-    from day0.analysis.structure import analyze_structure
     from day0.calibration import calibrate
-    from day0.core.modeling import build_meta_model
-    from day0.planner.trial_estimate import predict_trial
     from day0.spec import load_platform
     from day0.store import open_store
     from day0.trial.results import steady_tokens_per_s
     from day0.trial.run import run_training
+    from day0.trial.step import TrialPlan
+    from tasks.trial import PlannerMemoryEstimate
 
     spec, cfg, loop = _candidate(data)
     calibration = calibrate(load_platform(spec.platform.name), 2, open_store(store_uri))
@@ -179,7 +176,6 @@ def cost_check(data, storage: str, store_uri: str) -> dict:
     baseline = {e.rank: e.baseline_bytes or 0 for e in run.events if e.kind == "memory"}
     rss = max(peak - baseline.get(rank, 0) for rank, peak in run.peak_memory_bytes.items())
     counted = max(e.tensor_bytes or 0 for e in run.events if e.kind == "memory")  # the loop's own count
-    structure = analyze_structure(build_meta_model(AutoConfig.for_model(**cfg), "trial", "fp32"), "trial")
     out: dict = {
         "load_average_1m": round(os.getloadavg()[0], 2),
         "config": {
@@ -203,18 +199,9 @@ def cost_check(data, storage: str, store_uri: str) -> dict:
             "training_state_bytes": counted,
         },
     }
-    for label, figures in (("datasheet", spec.platform.hardware), ("calibrated", calibration.profile)):
-        p = predict_trial(
-            structure,
-            figures,
-            seq_len=loop.seq_len,
-            micro_batch=loop.micro_batch,
-            workers=workers,
-            compute_dtype=loop.compute_dtype,
-            recompute=loop.recompute,
-            zero_stage=3 if loop.sharding == "fsdp" else 0,
-            flash_attention=False,
-        )
+    plan = TrialPlan(recompute=loop.recompute, sharding=loop.sharding)
+    for label, profile in (("datasheet", None), ("calibrated", calibration.profile)):
+        p = PlannerMemoryEstimate(spec.platform.hardware, profile).predict(cfg, plan, loop, workers)
         out[label] = {
             "step_s": round(p.step_time_s, 4),
             "peak_bytes": round(p.peak_bytes),

@@ -6,17 +6,14 @@ from __future__ import annotations
 
 import pytest
 import torch
-from transformers import AutoConfig
 
-from day0.analysis.structure import analyze_structure
 from day0.core.model_source import resolve_model_source
-from day0.core.modeling import build_meta_model
 from day0.planner.profile import CalibratedProfile
-from day0.planner.trial_estimate import predict_trial
 from day0.spec import load_spec
 from day0.trial.loop import run_steps
 from day0.trial.model import build_model, scale_config
 from day0.trial.step import TrialPlan, candidate_loop
+from tasks.trial import PlannerMemoryEstimate
 
 SPEC = "configs/pipelines/tiny-local.yaml"
 
@@ -27,28 +24,18 @@ def candidate():
     cfg = scale_config(
         resolve_model_source(spec.model.source).config, spec.trial.scale, vocab_size=512, seq_len=64, eos_token_id=1
     )
-    structure = analyze_structure(build_meta_model(AutoConfig.for_model(**cfg), "trial", "fp32"), "trial")
-    return spec, cfg, candidate_loop(spec, cfg, TrialPlan()), structure
+    return spec, cfg, candidate_loop(spec, cfg, TrialPlan())
 
 
-def _predict(structure, figures, loop, workers: int = 2):
-    return predict_trial(
-        structure,
-        figures,
-        seq_len=loop.seq_len,
-        micro_batch=loop.micro_batch,
-        workers=workers,
-        compute_dtype=loop.compute_dtype,
-        recompute=loop.recompute,
-        zero_stage=0,
-        flash_attention=False,
-    )
+def _predict(hardware, loop, cfg, profile=None, workers: int = 2):
+    """Step 5's own prediction of its candidate (what the trial task puts beside the measurement)."""
+    return PlannerMemoryEstimate(hardware, profile).predict(cfg, TrialPlan(), loop, workers)
 
 
 def test_predicted_peak_is_the_counted_training_memory(candidate) -> None:
     """The loop counts its own training memory from the tensors (its `memory` event) on its first step;
     the prediction of the same configuration is within 10% of it."""
-    spec, cfg, loop, structure = candidate
+    spec, cfg, loop = candidate
     events: list[dict] = []
     loop = loop.model_copy(update={"steps": 2})
     run_steps(loop, torch.randint(0, 512, (4096,)), log=lambda kind, **kw: events.append({"kind": kind, **kw}))
@@ -58,15 +45,15 @@ def test_predicted_peak_is_the_counted_training_memory(candidate) -> None:
     weights = 4 * n  # fp32 weights; fp32 gradients the same, two fp32 moments twice that
     measured = memory["tensor_bytes"]
     assert 4 * weights < measured < 4 * weights + weights  # states plus activations of 128 tokens, < the weights
-    predicted = _predict(structure, spec.platform.hardware, loop).peak_bytes
+    predicted = _predict(spec.platform.hardware, loop, cfg).peak_bytes
     assert predicted == pytest.approx(measured, rel=0.10), (predicted, measured)
 
 
 def test_the_calibrated_dispatch_figure_moves_the_prediction(candidate) -> None:
-    spec, _, loop, structure = candidate
+    spec, cfg, loop = candidate
     hw = spec.platform.hardware
-    base = _predict(structure, hw, loop).step_time_s
-    slow = _predict(structure, hw.model_copy(update={"kernel_launch_us": 2 * hw.kernel_launch_us}), loop).step_time_s
+    base = _predict(hw, loop, cfg).step_time_s
+    slow = _predict(hw.model_copy(update={"kernel_launch_us": 2 * hw.kernel_launch_us}), loop, cfg).step_time_s
     profile = CalibratedProfile(
         platform="cpu",
         backend="gloo",
@@ -79,6 +66,6 @@ def test_the_calibrated_dispatch_figure_moves_the_prediction(candidate) -> None:
         collective_latency_us=0.0,
         kernel_launch_us=2 * hw.kernel_launch_us,
     )
-    calibrated = _predict(structure, profile, loop)
+    calibrated = _predict(hw, loop, cfg, profile)
     assert slow > 1.3 * base  # on the CPU the tiny model's step is mostly per-op host time
     assert calibrated.source.startswith("calibrated") and calibrated.step_time_s > slow  # slower memory too
