@@ -31,6 +31,20 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+@pytest.fixture(scope="module")
+def local_ray() -> Iterator[None]:
+    """A local Ray cluster (2 CPUs) for the tests of one module, shut down after them."""
+    import ray
+
+    from day0.backends.local import connect
+
+    ray.shutdown()
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    connect(num_cpus=2)
+    yield
+    ray.shutdown()
+
+
 @pytest.fixture(scope="session")
 def prefect_server() -> Iterator[None]:
     """A real Prefect API server for the whole session (Prefect's own test harness)."""

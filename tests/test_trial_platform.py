@@ -172,19 +172,6 @@ def test_a_kernel_wrong_only_at_trainings_dtype_fails_step_2s_training_step(tmp_
     assert any(r.startswith("training step (bf16 autocast") and "differ" in r for r in checked.judge().reasons)
 
 
-@pytest.fixture(scope="module")
-def local_ray() -> Iterator[None]:
-    import ray
-
-    from day0.backends.local import connect
-
-    ray.shutdown()
-    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-    connect(num_cpus=2)
-    yield
-    ray.shutdown()
-
-
 @pytest.mark.integration
 @pytest.mark.parametrize("sharding", ["ddp", "fsdp"])
 def test_emulated_ascend_candidate_trains_on_two_workers(

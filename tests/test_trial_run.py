@@ -5,8 +5,6 @@ resumes from the checkpoint instead of starting over, after a crash injected thr
 from __future__ import annotations
 
 import json
-import os
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -31,19 +29,6 @@ TRIAL = {
     "checkpoint_every": 5,
     "tolerance": {"warmup_steps": 4},
 }
-
-
-@pytest.fixture(scope="module")
-def local_ray() -> Iterator[None]:
-    import ray
-
-    from day0.backends.local import connect
-
-    ray.shutdown()
-    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-    connect(num_cpus=2)
-    yield
-    ray.shutdown()
 
 
 def _spec(storage: str, **trial: Any):
