@@ -64,15 +64,15 @@ class Worker:
         """Seconds per `steps` training passes (forward, the trial's loss, backward through autograd:
         `day0.core.training.forward_loss`) of a tiny Hugging Face causal LM (Llama, hidden 16, 2 layers,
         8 tokens: built from its config, no weights fetched), and the aten ops one pass dispatches
-        (counted once under a `TorchDispatchMode`). The operands are so small that the time is the ops'
+        (counted once under a probe platform's dispatch mode). The operands are so small that the time is the ops'
         fixed host cost as eager training pays it: dispatcher, autograd and the modules' Python between
         ops (a bare chain of `nn.Linear` pays about half of it per op)."""
         import warnings
 
-        from torch.utils._python_dispatch import TorchDispatchMode
         from transformers import AutoModelForCausalLM, LlamaConfig
 
         from day0.core.training import forward_loss
+        from day0.platforms.kernels import Platform
 
         torch = self.torch
         cfg = LlamaConfig(
@@ -93,16 +93,7 @@ class Worker:
         def one() -> None:
             forward_loss(model, ids, torch.float32).backward()
 
-        class _Count(TorchDispatchMode):
-            def __init__(self) -> None:
-                super().__init__()
-                self.calls = 0
-
-            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-                self.calls += 1
-                return func(*args, **(kwargs or {}))
-
-        counter = _Count()
+        counter = Platform("host").mode()  # a platform with every stock kernel: counts each aten call
         with counter:
             one()
 
@@ -110,7 +101,7 @@ class Worker:
             for _ in range(steps):
                 one()
 
-        return self._time(many, repeats), counter.calls
+        return self._time(many, repeats), sum(counter.served.values())
 
     def copy(self, nbytes: int, repeats: int) -> list[float]:
         src = self.torch.empty(nbytes // 4, dtype=self.torch.float32, device=self.device).uniform_()
