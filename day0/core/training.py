@@ -16,9 +16,7 @@ the ops of one optimizer step in the inventory, so what step 2 checks is what th
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Iterable
-from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -31,7 +29,6 @@ __all__ = [
     "LEARNING_RATE",
     "MASTER_DTYPE",
     "WEIGHT_DECAY",
-    "autocast",
     "clip_gradients",
     "forward_loss",
     "make_optimizer",
@@ -52,16 +49,10 @@ def next_token_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor
     return F.cross_entropy(logits.float().reshape(-1, logits.size(-1)), targets.reshape(-1))
 
 
-def autocast(device_type: str, compute_dtype: torch.dtype) -> contextlib.AbstractContextManager[Any]:
-    """The trial's mixed precision: fp32 parameters, matmuls at `compute_dtype` under autocast."""
-    if compute_dtype == torch.float32:
-        return contextlib.nullcontext()
-    return torch.autocast(device_type, dtype=compute_dtype)
-
-
 def forward_loss(model: torch.nn.Module, batch: torch.Tensor, compute_dtype: torch.dtype) -> torch.Tensor:
-    """The next-token loss of `batch` (batch, seq + 1): the model under autocast, the loss in fp32."""
-    with autocast(batch.device.type, compute_dtype):
+    """The next-token loss of `batch` (batch, seq + 1): fp32 parameters, the model under autocast at
+    `compute_dtype` (off at fp32), the loss in fp32."""
+    with torch.autocast(batch.device.type, dtype=compute_dtype, enabled=compute_dtype != torch.float32):
         logits = model(input_ids=batch[:, :-1]).logits
     return next_token_loss(logits, batch[:, 1:])
 

@@ -217,11 +217,11 @@ class TrainingStepCheck(BaseModel):
         ]
 
     def to_markdown(self) -> str:
-        state = "ran" if self.error is None else f"run failed: {self.error}"
+        state = "within tolerance" if self.passed else f"run failed: {self.error}" if self.error else "differs"
         calls = ", ".join(f"{k} {v}" for k, v in self.kernel_calls.items())
         lines = [
             f"### Training step: the trial's recipe at {self.compute_dtype} autocast on the platform vs the host: "
-            f"{'within tolerance' if self.passed else state if self.error else 'differs'}",
+            f"{state}",
             f"loss host {self.loss_reference:.6f}, platform "
             + (f"{self.loss_platform:.6f}" if self.loss_platform is not None else "n/a")
             + f"; {self.ops} distinct ops ({calls}); {self.seconds:.1f} s",
