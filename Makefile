@@ -31,7 +31,7 @@ lint: setup
 # The whole suite: unit, integration (Prefect server, Ray, versitygw S3) and the Kubernetes e2e
 # tests against the kwok control plane (built once into $(DAY0_CACHE), then reused).
 test: setup lint e2e-build
-	$(BIN)/python -m pytest -q -ra tests
+	$(BIN)/python -m pytest -q -ra --durations=40 tests
 
 # Register prefect.yaml's deployments (adapt/release, regression/nightly) with the server at
 # PREFECT_API_URL, with a process work pool; run them with `prefect worker start --pool day0-local`.
