@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from day0.calibration import CalibrationSizes, calibrate
+from day0.calibration import CalibrationError, CalibrationSizes, calibrate
 from day0.calibration.figures import bus_gbps, gemm_tflops, microseconds_per_op
 from day0.planner.inputs import PlannerOptions
 from day0.planner.profile import CalibratedProfile, apply_profile, load_profile, profile_key
@@ -91,6 +91,18 @@ def test_the_planner_uses_the_measured_figures(report) -> None:
     assert hw.kernel_launch_us == p.kernel_launch_us != p.datasheet.kernel_launch_us
     old = p.model_copy(update={"kernel_launch_us": None})  # a profile from before the figure existed
     assert apply_profile(p.datasheet, PlannerOptions(), old)[0].kernel_launch_us == p.datasheet.kernel_launch_us
+
+
+def test_workers_that_cannot_be_placed_end_in_an_error_not_a_hang(report) -> None:
+    """More workers than the Ray cluster has CPUs: the wait for them ends after `timeout_s` with an
+    error naming what was waited for, and the stored profile is left as it was."""
+    import ray
+
+    rep, store = report
+    workers = int(ray.cluster_resources()["CPU"]) + 1
+    with pytest.raises(CalibrationError, match=f"placing {workers} workers of .*did not finish within 5 s"):
+        calibrate(load_platform("cpu"), workers, store, CalibrationSizes(), timeout_s=5)
+    assert load_profile(store, "cpu") == rep.profile
 
 
 def test_calibrate_command_is_registered(tmp_path: Path) -> None:

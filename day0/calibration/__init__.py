@@ -9,6 +9,6 @@ that sets each measured figure beside the datasheet's. The kernels (`kernels.py`
 run inside the workers; `figures.py` holds the pure maths (bus bandwidth, medians).
 """
 
-from day0.calibration.run import CalibrationReport, CalibrationSizes, calibrate
+from day0.calibration.run import CalibrationError, CalibrationReport, CalibrationSizes, calibrate
 
-__all__ = ["CalibrationReport", "CalibrationSizes", "calibrate"]
+__all__ = ["CalibrationError", "CalibrationReport", "CalibrationSizes", "calibrate"]

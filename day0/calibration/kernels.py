@@ -19,6 +19,7 @@ class Worker:
         import torch
 
         self.torch = torch
+        self.store: Any = None  # rank 0's rendezvous, while the group lives
         self.device = torch.device("cpu") if device_type == "cpu" else torch.device(device_type, 0)
         if device_type == "cpu":
             torch.set_num_threads(1)  # one worker, one core: what a Ray CPU "accelerator" is
@@ -37,11 +38,6 @@ class Worker:
             self._sync()
             out.append(time.perf_counter() - t)
         return out
-
-    def address(self) -> str:
-        import ray
-
-        return ray.util.get_node_ip_address()
 
     def gemm(self, dtype: str, m: int, n: int, k: int, repeats: int) -> list[float] | None:
         """Seconds per (m x k) @ (k x n) at `dtype`; None where the device has no such GEMM."""
@@ -108,10 +104,29 @@ class Worker:
         dst = self.torch.empty_like(src)
         return self._time(lambda: dst.copy_(src), repeats)
 
-    def join(self, backend: str, init_method: str, rank: int, world: int) -> int:
+    def host_store(self, world: int, timeout_s: float) -> tuple[str, int]:
+        """Open the group's rendezvous (a TCPStore) on this worker, rank 0, at a port the OS picks:
+        a port chosen elsewhere and passed in can be taken before rank 0 binds it, and then the other
+        ranks wait for a rendezvous that never opens."""
+        from datetime import timedelta
+
+        import ray
         import torch.distributed as dist
 
-        dist.init_process_group(backend, init_method=init_method, rank=rank, world_size=world)
+        host = ray.util.get_node_ip_address()
+        self.store = dist.TCPStore(host, 0, world, True, timedelta(seconds=timeout_s), wait_for_workers=False)
+        return host, int(self.store.port)
+
+    def join(self, backend: str, host: str, port: int, rank: int, world: int, timeout_s: float) -> int:
+        """Join the group whose store rank 0 hosts; every wait (rendezvous, collectives) ends after
+        `timeout_s` with an error instead of hanging."""
+        from datetime import timedelta
+
+        import torch.distributed as dist
+
+        timeout = timedelta(seconds=timeout_s)
+        store = self.store if rank == 0 else dist.TCPStore(host, port, world, False, timeout)
+        dist.init_process_group(backend, store=store, rank=rank, world_size=world, timeout=timeout)
         return rank
 
     def collective(self, op: str, nbytes: int, repeats: int) -> list[float]:
@@ -138,3 +153,4 @@ class Worker:
 
         if dist.is_initialized():
             dist.destroy_process_group()
+        self.store = None

@@ -6,7 +6,6 @@ report = calibrate(load_platform("cpu"), workers=2, store=open_store("file://.da
 
 from __future__ import annotations
 
-import socket
 import time
 from datetime import UTC, datetime
 from typing import Any
@@ -19,7 +18,7 @@ from day0.planner.profile import CalibratedProfile, CollectivePoint, GemmPoint, 
 from day0.spec import PlatformSpec
 from day0.store import ArtifactStore
 
-__all__ = ["CalibrationReport", "CalibrationSizes", "calibrate"]
+__all__ = ["CalibrationError", "CalibrationReport", "CalibrationSizes", "calibrate"]
 
 COLLECTIVES = ("all_reduce", "all_gather", "all_to_all")
 
@@ -118,10 +117,22 @@ def _fmt(x: float | None) -> str:
     return "-" if x is None else f"{x:.4g}"
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+class CalibrationError(RuntimeError):
+    """A microbenchmark that did not finish in time (workers not placed, a collective stuck)."""
+
+
+def _get(refs: Any, what: str, timeout_s: float) -> Any:
+    """`ray.get` that ends after `timeout_s` with an error naming what was waited for."""
+    import ray
+    from ray.exceptions import GetTimeoutError
+
+    try:
+        return ray.get(refs, timeout=timeout_s)
+    except GetTimeoutError:
+        free = {k: v for k, v in ray.available_resources().items() if not k.startswith("node:")}
+        raise CalibrationError(
+            f"calibration: {what} did not finish within {timeout_s:.0f} s (Ray resources free now: {free})"
+        ) from None
 
 
 def calibrate(
@@ -130,8 +141,11 @@ def calibrate(
     store: ArtifactStore,
     sizes: CalibrationSizes | None = None,
     address: str | None = None,
+    timeout_s: float = 300.0,
 ) -> CalibrationReport:
-    """Measure, write the profile to `store`, and report (see the package contract)."""
+    """Measure, write the profile to `store`, and report (see the package contract). Each wait on
+    the workers (placement, one microbenchmark, the group's rendezvous and collectives) ends after
+    `timeout_s` with a `CalibrationError`."""
     import ray
 
     from day0.backends.local import connect
@@ -139,19 +153,23 @@ def calibrate(
 
     t0, sizes = time.perf_counter(), sizes or CalibrationSizes.for_device(platform.device_type)
     connect(address)
-    actor: Any = ray.remote(Worker).options(**task_options(platform))
+    options = task_options(platform)
+    actor: Any = ray.remote(Worker).options(**options)
     pool: list[Any] = [actor.remote(platform.device_type) for _ in range(workers)]
     try:
-        gemm = _gemms(pool[0], sizes)
+        _get([w.__ray_ready__.remote() for w in pool], f"placing {workers} workers of {options}", timeout_s)
+        gemm = _gemms(pool[0], sizes, timeout_s)
         copies = {
             b: fig.copy_gbps(b, fig.median_seconds(s))
             for b in sizes.copy_bytes
-            if (s := ray.get(pool[0].copy.remote(b, sizes.repeats)))
+            if (s := _get(pool[0].copy.remote(b, sizes.repeats), f"memory copy of {b} bytes", timeout_s))
         }
-        dispatch, ops = ray.get(pool[0].dispatch.remote(sizes.dispatch_steps, sizes.repeats))
-        collectives = _collectives(pool, platform.distributed_backend, sizes) if workers > 1 else []
+        dispatch, ops = _get(
+            pool[0].dispatch.remote(sizes.dispatch_steps, sizes.repeats), "host dispatch timing", timeout_s
+        )
+        collectives = _collectives(pool, platform.distributed_backend, sizes, timeout_s) if workers > 1 else []
+        _get([w.leave.remote() for w in pool], "leaving the process group", timeout_s)
     finally:
-        ray.get([w.leave.remote() for w in pool])
         for w in pool:
             ray.kill(w)
     smallest = [c.seconds for c in collectives if c.op == "all_reduce" and c.bytes == min(sizes.message_bytes)]
@@ -172,13 +190,11 @@ def calibrate(
     return CalibrationReport(profile=profile, store_key=key, seconds=time.perf_counter() - t0)
 
 
-def _gemms(worker: Any, sizes: CalibrationSizes) -> list[GemmPoint]:
-    import ray
-
+def _gemms(worker: Any, sizes: CalibrationSizes, timeout_s: float) -> list[GemmPoint]:
     out = []
     for dtype in sizes.dtypes:
         for m, n, k in sizes.gemm:
-            samples = ray.get(worker.gemm.remote(dtype, m, n, k, sizes.repeats))
+            samples = _get(worker.gemm.remote(dtype, m, n, k, sizes.repeats), f"{dtype} GEMM {m}x{n}x{k}", timeout_s)
             if samples is None:  # the device has no GEMM at this dtype (fp8 on a CPU)
                 break
             out.append(
@@ -187,16 +203,17 @@ def _gemms(worker: Any, sizes: CalibrationSizes) -> list[GemmPoint]:
     return out
 
 
-def _collectives(pool: list[Any], backend: str, sizes: CalibrationSizes) -> list[CollectivePoint]:
-    import ray
-
+def _collectives(pool: list[Any], backend: str, sizes: CalibrationSizes, timeout_s: float) -> list[CollectivePoint]:
     world = len(pool)
-    init = f"tcp://{ray.get(pool[0].address.remote())}:{_free_port()}"
-    ray.get([w.join.remote(backend, init, rank, world) for rank, w in enumerate(pool)])
+    host, port = _get(pool[0].host_store.remote(world, timeout_s), "opening the group's rendezvous", timeout_s)
+    joins = [w.join.remote(backend, host, port, rank, world, timeout_s) for rank, w in enumerate(pool)]
+    _get(joins, f"{world} workers joining a {backend} group at {host}:{port}", timeout_s)
     out = []
     for op in COLLECTIVES:
         for nbytes in sizes.message_bytes:
-            per_rank = ray.get([w.collective.remote(op, nbytes, sizes.repeats) for w in pool])
+            per_rank = _get(
+                [w.collective.remote(op, nbytes, sizes.repeats) for w in pool], f"{op} of {nbytes} bytes", timeout_s
+            )
             seconds = max(fig.median_seconds(s) for s in per_rank)  # the slowest rank ends the collective
             out.append(
                 CollectivePoint(op=op, bytes=nbytes, seconds=seconds, bus_gbps=fig.bus_gbps(op, nbytes, world, seconds))
