@@ -126,3 +126,21 @@ def test_local_backend_runs_in_process_and_records_where() -> None:
     assert result == _Res(square=16) and seen == ["squaring 4"]
     assert execution.backend == "local" and execution.job_id is None and execution.duration_s is not None
     assert backend_for(ctx) is not backend  # outside the run: a fresh local backend
+
+
+def test_an_address_where_no_ray_listens_fails_in_seconds() -> None:
+    """`ray.init` would retry a dead `host:port` for about 15 minutes; `connect` says so at once."""
+    import socket
+    import time
+
+    import ray
+
+    from day0.backends.local import connect
+
+    with socket.socket() as s:  # a port that was free a moment ago: nothing listens there
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    t0 = time.monotonic()
+    with pytest.raises(ConnectionError, match=f"no Ray cluster answers at 127.0.0.1:{port}"):
+        connect(f"127.0.0.1:{port}")
+    assert time.monotonic() - t0 < 10 and not ray.is_initialized()

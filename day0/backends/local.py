@@ -2,12 +2,15 @@
 
 Contract: `connect` is idempotent; it starts Ray only when none is running in this process, with
 token authentication off (`RAY_AUTH_MODE=disabled`, unless the environment says otherwise), no
-dashboard, and the driver's log forwarding off so step logs stay readable.
+dashboard, and the driver's log forwarding off so step logs stay readable. A `host:port` address
+where nothing listens fails at once with `ConnectionError`: `ray.init` itself would retry for about
+15 minutes (Ray 2.60: 20 tries of about 45 s each).
 """
 
 from __future__ import annotations
 
 import os
+import socket
 
 __all__ = ["connect"]
 
@@ -30,5 +33,17 @@ def connect(address: str | None = None, *, num_cpus: int | None = None, namespac
                 configure_logging=False,
             )
         else:
+            _check_listening(address)
             ray.init(address=address, namespace=namespace, log_to_driver=False)
     return ray.get_runtime_context().gcs_address
+
+
+def _check_listening(address: str, timeout_s: float = 5.0) -> None:
+    """One TCP connect to a plain `host:port` (not `auto`, not a `ray://` client address)."""
+    host, sep, port = address.rpartition(":")
+    if not sep or "://" in address or not port.isdigit():
+        return
+    try:
+        socket.create_connection((host, int(port)), timeout=timeout_s).close()
+    except OSError as exc:
+        raise ConnectionError(f"no Ray cluster answers at {address}: {exc}") from None

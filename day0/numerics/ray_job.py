@@ -59,8 +59,9 @@ def run_operators_on_ray(
     """Run step 2 as one Ray task (connects to `address`, or an already initialised Ray)."""
     import ray
 
-    if not ray.is_initialized():
-        ray.init(address=address, log_to_driver=False)
+    from day0.backends.local import connect
+
+    connect(address)
     remote = ray.remote(run_request).options(**task_options(request.platform, cluster or request.cluster))
     return ray.get(remote.remote(request))
 

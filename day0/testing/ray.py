@@ -1,9 +1,10 @@
-"""A private Ray head for tests: `ray start --head --block` on free ports, stopped by its process group.
+"""A private Ray head for tests: `ray start --head --block` on free ports, stopped through its own process.
 
 Contracts: the head has its own ports and temp dir, so it never joins or disturbs another Ray
-session on the machine, and it is stopped by signalling its own process group, never by
-`ray stop` (which would stop every Ray session here). It yields the dashboard address that
-`day0.backends.jobs.run_job` submits to, the same path the KubeRay backend takes to a head pod.
+session on the machine. It is stopped by signalling its own process, then whatever is left of its
+process group, never by `ray stop` (which would stop every Ray session here), and its temp dir is
+removed. It yields the dashboard address that `day0.backends.jobs.run_job` submits to, the same
+path the KubeRay backend takes to a head pod.
 
     from day0.testing.ray import local_head
     with local_head() as address:
@@ -12,7 +13,9 @@ session on the machine, and it is stopped by signalling its own process group, n
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -69,8 +72,11 @@ def local_head(num_cpus: int = 1, start_timeout_s: float = 120.0) -> Iterator[st
         connect(address, timeout_s=start_timeout_s)
         yield address
     finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
+        # `ray start --block` stops its own processes on SIGTERM in a few seconds; signalled as a
+        # group, its children ignore the shutdown for about 30 s instead.
+        os.kill(proc.pid, signal.SIGTERM)
+        with contextlib.suppress(subprocess.TimeoutExpired):
             proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
+        shutil.rmtree(tmp, ignore_errors=True)
