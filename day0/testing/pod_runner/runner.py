@@ -470,13 +470,17 @@ class PodRunner:
             self._node_gone(node["metadata"]["name"])
 
     def _node_gone(self, name: str) -> None:
+        """Kill the node's pods and return once their processes are gone. Both `delete_node` and the
+        watch's DELETED event call it, in either order: each waits, so neither returns early while
+        the other is still killing."""
         with self._lock:
-            if self._nodes.pop(name, None) is None:
-                return
+            self._nodes.pop(name, None)
             victims = [w for w in self._workers.values() if w.node == name]
         for worker in victims:
             worker.kill()
-        sweep(lambda mark: mark.startswith(f"{self.runner_id}/{name}/"))
+        deadline = time.monotonic() + 10
+        while sweep(lambda mark: mark.startswith(f"{self.runner_id}/{name}/")) and time.monotonic() < deadline:
+            time.sleep(0.05)  # SIGKILL is delivered asynchronously
 
     def _on_service(self, kind: str, svc: dict[str, Any]) -> None:
         with self._lock:
