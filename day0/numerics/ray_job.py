@@ -71,7 +71,9 @@ def run_job_request(request: OperatorsRequest, progress: Callable[[str], None] |
     if request.on_ray:
         if progress:
             progress(f"one Ray task asking for {task_options(request.platform, request.cluster)}")
-        return run_operators_on_ray(request, address=request.cluster.address if request.cluster else None)
+        # no address: this is a job submitted to the run's cluster, and "auto" joins that cluster
+        address = request.cluster.address if request.cluster and request.cluster.address else "auto"
+        return run_operators_on_ray(request, address=address)
     return run_request(request, progress)
 
 
