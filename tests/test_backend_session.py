@@ -4,6 +4,7 @@ server, the local backend, and the report's record of where the steps ran."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -128,7 +129,10 @@ def test_local_backend_runs_in_process_and_records_where() -> None:
     assert backend_for(ctx) is not backend  # outside the run: a fresh local backend
 
 
-def test_an_address_where_no_ray_listens_fails_in_seconds() -> None:
+@pytest.mark.parametrize(
+    ("family", "host", "address"), [("AF_INET", "127.0.0.1", "127.0.0.1"), ("AF_INET6", "::1", "[::1]")]
+)
+def test_an_address_where_no_ray_listens_fails_in_seconds(family: str, host: str, address: str) -> None:
     """`ray.init` would retry a dead `host:port` for about 15 minutes; `connect` says so at once."""
     import socket
     import time
@@ -137,10 +141,13 @@ def test_an_address_where_no_ray_listens_fails_in_seconds() -> None:
 
     from day0.backends.local import connect
 
-    with socket.socket() as s:  # a port that was free a moment ago: nothing listens there
-        s.bind(("127.0.0.1", 0))
+    with socket.socket(getattr(socket, family)) as s:  # a port that was free a moment ago: nothing listens there
+        try:
+            s.bind((host, 0))
+        except OSError as exc:
+            pytest.skip(f"this machine has no {host} loopback to test against: {exc}")
         port = s.getsockname()[1]
     t0 = time.monotonic()
-    with pytest.raises(ConnectionError, match=f"no Ray cluster answers at 127.0.0.1:{port}"):
-        connect(f"127.0.0.1:{port}")
+    with pytest.raises(ConnectionError, match=f"no Ray cluster answers at {re.escape(address)}:{port}: .*refused"):
+        connect(f"{address}:{port}")
     assert time.monotonic() - t0 < 10 and not ray.is_initialized()

@@ -44,6 +44,6 @@ def _check_listening(address: str, timeout_s: float = 5.0) -> None:
     if not sep or "://" in address or not port.isdigit():
         return
     try:
-        socket.create_connection((host, int(port)), timeout=timeout_s).close()
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s).close()  # [::1]:6379 too
     except OSError as exc:
         raise ConnectionError(f"no Ray cluster answers at {address}: {exc}") from None
