@@ -68,8 +68,10 @@ class PlannerMemoryEstimate:
 
         from day0.analysis.structure import analyze_structure
         from day0.core.modeling import build_meta_model
+        from day0.trial.traffic import eager_traffic_bytes
 
         structure = analyze_structure(build_meta_model(AutoConfig.for_model(**config), "trial", "fp32"), "trial")
+        eager = eager_traffic_bytes(config, structure.layer_kind_of, loop.micro_batch, loop.seq_len, loop.compute_dtype)
         return predict_trial(
             structure,
             self.profile or self.hardware,
@@ -80,6 +82,7 @@ class PlannerMemoryEstimate:
             recompute=plan.recompute,
             zero_stage=3 if plan.sharding == "fsdp" else 0,
             flash_attention=False,
+            eager_bytes=eager,
         )
 
     def __call__(self, config: dict[str, Any], plan: TrialPlan, loop: LoopConfig, workers: int) -> float | None:

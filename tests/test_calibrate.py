@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from day0.calibration import CalibrationError, CalibrationSizes, calibrate
-from day0.calibration.figures import bus_gbps, gemm_tflops, microseconds_per_op
+from day0.calibration.figures import bus_gbps, gemm_tflops, microseconds_per_op, optimizer_costs
 from day0.planner.inputs import PlannerOptions
 from day0.planner.profile import CalibratedProfile, apply_profile, load_profile, profile_key
 from day0.spec import load_platform
@@ -21,6 +21,21 @@ def test_bus_bandwidth_follows_nccl_tests() -> None:
     assert bus_gbps("all_gather", 10**9, 8, 0.1) == pytest.approx(8.75)
     assert bus_gbps("all_to_all", 10**9, 8, 0.1) == pytest.approx(8.75)
     assert gemm_tflops(1000, 1000, 1000, 0.002) == pytest.approx(1.0)
+
+
+def test_gemm_rate_is_net_of_the_dispatch_around_it() -> None:
+    # a layer's forward + backward: 3 GEMMs; 1 ms of its 3 ms was the host dispatching ops around them
+    assert gemm_tflops(1000, 1000, 1000, 0.003, gemms=3, host_s=0.001) == pytest.approx(3.0)
+    # a timing the dispatch would swallow whole is read at half its time, not as an infinite rate
+    assert gemm_tflops(1000, 1000, 1000, 0.002, host_s=0.005) == pytest.approx(2.0)
+
+
+def test_optimizer_costs_split_per_tensor_from_per_element() -> None:
+    # 4 tensors in 10 ms and 104 in 20 ms over 1M elements: 100 us per tensor, (10 - 0.4) ms / 1M elements
+    assert optimizer_costs((4, 0.010), (104, 0.020), 10**6) == pytest.approx((100.0, 9.6))
+    assert optimizer_costs((4, 0.010), (104, 0.009), 10**6) == pytest.approx((0.0, 10.0))  # noise: never negative
+    with pytest.raises(ValueError, match="more tensors"):
+        optimizer_costs((8, 0.01), (8, 0.02), 10**6)
 
 
 def test_host_time_per_op_is_time_over_ops() -> None:
@@ -41,6 +56,8 @@ def report(tmp_path_factory: pytest.TempPathFactory):
         message_bytes=[1 << 10, 1 << 18],
         repeats=3,
         dispatch_steps=2,
+        optimizer_params=1 << 16,
+        optimizer_tensors=(2, 32),
     )
     try:
         yield calibrate(load_platform("cpu"), 2, store, sizes), store
@@ -65,6 +82,9 @@ def test_profile_is_measured_and_stored(report) -> None:
     assert p.collective_latency_us > 0
     # a tiny forward + backward's time over the aten ops it dispatched: microseconds, not nothing
     assert p.kernel_launch_us is not None and 0.1 < p.kernel_launch_us < 10_000
+    # the trial's AdamW step: a real per-element cost; the per-tensor one may be lost in noise, never below 0
+    assert p.optimizer_ns_per_param is not None and p.optimizer_ns_per_param > 0
+    assert p.optimizer_us_per_tensor is not None and p.optimizer_us_per_tensor >= 0
 
 
 def test_report_sets_calibrated_beside_datasheet(report) -> None:
@@ -89,6 +109,8 @@ def test_the_planner_uses_the_measured_figures(report) -> None:
     assert o.hbm_bandwidth_gbps == p.hbm_bandwidth_gbps
     assert hw.intra_node_bandwidth_gbps == p.bus_gbps("all_reduce")
     assert hw.kernel_launch_us == p.kernel_launch_us != p.datasheet.kernel_launch_us
+    assert sorted(o.gemm_measured["bf16"]) == sorted((g.m, g.n, g.k, g.tflops) for g in p.gemm if g.dtype == "bf16")
+    assert o.foreach_optimizer_costs == (p.optimizer_us_per_tensor, p.optimizer_ns_per_param)
     old = p.model_copy(update={"kernel_launch_us": None})  # a profile from before the figure existed
     assert apply_profile(p.datasheet, PlannerOptions(), old)[0].kernel_launch_us == p.datasheet.kernel_launch_us
 

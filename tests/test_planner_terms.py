@@ -139,3 +139,29 @@ def test_dispatch_is_hidden_on_an_h100_and_the_foreach_optimizer_costs_more_pass
     fused = st.optimizer_seconds_per_param("none", pb, o)
     foreach = st.optimizer_seconds_per_param("none", pb, o.model_copy(update={"fused_optimizer": False}))
     assert fused == pytest.approx((24 + 4 + 2) / 3000e9) and foreach == pytest.approx(84 / 3000e9)
+
+
+def test_calibrated_gemm_rates_are_read_by_shape() -> None:
+    """A measured shape gets its own rate; a shape between two takes a rate between theirs; beyond the
+    measured range the nearest edge's rate holds; thin expert GEMMs read the slow thin points."""
+    points = [(32, 256, 256, 0.04), (128, 256, 256, 0.09), (512, 512, 512, 0.13), (2048, 512, 512, 0.16)]
+    assert tm.measured_tflops(128, 256, 256, points) == 0.09
+    between = tm.measured_tflops(64, 256, 256, points)
+    assert 0.04 < between < 0.09
+    assert tm.measured_tflops(16384, 4096, 4096, points) == pytest.approx(0.16, rel=0.1)
+    peak = 0.5e12
+    thin = tm.gemm_efficiency([(32, 256, 256)], 2, peak, 0.8, 20e9, points)
+    big = tm.gemm_efficiency([(2048, 512, 512)], 2, peak, 0.8, 20e9, points)
+    assert thin == pytest.approx(0.04e12 / peak) and big == pytest.approx(0.16e12 / peak)
+    assert tm.gemm_efficiency([(32, 256, 256)], 2, peak, 0.8, 20e9) > thin  # the roofline alone is optimistic
+
+
+def test_calibrated_foreach_optimizer_costs_replace_its_bytes_model() -> None:
+    from day0.planner import step_time as st
+    from day0.planner.memory import param_bytes
+
+    pb = param_bytes("bf16", "fp32", "fp32", "fp32")
+    o = PlannerOptions(fused_optimizer=False, foreach_optimizer_costs=(50.0, 6.0))
+    assert st.optimizer_seconds_per_param("none", pb, o) == pytest.approx(6e-9)
+    fused = o.model_copy(update={"fused_optimizer": True})  # a fused Adam is not what was measured
+    assert st.optimizer_seconds_per_param("none", pb, fused) == pytest.approx((24 + 4 + 2) / 3000e9)

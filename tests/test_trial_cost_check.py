@@ -69,3 +69,49 @@ def test_the_calibrated_dispatch_figure_moves_the_prediction(candidate) -> None:
     calibrated = _predict(hw, loop, cfg, profile)
     assert slow > 1.3 * base  # on the CPU the tiny model's step is mostly per-op host time
     assert calibrated.source.startswith("calibrated") and calibrated.step_time_s > slow  # slower memory too
+
+
+def test_eager_traffic_counted_per_layer_kind_matches_the_whole_model(candidate) -> None:
+    """The count keeps the first layer of each kind and scales by the kinds' counts: on the 3-layer
+    candidate (1 dense, 2 MoE) it matches a count over the whole model within routing's spread, and it
+    is many times the fused kernels' accounting step 3 plans with."""
+    from day0.analysis.inventory import module_scopes
+    from day0.core.training import forward_loss
+    from day0.trial.traffic import _ByteCounter, eager_traffic_bytes
+
+    _, cfg, loop = candidate
+    kinds = ["mla+dense", "mla+moe", "mla+moe"]
+    counted = eager_traffic_bytes(cfg, kinds, loop.micro_batch, loop.seq_len, "bf16")
+    model = build_model(cfg, seed=0).train()
+    ids = torch.randint(0, 512, (loop.micro_batch, loop.seq_len + 1), generator=torch.Generator().manual_seed(0))
+    forward_loss(model, ids, torch.bfloat16).backward()
+    whole = _ByteCounter()
+    with module_scopes(model, whole, list(enumerate(kinds))), whole:
+        forward_loss(model, ids, torch.bfloat16).backward()
+    assert counted == pytest.approx(sum(whole.bytes.values()), rel=0.03)
+    assert whole.bytes["layers.1 (mla+moe)"] > whole.bytes["layers.0 (mla+dense)"]  # routing, experts
+    twice = eager_traffic_bytes(cfg, kinds, 2 * loop.micro_batch, loop.seq_len, "bf16")
+    assert 1.3 * counted < twice < 2 * counted  # activations double; the weights' casts and gradients do not
+
+
+def test_eager_traffic_and_ddp_buckets_add_to_the_prediction(candidate) -> None:
+    from transformers import AutoConfig
+
+    from day0.analysis.structure import analyze_structure
+    from day0.core.modeling import build_meta_model
+    from day0.planner.trial_estimate import ddp_bucket_seconds, eager_seconds, predict_trial
+
+    spec, cfg, loop = candidate
+    hw = spec.platform.hardware
+    structure = analyze_structure(build_meta_model(AutoConfig.for_model(**cfg), "trial", "fp32"), "trial")
+    args = dict(seq_len=loop.seq_len, micro_batch=loop.micro_batch, compute_dtype="bf16")
+    from day0.planner.inputs import PlannerOptions
+
+    fused = predict_trial(structure, hw, workers=1, **args).step_time_s
+    eager = [predict_trial(structure, hw, workers=1, eager_bytes=b, **args).step_time_s for b in (1e9, 2e9)]
+    assert fused < eager[0] < eager[1]
+    assert eager[1] - eager[0] == pytest.approx(1e9 / (PlannerOptions().hbm_bandwidth_gbps * 1e9))  # at the bandwidth
+    assert eager_seconds(1e6, 2e6, 1e9) == 0.0
+    ddp = predict_trial(structure, hw, workers=2, **args).step_time_s
+    fsdp = predict_trial(structure, hw, workers=2, zero_stage=3, **args).step_time_s
+    assert ddp_bucket_seconds(1e9, 1e10) == pytest.approx(0.6) and ddp != fsdp

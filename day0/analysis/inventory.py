@@ -37,7 +37,7 @@ from day0.core.training import (
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
 
-__all__ = ["capture_operators", "reduced_depth"]
+__all__ = ["capture_operators", "module_scopes", "reduced_depth"]
 
 _MAX_EXAMPLES = 3
 """Distinct examples kept per op, plus one for each floating dtype the first ones do not show
@@ -148,8 +148,9 @@ def _meta_counts_as_tracing() -> Iterator[None]:
 
 
 @contextmanager
-def _scopes(model: PreTrainedModel, recorder: _Recorder, kept: list[tuple[int, str]]) -> Iterator[None]:
-    """Name the module each op runs in: top-level units and decoder layers, forward and backward."""
+def module_scopes(model: PreTrainedModel, recorder: Any, kept: list[tuple[int, str]]) -> Iterator[None]:
+    """Set `recorder.scope` to the module each op runs in: top-level units and decoder layers `kept`
+    ((index, kind) each), forward and backward."""
     inner: Any = getattr(model, "model", model)  # the decoder stack: its attributes vary by architecture
     units: list[tuple[str, torch.nn.Module]] = [
         (f"layers.{index} ({kind})", layer) for (index, kind), layer in zip(kept, inner.layers)
@@ -224,7 +225,7 @@ def capture_operators(
     model.config.use_cache = False
     recorder = _Recorder()
     tokens = torch.zeros(batch, seq_len + 1, dtype=torch.long, device="meta")
-    with _meta_counts_as_tracing(), _scopes(model, recorder, kept), recorder:
+    with _meta_counts_as_tracing(), module_scopes(model, recorder, kept), recorder:
         logits = model(input_ids=tokens[:, :-1], use_cache=False).logits
         recorder.scope = "loss"
         loss = next_token_loss(logits, tokens[:, 1:])

@@ -39,8 +39,12 @@ class Worker:
             out.append(time.perf_counter() - t)
         return out
 
-    def gemm(self, dtype: str, m: int, n: int, k: int, repeats: int) -> list[float] | None:
-        """Seconds per (m x k) @ (k x n) at `dtype`; None where the device has no such GEMM."""
+    def gemm(self, dtype: str, m: int, n: int, k: int, repeats: int) -> tuple[list[float], int, int] | None:
+        """Seconds per GEMM pass of shape (m x k) @ (k x n) at `dtype` as training runs it, the aten ops
+        dispatched and the GEMMs done; None where the device has no such GEMM. fp32 and 16-bit: a
+        `Linear(k, n)` forward and backward (input and weight gradients: 3 GEMMs of the shape, the
+        last two on transposed operands) on fp32 weights under autocast, like the trial's layers, so
+        the casts and layouts a step meets are in the figure. fp8: one `_scaled_mm` forward."""
         torch = self.torch
         if dtype == "fp8":
             if self.device.type != "cuda" or not hasattr(torch, "_scaled_mm"):
@@ -49,12 +53,25 @@ class Worker:
             b = torch.randn(n, k, device=self.device).to(torch.float8_e4m3fn).t()
             one = torch.ones((), device=self.device)
             try:
-                return self._time(lambda: torch._scaled_mm(a, b, one, one, out_dtype=torch.bfloat16), repeats)
+                return self._time(lambda: torch._scaled_mm(a, b, one, one, out_dtype=torch.bfloat16), repeats), 1, 1
             except RuntimeError:
                 return None
+        from day0.platforms.kernels import Platform
+
         t = getattr(torch, _DTYPES[dtype])
-        a, b = torch.randn(m, k, device=self.device, dtype=t), torch.randn(k, n, device=self.device, dtype=t)
-        return self._time(lambda: a @ b, repeats)
+        linear = torch.nn.Linear(k, n, bias=False, device=self.device)
+        x = torch.randn(m, k, device=self.device, requires_grad=True)
+
+        def step() -> None:
+            with torch.autocast(self.device.type, dtype=t, enabled=t != torch.float32):
+                y = linear(x)
+            y.backward(torch.ones_like(y))
+
+        step()  # the gradients exist from here on: later passes accumulate into them, as training does
+        counter = Platform("host").mode()
+        with counter:
+            step()
+        return self._time(step, repeats), sum(counter.served.values()), 3
 
     def dispatch(self, steps: int, repeats: int) -> tuple[list[float], int]:
         """Seconds per `steps` training passes (forward, the trial's loss, backward through autograd:
@@ -98,6 +115,26 @@ class Worker:
                 one()
 
         return self._time(many, repeats), sum(counter.served.values())
+
+    def optimizer(self, tensors: int, params: int, repeats: int) -> list[float]:
+        """Seconds per optimizer step of the trial's recipe (`day0.core.training`: foreach clipping,
+        then foreach AdamW) over `tensors` fp32 parameter tensors holding `params` elements in all.
+        Where a device has no multi-tensor kernels (the CPU) each foreach call loops over the tensors,
+        so the step costs per tensor as well as per element."""
+        from day0.core.training import clip_gradients, make_optimizer
+
+        torch = self.torch
+        size = max(1, params // tensors)
+        weights = [torch.nn.Parameter(torch.randn(size, device=self.device) * 0.02) for _ in range(tensors)]
+        for w in weights:
+            w.grad = torch.randn_like(w) * 1e-3
+        optimizer = make_optimizer(weights, 3e-4)
+
+        def step() -> None:
+            clip_gradients(weights)
+            optimizer.step()
+
+        return self._time(step, repeats)
 
     def copy(self, nbytes: int, repeats: int) -> list[float]:
         src = self.torch.empty(nbytes // 4, dtype=self.torch.float32, device=self.device).uniform_()

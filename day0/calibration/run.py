@@ -28,18 +28,25 @@ class CalibrationSizes(BaseModel):
 
     gemm: list[tuple[int, int, int]] = Field(
         default_factory=lambda: [
-            (256, 256, 256),
-            (512, 512, 512),
-            (1024, 1024, 1024),
-            (2048, 512, 512),
+            (32, 256, 256),
+            (128, 128, 128),
+            (128, 256, 256),
+            (32, 1024, 1024),
             (128, 1024, 1024),
+            (512, 512, 512),
+            (2048, 512, 512),
         ],
-        description="(m, n, k) GEMM shapes: square sizes and thin ones (few token rows).",
+        description="(m, n, k) GEMM shapes, m the token rows: from a small expert's few rows to the asymptote.",
     )
     dtypes: list[str] = Field(default_factory=lambda: ["fp32", "bf16", "fp8"])
     copy_bytes: list[int] = Field(default_factory=lambda: [1 << 22, 1 << 26], description="Memory copy sizes.")
     message_bytes: list[int] = Field(
-        default_factory=lambda: [1 << 10, 1 << 14, 1 << 18, 1 << 22], description="Collective buffer sizes per rank."
+        default_factory=lambda: [1 << 10, 1 << 14, 1 << 18, 1 << 22, 1 << 24],
+        description="Collective buffer sizes per rank (the largest: a small model's gradients).",
+    )
+    optimizer_params: int = Field(1 << 22, description="Elements of the optimizer-step timings.")
+    optimizer_tensors: tuple[int, int] = Field(
+        (4, 256), description="Tensors the elements are split over in the two optimizer-step timings."
     )
     repeats: int = Field(5, ge=1)
     dispatch_steps: int = Field(10, ge=1, description="Tiny training passes per host-dispatch timing.")
@@ -158,21 +165,30 @@ def calibrate(
     pool: list[Any] = [actor.remote(platform.device_type) for _ in range(workers)]
     try:
         _get([w.__ray_ready__.remote() for w in pool], f"placing {workers} workers of {options}", timeout_s)
-        gemm = _gemms(pool[0], sizes, timeout_s)
-        copies = {
-            b: fig.copy_gbps(b, fig.median_seconds(s))
-            for b in sizes.copy_bytes
-            if (s := _get(pool[0].copy.remote(b, sizes.repeats), f"memory copy of {b} bytes", timeout_s))
-        }
-        dispatch, ops = _get(
-            pool[0].dispatch.remote(sizes.dispatch_steps, sizes.repeats), "host dispatch timing", timeout_s
+        runs = _together(pool, "host dispatch timing", timeout_s, "dispatch", sizes.dispatch_steps, 3 * sizes.repeats)
+        ops = runs[0][1]
+        launch_us = fig.microseconds_per_op(max(fig.median_seconds(r[0]) for r in runs) / sizes.dispatch_steps, ops)
+        # a CPU dispatches its own ops between the GEMMs; an accelerator's host runs ahead of them
+        host_us = 0.0 if platform.hardware.launch_async else launch_us
+        gemm = _gemms(pool, sizes, host_us, timeout_s)
+        elements = sizes.optimizer_params
+        few, many = (
+            (t, _slowest(_together(pool, f"{t}-tensor AdamW", timeout_s, "optimizer", t, elements, 3 * sizes.repeats)))
+            for t in sizes.optimizer_tensors
         )
+        per_tensor_us, per_param_ns = fig.optimizer_costs(few, many, elements)
+        copies = {
+            b: fig.copy_gbps(b, _slowest(_together(pool, f"copy of {b} bytes", timeout_s, "copy", b, sizes.repeats)))
+            for b in sizes.copy_bytes
+        }
         collectives = _collectives(pool, platform.distributed_backend, sizes, timeout_s) if workers > 1 else []
         _get([w.leave.remote() for w in pool], "leaving the process group", timeout_s)
     finally:
         for w in pool:
             ray.kill(w)
-    smallest = [c.seconds for c in collectives if c.op == "all_reduce" and c.bytes == min(sizes.message_bytes)]
+    # the latency floor: the fastest of the two smallest all-reduces (one alone is at the mercy of a stall)
+    small = sorted(sizes.message_bytes)[:2]
+    smallest = sorted(c.seconds for c in collectives if c.op == "all_reduce" and c.bytes in small)[:1]
     profile = CalibratedProfile(
         platform=platform.name,
         backend=platform.distributed_backend,
@@ -183,23 +199,38 @@ def calibrate(
         hbm_bandwidth_gbps=copies[max(copies)],  # the largest buffer: the streaming asymptote, not a cache
         collectives=collectives,
         collective_latency_us=(smallest[0] * 1e6) if smallest else 0.0,
-        kernel_launch_us=fig.microseconds_per_op(fig.median_seconds(dispatch) / sizes.dispatch_steps, ops),
+        kernel_launch_us=launch_us,
+        optimizer_us_per_tensor=per_tensor_us,
+        optimizer_ns_per_param=per_param_ns,
     )
     key = profile_key(platform.name)
     store.put_json(key, profile.model_dump(mode="json"))
     return CalibrationReport(profile=profile, store_key=key, seconds=time.perf_counter() - t0)
 
 
-def _gemms(worker: Any, sizes: CalibrationSizes, timeout_s: float) -> list[GemmPoint]:
+def _together(pool: list[Any], what: str, timeout_s: float, method: str, *args: Any) -> list[Any]:
+    """`method(*args)` on every worker at once, as a data-parallel step runs them (sharing the host's
+    memory bandwidth, caches and cores), so a figure is what each worker gets while all are busy."""
+    return _get([getattr(w, method).remote(*args) for w in pool], what, timeout_s)
+
+
+def _slowest(samples_per_worker: list[list[float]]) -> float:
+    """The slowest worker's median: a synchronous step waits for it."""
+    return max(fig.median_seconds(s) for s in samples_per_worker)
+
+
+def _gemms(pool: list[Any], sizes: CalibrationSizes, host_us: float, timeout_s: float) -> list[GemmPoint]:
+    """Each dtype's GEMM rate by shape, net of `host_us` of host time per op dispatched around them."""
     out = []
     for dtype in sizes.dtypes:
         for m, n, k in sizes.gemm:
-            samples = _get(worker.gemm.remote(dtype, m, n, k, sizes.repeats), f"{dtype} GEMM {m}x{n}x{k}", timeout_s)
-            if samples is None:  # the device has no GEMM at this dtype (fp8 on a CPU)
+            runs = _together(pool, f"{dtype} GEMM {m}x{n}x{k}", timeout_s, "gemm", dtype, m, n, k, sizes.repeats)
+            if runs[0] is None:  # the device has no GEMM at this dtype (fp8 on a CPU)
                 break
-            out.append(
-                GemmPoint(dtype=dtype, m=m, n=n, k=k, tflops=fig.gemm_tflops(m, n, k, fig.median_seconds(samples)))
-            )
+            _, ops, gemms = runs[0]
+            seconds = _slowest([r[0] for r in runs])
+            tflops = fig.gemm_tflops(m, n, k, seconds, gemms, ops * host_us * 1e-6)
+            out.append(GemmPoint(dtype=dtype, m=m, n=n, k=k, tflops=tflops))
     return out
 
 

@@ -196,7 +196,7 @@ class PlanContext:
                 for i in range(len(self.groups))
             )
             per_param = st.optimizer_seconds_per_param(offload, self.pb, self.o)
-            self._cache[key] = params * per_param + st.optimizer_launch_seconds(self.rates)
+            self._cache[key] = params * per_param + st.optimizer_launch_seconds(self.rates, self.o)
         return self._cache[key]
 
     def _slot(self, rc: str, offload: str) -> tuple[float, float, int]:

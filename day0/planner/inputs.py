@@ -83,6 +83,12 @@ class PlannerOptions(_Model):
         description="Fraction of the dtype's peak that large GEMMs reach (cuBLAS/Transformer Engine on H100: "
         "~0.8 bf16, ~0.65 fp8); the roofline in `timing.gemm_seconds` adds the size-dependent part.",
     )
+    gemm_measured: dict[str, list[tuple[int, int, int, float]]] = Field(
+        default_factory=dict,
+        description="Calibrated GEMM rates by dtype, (m, n, k, TFLOP/s) as a training step runs them; a dtype "
+        "with points takes its GEMMs' rates from them (`timing.measured_tflops`) instead of the roofline. "
+        "Filled from the platform's calibrated profile.",
+    )
     attention_efficiency: float = Field(
         0.5, gt=0, le=1, description="FlashAttention forward+backward fraction of the bf16 peak (Dao 2023: 0.5-0.7)."
     )
@@ -112,6 +118,12 @@ class PlannerOptions(_Model):
         description="Adam is one fused pass over its states (Megatron, DeepSpeed); false: torch's foreach AdamW, "
         "a pass per op (what the trial runs).",
     )
+    foreach_optimizer_costs: tuple[float, float] | None = Field(
+        None,
+        description="Measured (microseconds per tensor, nanoseconds per element) of the unfused foreach AdamW "
+        "step with clipping (`fused_optimizer: false`); None: its bytes at the memory bandwidth plus its ops' "
+        "dispatch. Filled from the platform's calibrated profile.",
+    )
     sequence_parallel: bool = Field(True, description="Megatron sequence parallelism with TP (Korthikanti 2022).")
     dropout: bool = Field(False, description="The model trains with dropout (1-byte masks are stored).")
     fp8_activation_cache: bool = Field(
@@ -140,6 +152,12 @@ class PlannerOptions(_Model):
 
     def gemm_fraction(self, compute: str) -> float:
         return self.gemm_efficiency.get(compute, self.gemm_efficiency.get("bf16", 0.8))
+
+    def gemm_points(self, compute: str) -> list[tuple[int, int, int, float]]:
+        """The calibrated GEMM rates of `compute` (16-bit dtypes without their own share bf16's)."""
+        if compute in self.gemm_measured or compute in ("fp32", "fp8"):
+            return self.gemm_measured.get(compute, [])
+        return self.gemm_measured.get("bf16", [])
 
 
 def activation_policy(options: PlannerOptions, compute: str) -> ActivationPolicy:

@@ -27,6 +27,7 @@ __all__ = [
     "kind_kernels",
     "model_kernels",
     "optimizer_kernels",
+    "optimizer_tensors",
 ]
 
 
@@ -68,11 +69,17 @@ def kind_kernels(kind: KindCost, compute: str) -> float:
     return k.fp32 + (k.autocast_extra if compute != "fp32" else 0)
 
 
+def optimizer_tensors(costs: ModelCosts) -> int:
+    """Parameter tensors of the whole model (what a foreach optimizer loops over without multi-tensor kernels)."""
+    tensors = _OUTSIDE.param_tensors - (1 if costs.tied else 0)
+    return tensors + sum(
+        _LAYERS[(_attention(costs.kinds[i]), costs.kinds[i].is_moe)].param_tensors for i in costs.layer_kind
+    )
+
+
 def optimizer_kernels(costs: ModelCosts) -> float:
     """Ops of one clipping + AdamW step over the whole model's parameter tensors."""
-    tensors = _OUTSIDE.param_tensors - (1 if costs.tied else 0)
-    tensors += sum(_LAYERS[(_attention(costs.kinds[i]), costs.kinds[i].is_moe)].param_tensors for i in costs.layer_kind)
-    return _OPTIMIZER_FIXED + _OPTIMIZER_PER_TENSOR * tensors
+    return _OPTIMIZER_FIXED + _OPTIMIZER_PER_TENSOR * optimizer_tensors(costs)
 
 
 def model_kernels(costs: ModelCosts, compute: str) -> KernelCounts:

@@ -4,10 +4,11 @@ figures the cost model would otherwise assume.
 
 Contract: pure data and pure functions (no torch, no I/O besides `load_profile`, which reads the store).
 `apply_profile(hardware, options, profile)` returns the hardware and options the planner uses: each GEMM
-dtype's roof from its best measured TFLOP/s, the HBM bandwidth measured, the intra-node link at the
-measured all-reduce bus bandwidth (collective efficiency then 1: the figure is already achieved), the
-collective latency fitted from the smallest messages, and the host time per dispatched op measured. The
-datasheet stays beside it for the report.
+dtype's measured rates by shape (`timing.measured_tflops` reads a GEMM's rate from them) and its roof
+from the best one, the HBM bandwidth measured, the intra-node link at the measured all-reduce bus
+bandwidth (collective efficiency then 1: the figure is already achieved), the collective latency fitted
+from the smallest messages, the host time per dispatched op and the foreach optimizer's costs
+measured. The datasheet stays beside it for the report.
 """
 
 from __future__ import annotations
@@ -37,7 +38,10 @@ class GemmPoint(_Model):
     m: int
     n: int
     k: int
-    tflops: float = Field(description="Achieved TFLOP/s (median of repeats).")
+    tflops: float = Field(
+        description="Achieved TFLOP/s (median of repeats) as a training step runs the shape: a layer's forward "
+        "and backward under autocast (fp8: a forward), net of the host's dispatch on synchronous platforms."
+    )
 
 
 class CollectivePoint(_Model):
@@ -58,11 +62,20 @@ class CalibratedProfile(_Model):
         description="Device memory copy bandwidth of the largest buffer measured (beyond the caches), GB/s."
     )
     collectives: list[CollectivePoint]
-    collective_latency_us: float = Field(description="Time of the smallest all-reduce, microseconds.")
+    collective_latency_us: float = Field(
+        description="Latency floor: the fastest of the two smallest all-reduces, microseconds."
+    )
     kernel_launch_us: float | None = Field(
         None,
         description="Host time per op of a tiny forward + backward through autograd, microseconds "
         "(None: profiles written before it was measured; the datasheet figure stays).",
+    )
+
+    optimizer_us_per_tensor: float | None = Field(
+        None, description="The trial's foreach clipping + AdamW step: microseconds per parameter tensor."
+    )
+    optimizer_ns_per_param: float | None = Field(
+        None, description="The same step: nanoseconds per parameter element (None: profiles before it was measured)."
     )
 
     def best_tflops(self, dtype: str) -> float | None:
@@ -99,8 +112,14 @@ def apply_profile(
         hw_update["intra_node_bandwidth_gbps"] = bus
     if profile.kernel_launch_us is not None:
         hw_update["kernel_launch_us"] = profile.kernel_launch_us
+    points: dict[str, list[tuple[int, int, int, float]]] = {}
+    for g in profile.gemm:
+        points.setdefault(g.dtype, []).append((g.m, g.n, g.k, g.tflops))
+    foreach = (profile.optimizer_us_per_tensor, profile.optimizer_ns_per_param)
     opt_update = {
+        "foreach_optimizer_costs": options.foreach_optimizer_costs if None in foreach else foreach,
         "gemm_efficiency": eff,
+        "gemm_measured": points,
         "hbm_bandwidth_gbps": profile.hbm_bandwidth_gbps,
         "collective_latency_us": profile.collective_latency_us,
         "collective_efficiency": 1.0 if "intra_node_bandwidth_gbps" in hw_update else options.collective_efficiency,

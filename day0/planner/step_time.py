@@ -23,7 +23,7 @@ from dataclasses import dataclass, fields
 
 from day0.planner import timing as tm
 from day0.planner.inputs import ClusterFigures, CommSettings, PlannerOptions
-from day0.planner.kernels import FORWARD_SHARE, model_kernels
+from day0.planner.kernels import FORWARD_SHARE, model_kernels, optimizer_tensors
 from day0.planner.memory import ParamBytes
 from day0.planner.model import ModelCosts
 from day0.planner.values import Degrees
@@ -91,6 +91,7 @@ class StepRates:
     moe_kernels: float  # what a MoE layer adds to them
     head_kernels_per_flop: float  # embedding, head and loss ops per unit of `StageWork.head_flops`
     optimizer_kernels: float  # one rank's clipping + optimizer ops per step
+    optimizer_tensors: float  # the parameter tensors one rank's optimizer loops over
     launch_async: bool  # device kernels run behind the host (only dispatch beyond device time shows)
 
 
@@ -130,15 +131,17 @@ def step_rates(
     peak, frac, wbytes = gemm_peak_flops(hw, compute), o.gemm_fraction(compute), _BYTES.get(compute, 2)
     hbm = o.hbm_bandwidth_gbps * 1e9
     shapes = tm.layer_gemm_shapes(tokens, c.hidden, c.qkv_width, c.ffn, c.gated, tp)
-    eff = tm.gemm_efficiency(shapes, wbytes, peak, frac, hbm)
+    measured, measured16 = o.gemm_points(compute), o.gemm_points("bf16")
+    eff = tm.gemm_efficiency(shapes, wbytes, peak, frac, hbm, measured)
     rows = tm.expert_rows(tok, c.top_k, ep, etp, c.num_experts)
-    ex_eff = tm.gemm_efficiency(tm.expert_gemm_shapes(rows, c.hidden, c.expert_ffn, etp), wbytes, peak, frac, hbm)
-    bf16 = hw.bf16_tflops * 1e12
+    ex_shapes = tm.expert_gemm_shapes(rows, c.hidden, c.expert_ffn, etp)
+    ex_eff = tm.gemm_efficiency(ex_shapes, wbytes, peak, frac, hbm, measured)
+    bf16, frac16 = hw.bf16_tflops * 1e12, o.gemm_fraction("bf16")
     if o.flash_attention:
         attention = bf16 * o.attention_efficiency
     else:  # batched QK^T and AV per head over the whole s x s square, then masked: twice the causal FLOPs
         bmm = [(seq, seq, c.head_dim), (seq, c.head_dim, seq)]
-        attention = bf16 * tm.gemm_efficiency(bmm, 2, bf16, o.gemm_fraction("bf16"), hbm) / 2
+        attention = bf16 * tm.gemm_efficiency(bmm, 2, bf16, frac16, hbm, measured16) / 2
     coll, lat = o.collective_efficiency, o.collective_latency_us * 1e-6
     intra, inter = hw.intra_node_bandwidth_gbps * coll, hw.inter_node_bandwidth_gbps * coll
     dispatch, combine = (
@@ -152,7 +155,7 @@ def step_rates(
         if d.pipeline_parallel > 1
         else 0.0
     )
-    head = tm.gemm_efficiency([(tokens, c.vocab / tp, c.hidden)], 2, bf16, o.gemm_fraction("bf16"), hbm)
+    head = tm.gemm_efficiency([(tokens, c.vocab / tp, c.hidden)], 2, bf16, frac16, hbm, measured16)
     kernels = model_kernels(c, compute)
     return StepRates(
         tokens=tokens,
@@ -172,6 +175,7 @@ def step_rates(
         moe_kernels=kernels.moe_extra,
         head_kernels_per_flop=kernels.outside / c.head_flops_per_token,
         optimizer_kernels=kernels.optimizer / d.pipeline_parallel,
+        optimizer_tensors=optimizer_tensors(c) / d.pipeline_parallel,
         launch_async=hw.launch_async,
     )
 
@@ -255,9 +259,12 @@ def optimizer_params(dense_params: float, expert_params: float, zero_stage: int,
     return dense_params / d.dense_replicas + expert_params / d.expert_replicas
 
 
-def optimizer_launch_seconds(r: StepRates) -> float:
-    """Host dispatch of one rank's clipping + optimizer ops per step (on an asynchronous device it queues
-    behind the last backward and is taken as hidden)."""
+def optimizer_launch_seconds(r: StepRates, options: PlannerOptions) -> float:
+    """Per-tensor cost of one rank's clipping + optimizer step: a calibrated foreach step's cost per
+    tensor (it loops over them where the device has no multi-tensor kernels), else the host dispatch of
+    its ops (on an asynchronous device it queues behind the last backward and is taken as hidden)."""
+    if not options.fused_optimizer and options.foreach_optimizer_costs is not None:
+        return r.optimizer_tensors * options.foreach_optimizer_costs[0] * 1e-6
     return 0.0 if r.launch_async else tm.launch_seconds(r.optimizer_kernels, r.kernel_s, 0.0, False)
 
 
@@ -267,6 +274,8 @@ def optimizer_seconds_per_param(offload: str, pb: ParamBytes, options: PlannerOp
     al. 2021): grads down, weights up over PCIe, Adam on the CPU."""
     if "optimizer" in offload:
         return (pb.grad + pb.weight) / (options.host_bandwidth_gbps * 1e9) + 1 / options.cpu_adam_params_per_s
+    if not options.fused_optimizer and options.foreach_optimizer_costs is not None:
+        return options.foreach_optimizer_costs[1] * 1e-9  # measured on the platform (`day0 calibrate`)
     touched = (
         tm.OPTIMIZER_BYTES_TOUCHED + pb.grad + pb.weight if options.fused_optimizer else tm.FOREACH_ADAMW_BYTES_TOUCHED
     )

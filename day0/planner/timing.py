@@ -9,6 +9,7 @@ interleaved 1F1B schedule (Narayanan et al. 2021, sec. 2.2); model FLOPs 6·N pe
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 __all__ = [
@@ -24,6 +25,7 @@ __all__ = [
     "launch_seconds",
     "layer_gemm_shapes",
     "link_bandwidth",
+    "measured_tflops",
     "pipeline_seconds",
     "ring_seconds",
 ]
@@ -46,14 +48,43 @@ def gemm_seconds(m: float, n: float, k: float, dtype_bytes: int, peak: float, fr
     return 2 * m * n * k / (peak * fraction) + (m * k + k * n + m * n) * dtype_bytes / hbm
 
 
+def measured_tflops(m: float, n: float, k: float, points: Sequence[tuple[int, int, int, float]]) -> float:
+    """TFLOP/s of an (m, n, k) GEMM read from calibrated points (m, n, k, TFLOP/s): the shape is clamped
+    into the measured range dimension by dimension (beyond it, the edge's rate holds), then inverse-
+    distance weighting (Shepard 1968) in log2 shape space at power 4, so the nearest measured shapes
+    dominate and a measured shape gets its own figure. Written here because no kept library
+    interpolates scattered points without numpy/scipy, which `day0 plan` does not import."""
+    lo = [min(p[i] for p in points) for i in range(3)]
+    hi = [max(p[i] for p in points) for i in range(3)]
+    q = [min(max(x, lo[i]), hi[i]) for i, x in enumerate((m, n, k))]
+    weights = total = 0.0
+    for pm, pn, pk, tflops in points:
+        d2 = math.log2(q[0] / pm) ** 2 + math.log2(q[1] / pn) ** 2 + math.log2(q[2] / pk) ** 2
+        if d2 < 1e-12:
+            return tflops
+        w = 1 / d2**2
+        weights, total = weights + w, total + w * tflops
+    return total / weights
+
+
 def gemm_efficiency(
-    shapes: Sequence[tuple[float, float, float]], dtype_bytes: int, peak: float, fraction: float, hbm: float
+    shapes: Sequence[tuple[float, float, float]],
+    dtype_bytes: int,
+    peak: float,
+    fraction: float,
+    hbm: float,
+    measured: Sequence[tuple[int, int, int, float]] = (),
 ) -> float:
-    """Achieved fraction of peak over a sequence of GEMMs (m, n, k): their FLOPs / (peak x their time)."""
+    """Achieved fraction of peak over a sequence of GEMMs (m, n, k): their FLOPs / (peak x their time),
+    each timed at its `measured` rate where the platform was calibrated, else on the roofline."""
     flops = sum(2 * m * n * k for m, n, k in shapes)
     if flops == 0:
         return fraction
-    return flops / (peak * sum(gemm_seconds(m, n, k, dtype_bytes, peak, fraction, hbm) for m, n, k in shapes))
+    if measured:
+        seconds = sum(2 * m * n * k / (measured_tflops(m, n, k, measured) * 1e12) for m, n, k in shapes)
+    else:
+        seconds = sum(gemm_seconds(m, n, k, dtype_bytes, peak, fraction, hbm) for m, n, k in shapes)
+    return flops / (peak * seconds)
 
 
 def layer_gemm_shapes(rows: float, hidden: int, qkv: float, ffn: int, gated: bool, tp: int) -> list[tuple]:

@@ -6,6 +6,11 @@ micro-batch per step, no framework reserve: the trial measures its training part
 unfused foreach AdamW) with the same `PlanContext` step 3 ranks plans with, so the trial's measurement
 checks the model step 3 trusts, host dispatch of every op included. On a synchronous platform (the
 CPU) the gradient all-reduce is not overlapped: the cores that would hide it are the ones reducing.
+
+The trial runs Hugging Face modules eagerly, not the fused kernels step 3 plans for: given the bytes
+its eager ops move (`day0.trial.traffic`), what they move beyond the fused accounting is added at the
+memory bandwidth (`eager_seconds`). Under DDP its gradients pass through torch's flat buckets
+(`ddp_bucket_seconds`) and the loop all-reduces the step's loss: one collective latency more.
 """
 
 from __future__ import annotations
@@ -22,13 +27,26 @@ from day0.spec import HardwareSpec, Precision, TrainingSpec
 if TYPE_CHECKING:
     from day0.analysis.results import ModelStructure
 
-__all__ = ["TrialPrediction", "predict_trial"]
+__all__ = ["TrialPrediction", "ddp_bucket_seconds", "eager_seconds", "predict_trial"]
 
 
 class TrialPrediction(NamedTuple):
     step_time_s: float  # one optimizer step of the candidate (forward, backward, DP sync, AdamW)
     peak_bytes: float  # per worker: model states + activations + buffers (no runtime/fragmentation reserve)
     source: str  # "datasheet" or "calibrated <date>": which figures the prediction used
+
+
+def eager_seconds(eager_bytes: float, fused_bytes: float, hbm_bytes_per_s: float) -> float:
+    """Memory-bound time an eager step spends beyond what fused kernels would: the bytes its ops move
+    past the fused accounting, at the memory bandwidth (never negative)."""
+    return max(0.0, eager_bytes - fused_bytes) / hbm_bytes_per_s
+
+
+def ddp_bucket_seconds(grad_bytes: float, hbm_bytes_per_s: float) -> float:
+    """torch DDP's passes over the gradients beside the all-reduce (its default hook, without
+    `gradient_as_bucket_view`): copy into the flat bucket, divide by the world size in place, copy
+    back; each reads and writes the gradient bytes once."""
+    return 3 * 2 * grad_bytes / hbm_bytes_per_s
 
 
 def predict_trial(
@@ -41,9 +59,11 @@ def predict_trial(
     recompute: str = "none",
     zero_stage: int = 0,
     flash_attention: bool = False,
+    eager_bytes: float | None = None,
 ) -> TrialPrediction:
     """Step time and peak bytes per worker of the trial's configuration (FSDP is ZeRO-3, DDP ZeRO-0;
-    Hugging Face eager attention stores its scores: `flash_attention=False`)."""
+    Hugging Face eager attention stores its scores: `flash_attention=False`); `eager_bytes`: what its
+    eager ops move per forward + backward on a worker (None: fused kernels, as step 3 assumes)."""
     options = PlannerOptions(
         micro_batches=[micro_batch],
         recompute=[recompute],  # type: ignore[list-item]  # validated by PlannerOptions
@@ -80,4 +100,12 @@ def predict_trial(
     cluster = cluster_figures(hardware, workers, workers)
     ctx = PlanContext(costs_for(structure, options, compute_dtype), cluster, training, d, options)
     knobs = MemoryKnobs(recompute=recompute, zero_stage=zero_stage, offload="none")
-    return TrialPrediction(ctx.time(knobs).step_s, ctx.memory(knobs).total_bytes, options.profile)
+    step = ctx.time(knobs).step_s
+    if eager_bytes is not None:  # forward + backward: 3x the forward's memory-bound bytes (stage_seconds)
+        work, tokens = ctx.groups[0].work, ctx.rates.tokens
+        fused = 3 * tokens * (work.memory_bound + (0 if flash_attention else seq_len * work.scores_traffic_per_seq))
+        step += eager_seconds(eager_bytes, fused, ctx.rates.hbm)
+    if zero_stage == 0 and workers > 1:
+        grads = (ctx.dense[0] + ctx.embhead[0] + ctx.expert[0]) * ctx.pb.grad
+        step += ddp_bucket_seconds(grads, ctx.rates.hbm) + options.collective_latency_us * 1e-6
+    return TrialPrediction(step, ctx.memory(knobs).total_bytes, options.profile)
