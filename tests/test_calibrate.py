@@ -79,7 +79,7 @@ def test_profile_is_measured_and_stored(report) -> None:
     big = {c.op: c.bus_gbps for c in p.collectives if c.bytes == 1 << 18}
     small = {c.op: c.bus_gbps for c in p.collectives if c.bytes == 1 << 10}
     assert all(big[op] > small[op] for op in big)  # latency dominates small messages
-    assert p.collective_latency_us > 0
+    assert p.collective_latency_us == pytest.approx(min(c.seconds for c in p.collectives if c.op == "all_reduce") * 1e6)
     # a tiny forward + backward's time over the aten ops it dispatched: microseconds, not nothing
     assert p.kernel_launch_us is not None and 0.1 < p.kernel_launch_us < 10_000
     # the trial's AdamW step: a real per-element cost; the per-tensor one may be lost in noise, never below 0
@@ -96,6 +96,7 @@ def test_report_sets_calibrated_beside_datasheet(report) -> None:
     assert rows["fp8 GEMM peak"].calibrated is None
     assert rows["host time per op (fwd+bwd)"].calibrated == rep.profile.kernel_launch_us
     assert rows["host time per op (fwd+bwd)"].datasheet == 12
+    assert rows["foreach AdamW step, per element"].calibrated == rep.profile.optimizer_ns_per_param
     text = rep.to_markdown()
     assert "| figure | datasheet | calibrated | unit |" in text and "all-to-all bus bandwidth" in text
 

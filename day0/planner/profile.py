@@ -63,7 +63,7 @@ class CalibratedProfile(_Model):
     )
     collectives: list[CollectivePoint]
     collective_latency_us: float = Field(
-        description="Latency floor: the fastest of the two smallest all-reduces, microseconds."
+        description="Latency floor: the fastest all-reduce of any size measured, microseconds."
     )
     kernel_launch_us: float | None = Field(
         None,

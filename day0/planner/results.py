@@ -189,11 +189,16 @@ class PlanReport(StepResult):
         if self.infeasible:
             lines += ["", "## Rejected", "", "| reason | tuples |", "|---|---|"]
             lines += [f"| {i.reason} | {i.count} |" for i in self.infeasible[:10]]
-        o = self.options
+        o, compute = self.options, self.training.precision.compute
+        measured = len(o.gemm_points(compute))
+        gemms = (
+            f"GEMMs at the rates calibrated for {measured} {compute} shapes"
+            if measured
+            else f"GEMMs on a roofline at up to {o.gemm_fraction(compute):.0%} of the {compute} peak"
+        )
         lines += [
             "",
-            f"- assumptions ({o.profile} profile): GEMMs on a roofline at up to "
-            f"{o.gemm_fraction(self.training.precision.compute):.0%} of the {self.training.precision.compute} peak, "
+            f"- assumptions ({o.profile} profile): {gemms}, "
             f"memory-bound kernels at {o.hbm_bandwidth_gbps:g} GB/s, collectives at "
             f"{o.collective_efficiency:.0%} of the link figures, "
             f"{'FlashAttention' if o.flash_attention else 'stored attention scores'}, fused norm/SwiGLU kernels, "
