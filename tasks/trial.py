@@ -61,9 +61,13 @@ class PlannerMemoryEstimate:
     @property
     def source(self) -> str:
         figures = "calibrated profile" if self.profile else "datasheet"
-        return f"step 3 cost model ({figures}), same configuration (TP1 PP1, DP = workers)"
+        return f"step 3 cost model ({figures}), same configuration (TP1 PP1, DP = workers), eager-op traffic counted"
 
-    def predict(self, config: dict[str, Any], plan: TrialPlan, loop: LoopConfig, workers: int) -> TrialPrediction:
+    def predict(
+        self, config: dict[str, Any], plan: TrialPlan, loop: LoopConfig, workers: int, step_time: bool = True
+    ) -> TrialPrediction:
+        """The prediction; `step_time=False` skips counting the eager ops' traffic (a real forward and
+        backward of the model's first layers), which only the step time needs."""
         from transformers import AutoConfig
 
         from day0.analysis.structure import analyze_structure
@@ -71,7 +75,11 @@ class PlannerMemoryEstimate:
         from day0.trial.traffic import eager_traffic_bytes
 
         structure = analyze_structure(build_meta_model(AutoConfig.for_model(**config), "trial", "fp32"), "trial")
-        eager = eager_traffic_bytes(config, structure.layer_kind_of, loop.micro_batch, loop.seq_len, loop.compute_dtype)
+        eager = (
+            eager_traffic_bytes(config, structure.layer_kind_of, loop.micro_batch, loop.seq_len, loop.compute_dtype)
+            if step_time
+            else None
+        )
         return predict_trial(
             structure,
             self.profile or self.hardware,
@@ -86,7 +94,7 @@ class PlannerMemoryEstimate:
         )
 
     def __call__(self, config: dict[str, Any], plan: TrialPlan, loop: LoopConfig, workers: int) -> float | None:
-        return self.predict(config, plan, loop, workers).peak_bytes
+        return self.predict(config, plan, loop, workers, step_time=False).peak_bytes
 
 
 @task(name="trial", cache_policy=NO_CACHE)
