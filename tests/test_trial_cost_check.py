@@ -75,7 +75,7 @@ def test_eager_traffic_counted_per_layer_kind_matches_the_whole_model(candidate)
     """The count keeps the first layer of each kind and scales by the kinds' counts: on the 3-layer
     candidate (1 dense, 2 MoE) it matches a count over the whole model within routing's spread, and it
     is many times the fused kernels' accounting step 3 plans with."""
-    from day0.analysis.inventory import module_scopes
+    from day0.core.scopes import module_scopes
     from day0.core.training import forward_loss
     from day0.trial.traffic import _ByteCounter, eager_traffic_bytes
 

@@ -25,6 +25,7 @@ from torch.utils._pytree import tree_map
 from day0.analysis.structure import _decoder_layers, layer_kinds
 from day0.core.dtypes import DTYPES, dtype_name
 from day0.core.ops import DtypeConstraint, OpInventory, OpRecord, describe_call, op_name
+from day0.core.scopes import module_scopes
 from day0.core.training import (
     GRAD_CLIP_NORM,
     LEARNING_RATE,
@@ -37,7 +38,7 @@ from day0.core.training import (
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
 
-__all__ = ["capture_operators", "module_scopes", "reduced_depth"]
+__all__ = ["capture_operators", "reduced_depth"]
 
 _MAX_EXAMPLES = 3
 """Distinct examples kept per op, plus one for each floating dtype the first ones do not show
@@ -145,31 +146,6 @@ def _meta_counts_as_tracing() -> Iterator[None]:
         yield
     finally:
         masking_utils.is_tracing = original
-
-
-@contextmanager
-def module_scopes(model: PreTrainedModel, recorder: Any, kept: list[tuple[int, str]]) -> Iterator[None]:
-    """Set `recorder.scope` to the module each op runs in: top-level units and decoder layers `kept`
-    ((index, kind) each), forward and backward."""
-    inner: Any = getattr(model, "model", model)  # the decoder stack: its attributes vary by architecture
-    units: list[tuple[str, torch.nn.Module]] = [
-        (f"layers.{index} ({kind})", layer) for (index, kind), layer in zip(kept, inner.layers)
-    ]
-    units += [(n, m) for n, m in inner.named_children() if n != "layers"]
-    units += [(n, m) for n, m in model.named_children() if n != "model"]
-    handles = []
-    for label, module in units:
-
-        def enter(*_: Any, _label: str = label) -> None:
-            recorder.scope = _label
-
-        handles.append(module.register_forward_pre_hook(enter))
-        handles.append(module.register_full_backward_pre_hook(enter))
-    try:
-        yield
-    finally:
-        for h in handles:
-            h.remove()
 
 
 @contextmanager

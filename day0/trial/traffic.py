@@ -23,8 +23,8 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
-from day0.analysis.inventory import module_scopes
 from day0.core.dtypes import DTYPES
+from day0.core.scopes import module_scopes
 from day0.core.training import forward_loss
 from day0.trial.model import build_model
 
