@@ -36,6 +36,8 @@ def test_optimizer_costs_split_per_tensor_from_per_element() -> None:
     assert optimizer_costs((4, 0.010), (104, 0.009), 10**6) == pytest.approx((0.0, 10.0))  # noise: never negative
     with pytest.raises(ValueError, match="more tensors"):
         optimizer_costs((8, 0.01), (8, 0.02), 10**6)
+    with pytest.raises(ValueError, match="optimizer_tensors"):  # refused before anything is measured
+        CalibrationSizes(optimizer_tensors=(64, 8))
 
 
 def test_host_time_per_op_is_time_over_ops() -> None:

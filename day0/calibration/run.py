@@ -10,7 +10,7 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator
 
 from day0.backends.resources import task_options
 from day0.calibration import figures as fig
@@ -50,6 +50,14 @@ class CalibrationSizes(BaseModel):
     )
     repeats: int = Field(5, ge=1)
     dispatch_steps: int = Field(10, ge=1, description="Tiny training passes per host-dispatch timing.")
+
+    @field_validator("optimizer_tensors")
+    @classmethod
+    def _fewer_then_more(cls, value: tuple[int, int]) -> tuple[int, int]:
+        few, many = value
+        if not 1 <= few < many:  # the per-tensor cost is read from their difference
+            raise ValueError(f"needs 1 <= first < second tensor count, got {value}")
+        return value
 
     @classmethod
     def for_device(cls, device_type: str) -> CalibrationSizes:

@@ -6,8 +6,8 @@ Contract: pure data and pure functions (no torch, no I/O besides `load_profile`,
 `apply_profile(hardware, options, profile)` returns the hardware and options the planner uses: each GEMM
 dtype's measured rates by shape (`timing.measured_tflops` reads a GEMM's rate from them) and its roof
 from the best one, the HBM bandwidth measured, the intra-node link at the measured all-reduce bus
-bandwidth (collective efficiency then 1: the figure is already achieved), the collective latency fitted
-from the smallest messages, the host time per dispatched op and the foreach optimizer's costs
+bandwidth (collective efficiency then 1: the figure is already achieved), the collective latency floor
+(the fastest all-reduce measured), the host time per dispatched op and the foreach optimizer's costs
 measured. The datasheet stays beside it for the report.
 """
 
@@ -70,7 +70,6 @@ class CalibratedProfile(_Model):
         description="Host time per op of a tiny forward + backward through autograd, microseconds "
         "(None: profiles written before it was measured; the datasheet figure stays).",
     )
-
     optimizer_us_per_tensor: float | None = Field(
         None, description="The trial's foreach clipping + AdamW step: microseconds per parameter tensor."
     )

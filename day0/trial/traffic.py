@@ -2,8 +2,8 @@
 
 Fused kernels (Megatron, what step 3 plans for) read and write each activation a few times per layer;
 Hugging Face modules run eagerly, so every norm, rotary embedding, routing step, cast and gradient op
-is a pass of its own over its operands. On the trial model that is about 20x the fused accounting (147
-MB against 7 MB per step on the default pipeline's model), and on a CPU it is a third of the step.
+is a pass of its own over its operands. On the trial model that is about 20x the fused accounting (154
+MB against 7 MB per step on the default pipeline's model).
 
 The count runs the trial's own step (`day0.core.training.forward_loss` under autocast, fp32 weights,
 then backward) once on the host under a `TorchDispatchMode`, summing the bytes of every op's tensor
@@ -28,9 +28,9 @@ from day0.core.scopes import module_scopes
 from day0.core.training import forward_loss
 from day0.trial.model import build_model
 
-__all__ = ["GEMM_OPS", "eager_traffic_bytes"]
+__all__ = ["eager_traffic_bytes"]
 
-GEMM_OPS = frozenset({"mm", "addmm", "bmm", "baddbmm", "addbmm", "_grouped_mm"})
+_GEMM_OPS = frozenset({"mm", "addmm", "bmm", "baddbmm", "addbmm", "_grouped_mm"})
 
 
 def _moves_data(func: Any) -> bool:
@@ -48,7 +48,7 @@ class _ByteCounter(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         out = func(*args, **kwargs)
-        if func.overloadpacket.__name__ not in GEMM_OPS and _moves_data(func):
+        if func.overloadpacket.__name__ not in _GEMM_OPS and _moves_data(func):
             tensors = [t for t in tree_leaves((args, kwargs, out)) if isinstance(t, torch.Tensor)]
             self.bytes[self.scope] += sum(t.numel() * t.element_size() for t in tensors)
         return out
