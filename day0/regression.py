@@ -4,8 +4,11 @@ comparison of a current snapshot with the accepted baseline.
 Contract: `Snapshot.from_results(...)` reads the step results (step 2's per-op errors and first
 divergent layer, step 5's candidate loss curve and throughput) and keeps only what is compared.
 `compare(baseline, current, tolerance)` returns one `Finding` per compared quantity; `regressed`
-ones name the metric, both values and the change. Baselines and history live in the artifact store
-under `regression/` (`RegressionStore`); a baseline is written only when asked (`accept`).
+ones name the metric, both values and the change. Baselines, history and the regression's own runs
+live in the artifact store under `regression/` (`RegressionStore`), apart from every user's run:
+`regression/runs/<model>/<UTC time>/...` (`run_namespace`). Baselines are versioned
+(`regression/baselines/<model>/v<N>.json`): the first snapshot of a model becomes v1, and a new
+version is written only when asked, keeping the earlier ones.
 """
 
 from __future__ import annotations
@@ -18,14 +21,17 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from day0.numerics.results import OperatorsResult
 from day0.store import ArtifactStore
+from day0.trial.alignment import relative_errors
 from day0.trial.results import TrialResult
 
 __all__ = [
+    "Baseline",
     "Finding",
     "RegressionStore",
     "RegressionTolerance",
     "Snapshot",
     "compare",
+    "run_namespace",
     "trend_report",
     "trend_rows",
 ]
@@ -50,22 +56,30 @@ class Snapshot(BaseModel):
         description="'op@dtype' -> the platform kernel's status: pass / fail / error / missing / skipped, or "
         "wrong_numbers when step 2 had to adapt around a kernel that gave wrong numbers."
     )
+    adapted: dict[str, str] = Field(
+        default_factory=dict, description="'op@dtype' -> the strategy step 2 adapted it with (no kernel, or a bad one)."
+    )
     op_problems: dict[str, str] = Field(default_factory=dict, description="'op@dtype' -> why it was adapted.")
     first_divergent: str | None = Field(description="First module over tolerance in the whole-model check.")
     loss: list[float] | None = Field(None, description="Trial candidate loss curve, if step 5 ran.")
     tokens_per_s: float | None = Field(None, description="Trial candidate steady-state throughput.")
+    run: str | None = Field(None, description="The store prefix of the run the snapshot was taken from.")
 
     @classmethod
-    def from_results(cls, model: str, ops: OperatorsResult | None, trial: TrialResult | None) -> Snapshot:
+    def from_results(
+        cls, model: str, ops: OperatorsResult | None, trial: TrialResult | None, run: str | None = None
+    ) -> Snapshot:
         errors: dict[str, float | None] = {}
         status: dict[str, str] = {}
         for check in ops.ops.checks if ops else []:
             name = f"{check.op}@{check.dtype}"
             errors[name] = check.metrics.rel_rmse if check.metrics else None
             status[name] = check.status
-        problems = {}
+        problems, adapted = {}, {}
         for adaptation in ops.ops.adaptations if ops else []:
             name = f"{adaptation.op}@{adaptation.dtype}"
+            if adaptation.strategy:
+                adapted[name] = adaptation.strategy
             if adaptation.cause != "missing" and name in status:  # the platform's own kernel was wrong
                 status[name], problems[name] = adaptation.cause, adaptation.problem
         return cls(
@@ -74,9 +88,21 @@ class Snapshot(BaseModel):
             op_errors=errors,
             op_status=status,
             op_problems=problems,
+            adapted=adapted,
             first_divergent=ops.layers.first_divergent if ops and ops.layers else None,
             loss=trial.candidate.loss if trial else None,
             tokens_per_s=trial.candidate.tokens_per_s if trial else None,
+            run=run,
+        )
+
+    def wrong_kernels(self) -> list[str]:
+        """Step 2's failing category: a platform kernel with wrong numbers (even when worked around),
+        or a failing op nothing fixed. An op whose kernel is missing or raised and that step 2
+        adapted is its warning category (`adapted`), not a wrong kernel."""
+        return sorted(
+            op
+            for op, status in self.op_status.items()
+            if status == "wrong_numbers" or (status in ("fail", "error") and op not in self.adapted)
         )
 
 
@@ -116,9 +142,9 @@ def _op_findings(model: str, base: Snapshot, cur: Snapshot, tol: RegressionToler
 
 
 def _curve_distance(base: list[float], cur: list[float]) -> float:
-    """Mean |cur - base| / |base| over the common steps (the trial alignment metric, against history)."""
-    pairs = list(zip(base, cur))
-    return sum(abs(c - b) / max(abs(b), 1e-12) for b, c in pairs) / max(len(pairs), 1)
+    """Mean relative error over the common steps: the trial's alignment metric, against the baseline."""
+    errors = relative_errors(base, cur)
+    return sum(errors) / max(len(errors), 1)
 
 
 def compare(baseline: Snapshot, current: Snapshot, tolerance: RegressionTolerance) -> list[Finding]:
@@ -152,9 +178,10 @@ def compare(baseline: Snapshot, current: Snapshot, tolerance: RegressionToleranc
                 Finding(
                     model=model,
                     metric="loss curve",
-                    baseline=0.0,
-                    current=round(d, 6),
-                    change=f"mean rel. distance {d:.3%} (limit {tolerance.loss_mean_rel:.1%})",
+                    baseline=baseline.loss[-1],
+                    current=current.loss[-1],
+                    change=f"mean rel. distance {d:.3%} (limit {tolerance.loss_mean_rel:.1%}); "
+                    f"final loss {baseline.loss[-1]:.4f} -> {current.loss[-1]:.4f}",
                     regressed=d > tolerance.loss_mean_rel or not math.isfinite(d),
                 )
             )
@@ -166,25 +193,65 @@ def compare(baseline: Snapshot, current: Snapshot, tolerance: RegressionToleranc
                 metric="trial tokens/s",
                 baseline=baseline.tokens_per_s,
                 current=current.tokens_per_s,
-                change=f"{-drop:+.1%}",
+                change=f"{-drop:+.1%} ({baseline.tokens_per_s:.0f} -> {current.tokens_per_s:.0f} tokens/s, "
+                f"limit -{tolerance.throughput_drop:.0%})",
                 regressed=drop > tolerance.throughput_drop,
             )
         )
     return findings
 
 
+def run_namespace(model: str, when: dt.datetime) -> str:
+    """The store folder of one regression rerun: its own, per watched model and UTC time, so it
+    never reuses, rewrites or deletes a user's run (or an earlier regression run)."""
+    return f"regression/runs/{model}/{when.astimezone(dt.UTC).strftime('%Y-%m-%dT%H%M%S%fZ')}"
+
+
+class Baseline(BaseModel):
+    """One accepted version of a model's baseline."""
+
+    version: int = Field(ge=1)
+    accepted_at: dt.datetime
+    reason: str = Field(description="'baseline created' (first snapshot) or 'baseline updated' (asked for).")
+    snapshot: Snapshot
+
+
 class RegressionStore:
-    """`regression/baselines/<model>.json` and `regression/history/<model>/<utc time>.json`."""
+    """`regression/baselines/<model>/v<N>.json`, `regression/history/<model>/<utc time>.json`."""
 
     def __init__(self, store: ArtifactStore):
         self.store = store
 
-    def baseline(self, model: str) -> Snapshot | None:
-        key = f"regression/baselines/{model}.json"
-        return Snapshot.model_validate(self.store.get_json(key)) if self.store.exists(key) else None
+    def _versions(self, model: str) -> list[tuple[int, str]]:
+        found = []
+        for key in self.store.list(f"regression/baselines/{model}/"):
+            name = key.rsplit("/", 1)[-1]
+            if name.startswith("v") and name.endswith(".json") and name[1:-5].isdigit():
+                found.append((int(name[1:-5]), key))
+        return sorted(found)
 
-    def accept(self, snapshot: Snapshot) -> str:
-        return self.store.put_json(f"regression/baselines/{snapshot.model}.json", snapshot.model_dump(mode="json"))
+    def baselines(self, model: str) -> list[Baseline]:
+        """Every accepted version, oldest first."""
+        return [Baseline.model_validate(self.store.get_json(key)) for _, key in self._versions(model)]
+
+    def baseline(self, model: str) -> Baseline | None:
+        """The latest accepted version, or None before the first."""
+        versions = self._versions(model)
+        return Baseline.model_validate(self.store.get_json(versions[-1][1])) if versions else None
+
+    def accept(self, snapshot: Snapshot, reason: str) -> Baseline:
+        """Write the snapshot as the next version; the earlier versions stay."""
+        versions = self._versions(snapshot.model)
+        baseline = Baseline(
+            version=versions[-1][0] + 1 if versions else 1,
+            accepted_at=dt.datetime.now(dt.UTC),
+            reason=reason,
+            snapshot=snapshot,
+        )
+        self.store.put_json(
+            f"regression/baselines/{snapshot.model}/v{baseline.version:04d}.json", baseline.model_dump(mode="json")
+        )
+        return baseline
 
     def append(self, snapshot: Snapshot) -> None:
         stamp = snapshot.taken_at.strftime("%Y%m%dT%H%M%S%fZ")
@@ -207,7 +274,8 @@ def trend_rows(history: list[Snapshot]) -> list[dict[str, Any]]:
                 "taken_at": snap.taken_at.isoformat(timespec="seconds"),
                 "worst_op": worst,
                 "worst_op_error": max(errors) if errors else None,
-                "wrong_kernels": sum(s in ("fail", "error", "wrong_numbers") for s in snap.op_status.values()),
+                "adapted": len(snap.adapted),
+                "wrong_kernels": len(snap.wrong_kernels()),
                 "first_divergent": snap.first_divergent,
                 "final_loss": snap.loss[-1] if snap.loss else None,
                 "tokens_per_s": snap.tokens_per_s,
@@ -216,21 +284,31 @@ def trend_rows(history: list[Snapshot]) -> list[dict[str, Any]]:
     return rows
 
 
-def trend_report(model: str, history: list[Snapshot], findings: list[str]) -> tuple[str, bytes]:
-    """The report section for one model (Markdown naming each regression, the trend table) and its plot."""
+def trend_report(model: str, history: list[Snapshot], findings: list[str], regressed: bool) -> tuple[str, bytes]:
+    """The report section for one model (Markdown naming each regression, or the run's outcome, the
+    trend table) and its plot."""
     from day0.plots import line_overlay
 
     rows = trend_rows(history)
     runs = list(range(1, len(rows) + 1))
     series = {"worst op rel. RMS error": (runs, [r["worst_op_error"] or 0.0 for r in rows])}
+    series["ops adapted (no kernel)"] = (runs, [float(r["adapted"]) for r in rows])
     series["platform kernels with wrong numbers"] = (runs, [float(r["wrong_kernels"]) for r in rows])
     png = line_overlay(f"{model}: validation over stored runs", series, "run", "value")
-    cols = ["taken_at", "worst_op", "worst_op_error", "wrong_kernels", "first_divergent", "final_loss", "tokens_per_s"]
+    cols = [
+        "taken_at",
+        "worst_op",
+        "worst_op_error",
+        "adapted",
+        "wrong_kernels",
+        "first_divergent",
+        "final_loss",
+        "tokens_per_s",
+    ]
     lines = [
         f"## Regression: {model}",
         "",
-        *(f"- **regressed**: {f}" for f in findings),
-        *([] if findings else ["- no regression against the baseline"]),
+        *(f"- **regressed**: {f}" if regressed else f"- {f}" for f in findings),
         "",
         f"![trend]({model}.png)",
         "",

@@ -1,12 +1,16 @@
 """A run of a spec: its identity, where its results live in the store, and its manifest.
 
-Contract: a run's identity is the spec's fingerprint plus the day0 version, so rerunning the same
-spec lands in the same place and finds its completed steps. A step is complete exactly when its
-`result.json` exists (written last, atomically) and its `code.json` names the digest of the code
-that computes it now (`day0.provenance`): a step whose code changed is recomputed, the others are
-reused. The manifest records each attempt, so a rerun can be seen to have executed fewer steps.
-Concurrent runs of one spec share the run's folder safely: every record is its own object, written
-once, inside its attempt's own folder (no read-modify-write), so none is lost and attempts never mix.
+Contract: a run's identity is the spec's fingerprint plus the day0 version (and its namespace when
+not the users' `runs`), so rerunning the same spec lands in the same place and finds its completed
+steps. A namespace is the run's top folder in the store: users' runs live under `runs/`; the
+regression flow gives each of its runs one of its own, so it never reuses, rewrites or deletes
+another run's files, nor sweeps another run's RayClusters (they are named by the run id). A step is
+complete exactly when its `result.json` exists (written last, atomically) and its `code.json` names
+the digest of the code that computes it now (`day0.provenance`): a step whose code changed is
+recomputed, the others are reused. The manifest records each attempt, so a rerun can be seen to have
+executed fewer steps. Concurrent runs of one spec share the run's folder safely: every record is its
+own object, written once, inside its attempt's own folder (no read-modify-write), so none is lost
+and attempts never mix.
 """
 
 from __future__ import annotations
@@ -24,9 +28,12 @@ from day0.core.result import Verdict
 from day0.spec import PipelineSpec
 from day0.store import ArtifactStore, open_store
 
-__all__ = ["RunContext", "RunManifest", "RunSummary", "StepRecord"]
+__all__ = ["NAMESPACE_PATTERN", "USER_RUNS", "RunContext", "RunManifest", "RunSummary", "StepRecord"]
 
 _ATTEMPTS, _BEGIN = "attempts", "begin.json"
+USER_RUNS = "runs"
+# Slash-separated folder names; no segment starts with a dot, so none is `..`.
+NAMESPACE_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]*(/[A-Za-z0-9][A-Za-z0-9_.-]*)*$"
 
 
 def _sortable_id() -> str:
@@ -69,15 +76,19 @@ class RunContext(BaseModel):
     flow_run_id: str | None = None
     fresh: bool = Field(False, description="Recompute every step instead of reusing stored results.")
     attempt_id: str | None = Field(None, description="This flow run's attempt, set by `begin_attempt`.")
+    namespace: str = Field(USER_RUNS, pattern=NAMESPACE_PATTERN, description="The run's top folder in the store.")
 
     @classmethod
-    def create(cls, spec: PipelineSpec, flow_run_id: str | None = None, fresh: bool = False) -> RunContext:
-        digest = hashlib.sha256(f"{spec.fingerprint()}:{day0.__version__}".encode()).hexdigest()[:12]
-        return cls(spec=spec, run_id=digest, flow_run_id=flow_run_id, fresh=fresh)
+    def create(
+        cls, spec: PipelineSpec, flow_run_id: str | None = None, fresh: bool = False, namespace: str = USER_RUNS
+    ) -> RunContext:
+        identity = f"{spec.fingerprint()}:{day0.__version__}" + ("" if namespace == USER_RUNS else f":{namespace}")
+        digest = hashlib.sha256(identity.encode()).hexdigest()[:12]
+        return cls(spec=spec, run_id=digest, flow_run_id=flow_run_id, fresh=fresh, namespace=namespace)
 
     @property
     def prefix(self) -> str:
-        return f"runs/{self.spec.metadata.name}/{self.run_id}"
+        return f"{self.namespace}/{self.spec.metadata.name}/{self.run_id}"
 
     def key(self, *parts: str) -> str:
         return "/".join((self.prefix, *parts))

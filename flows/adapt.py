@@ -3,18 +3,25 @@ reads, then write the report; the flow run fails when a step failed.
 
     day0 run configs/pipelines/tiny-local.yaml            # via the CLI
     python -m flows.adapt configs/pipelines/tiny-local.yaml
+    prefect deployment run adapt/release --param spec=configs/pipelines/tiny-local.yaml
+
+`spec` is a path (relative to the repository, or absolute) or an inline mapping (what the release
+webhook sends). Every flow run publishes a link artifact to its report and the scorecard as a
+Markdown artifact.
 
 Works with no Prefect server configured (ephemeral) and against a real one (PREFECT_API_URL).
 """
 
 from __future__ import annotations
 
+import re
 import signal
 import sys
 import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any, get_type_hints
 from uuid import UUID
 
@@ -24,9 +31,11 @@ from prefect.runtime import flow_run
 from day0.backends.session import check_backend, run_backend, sweep_run
 from day0.core.result import StepResult
 from day0.errors import Day0Error, RunFailed, UsageError
+from day0.paths import REPO_ROOT
 from day0.report import write_report
-from day0.runs import RunContext, RunSummary
+from day0.runs import NAMESPACE_PATTERN, USER_RUNS, RunContext, RunSummary
 from day0.spec import STEPS, PipelineSpec, load_spec, spec_from_dict
+from flows._artifacts import publish_report_artifacts
 from flows._gate import StepGate
 from tasks.analyze import analyze
 from tasks.inference import inference
@@ -35,7 +44,7 @@ from tasks.optimize import optimize
 from tasks.parallel import parallel
 from tasks.trial import trial
 
-__all__ = ["TASKS", "adapt", "check_runnable", "plan_steps", "prerequisites"]
+__all__ = ["TASKS", "adapt", "check_runnable", "plan_steps", "prerequisites", "spec_parameter"]
 
 # The built steps, in pipeline order; a step's prerequisites are the results its task reads.
 TASKS: dict[str, Any] = {
@@ -116,11 +125,29 @@ def _stop_when_cancelled(flow_run_id: str | None, poll_s: float = 3.0) -> Iterat
         done.set()
 
 
+def spec_parameter(spec: dict[str, Any] | str) -> PipelineSpec:
+    """The flow's `spec` parameter: an inline mapping, or a spec file's path (relative to the
+    repository, so a deployment's caller need not know the worker's working directory)."""
+    if isinstance(spec, dict):
+        return spec_from_dict(spec, "spec")
+    path = Path(spec)
+    return load_spec(path if path.is_absolute() else REPO_ROOT / path)
+
+
+def _context(
+    spec: dict[str, Any] | str, namespace: str, flow_run_id: str | None = None, fresh: bool = False
+) -> RunContext:
+    pipeline_spec = spec_parameter(spec)
+    if not re.match(NAMESPACE_PATTERN, namespace):
+        raise UsageError(f"namespace {namespace!r}: expected folder names separated by '/', none starting with '.'")
+    return RunContext.create(pipeline_spec, flow_run_id=flow_run_id, fresh=fresh, namespace=namespace)
+
+
 def _sweep_clusters(flow: Any, flow_run: Any, state: Any) -> None:
     """Cancellation/crash hook: delete the run's RayClusters (the flow's `finally` may not have run)."""
     try:
-        spec = spec_from_dict(flow_run.parameters["spec"], "spec")
-        deleted = sweep_run(spec, RunContext.create(spec).run_id)
+        ctx = _context(flow_run.parameters["spec"], flow_run.parameters.get("namespace", USER_RUNS))
+        deleted = sweep_run(ctx.spec, ctx.run_id)
     except Exception as exc:  # noqa: BLE001 - a hook must not mask the state it reacts to
         print(f"day0: cluster sweep after {state.name} failed: {exc}", file=sys.stderr)
         return
@@ -129,13 +156,16 @@ def _sweep_clusters(flow: Any, flow_run: Any, state: Any) -> None:
 
 
 @flow(name="adapt", log_prints=True, on_cancellation=[_sweep_clusters], on_crashed=[_sweep_clusters])
-def adapt(spec: dict[str, Any], only: list[str] | None = None, fresh: bool = False) -> dict[str, Any]:
-    """Run the spec (a parsed YAML mapping). Returns the run summary (`RunSummary` as a dict);
-    raises `RunFailed` (the flow run ends Failed, naming the steps) when a step failed."""
+def adapt(
+    spec: dict[str, Any] | str, only: list[str] | None = None, fresh: bool = False, namespace: str = USER_RUNS
+) -> dict[str, Any]:
+    """Run the spec (an inline mapping, or a spec file's path relative to the repository) in the
+    store's `namespace` folder (`runs`: users' runs). Returns the run summary (`RunSummary` as a
+    dict); raises `RunFailed` (the flow run ends Failed, naming the steps) when a step failed."""
     log, start = get_run_logger(), time.perf_counter()
-    pipeline_spec = spec_from_dict(spec, "spec")
+    ctx = _context(spec, namespace, flow_run_id=flow_run.get_id(), fresh=fresh)
+    pipeline_spec = ctx.spec
     check_runnable(pipeline_spec)
-    ctx = RunContext.create(pipeline_spec, flow_run_id=flow_run.get_id(), fresh=fresh)
     steps = plan_steps(pipeline_spec, only)
     ctx.begin_attempt()
     gate = StepGate(ctx, steps)
@@ -154,6 +184,7 @@ def adapt(spec: dict[str, Any], only: list[str] | None = None, fresh: bool = Fal
         ctx.publish_manifest()
         report = write_report(ctx, time.perf_counter() - start, steps)
         log.info("report: %s", report["html"])
+        publish_report_artifacts(ctx, report)
     summary = RunSummary.from_manifest(ctx, steps, report)
     if gate.usage_error is not None:
         raise gate.usage_error
@@ -163,8 +194,6 @@ def adapt(spec: dict[str, Any], only: list[str] | None = None, fresh: bool = Fal
 
 
 def _main(argv: list[str]) -> int:
-    from pathlib import Path
-
     from day0.spec import load_yaml
 
     load_spec(argv[0])  # validate first: clear errors before Prefect starts

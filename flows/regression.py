@@ -4,10 +4,13 @@ compare them with the baselines in the artifact store.
     python -m flows.regression configs/regression/watch.yaml [--update-baseline]
     prefect deployment run regression/nightly                  # prefect.yaml, nightly on a cron
 
-Contract: each model's spec runs as an `adapt` subflow with `fresh=True` for the steps its entry lists
-(numerical: step 2's op errors and first divergent layer; convergence: step 5's loss curve and
-throughput). Baselines change only with `update_baseline=True`. One model's failure (a regression,
-no baseline, a step that raised) does not stop the others; the flow run fails at the end naming
+Contract: each model's spec runs as an `adapt` subflow for the steps its entry lists (numerical:
+step 2's op errors and first divergent layer; convergence: step 5's loss curve and throughput), in
+a store folder of its own (`regression/runs/<model>/<UTC time>/`): it computes everything anew
+and never reuses, rewrites or deletes a user's run. A model's first snapshot becomes its baseline
+(v1, "baseline created", a pass); later ones are compared with the latest version, and a new
+version is written only with `update_baseline=True`, keeping the earlier ones. One model's failure
+(a regression, a step that raised) does not stop the others; the flow run fails at the end naming
 every regression with its numbers. A trend table over the stored history is published as a Prefect
 table artifact and returned, and per model as a report section with a plot
 (`regression/report/<model>.md`, `.png` in the store; a Markdown artifact).
@@ -15,6 +18,7 @@ table artifact and returned, and per model as a report section with a plot
 
 from __future__ import annotations
 
+import datetime as dt
 import sys
 from pathlib import Path
 from typing import Any, Literal
@@ -25,7 +29,16 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from day0.errors import RunFailed
 from day0.numerics.results import OperatorsResult
-from day0.regression import RegressionStore, RegressionTolerance, Snapshot, compare, trend_report, trend_rows
+from day0.regression import (
+    RegressionStore,
+    RegressionTolerance,
+    Snapshot,
+    compare,
+    run_namespace,
+    trend_report,
+    trend_rows,
+)
+from day0.runs import RunSummary
 from day0.spec import load_yaml, spec_from_dict
 from day0.store import open_store
 from day0.trial.results import TrialResult
@@ -61,55 +74,69 @@ def _load_watch(path: Path) -> RegressionWatch:
     return watch
 
 
-def _rerun(model: WatchedModel) -> Snapshot:
-    """Run the model's validation steps afresh; read step 2's and step 5's results from its store."""
+def _rerun(model: WatchedModel, namespace: str) -> tuple[Snapshot, RunSummary]:
+    """Run the model's validation steps in `namespace`; read step 2's and step 5's results from its store."""
     raw = load_yaml(model.spec)
     try:
-        summary = adapt(spec=raw, only=[str(s) for s in model.steps], fresh=True)
+        summary = RunSummary.model_validate(adapt(spec=raw, only=[str(s) for s in model.steps], namespace=namespace))
     except RunFailed as exc:  # a failed verdict still leaves its results: compare them
-        summary = exc.summary
+        summary = RunSummary.model_validate(exc.summary)
     store = open_store(spec_from_dict(raw, str(model.spec)).storage)
-    prefix = summary["prefix"]
 
     def read(step: str, kind: type[OperatorsResult] | type[TrialResult]) -> Any:
         if step not in model.steps:
             return None
-        key = f"{prefix}/{step}/result.json"
+        key = f"{summary.prefix}/{step}/result.json"
         if not store.exists(key):  # the step raised: nothing to compare, and never a baseline
-            raise RegressionFailed(f"{step} left no result: {'; '.join(summary['failed'].get(step, ['not run']))}")
+            raise RegressionFailed(f"{step} left no result: {'; '.join(summary.failed.get(step, ['not run']))}")
         return kind.model_validate(store.get_json(key))
 
-    return Snapshot.from_results(model.name, read("operators", OperatorsResult), read("trial", TrialResult))
+    ops, trial = read("operators", OperatorsResult), read("trial", TrialResult)
+    return Snapshot.from_results(model.name, ops, trial, run=store.url(summary.prefix)), summary
 
 
 @flow(name="regression", log_prints=True)
 def regression(watch: str = "configs/regression/watch.yaml", update_baseline: bool = False) -> dict[str, Any]:
-    """Compare every watched model with its baseline; returns {model: [findings]} and the trend rows."""
+    """Compare every watched model with its baseline; returns {model: [outcome lines]} and the trend rows."""
     log, config = get_run_logger(), _load_watch(Path(watch))
     history = RegressionStore(open_store(config.storage))
     outcome: dict[str, list[str]] = {}
     failures: list[str] = []
+    regressed_models: set[str] = set()
     for model in config.models:
         try:
-            snapshot = _rerun(model)
+            snapshot, summary = _rerun(model, run_namespace(model.name, dt.datetime.now(dt.UTC)))
         except Exception as exc:  # noqa: BLE001 - one model's failure must not stop the others
             failures.append(f"{model.name}: rerun failed: {type(exc).__name__}: {' '.join(str(exc).split())}")
             continue
         history.append(snapshot)
         baseline = history.baseline(model.name)
-        if update_baseline:
-            log.info("%s: baseline accepted at %s", model.name, history.accept(snapshot))
-            outcome[model.name] = ["baseline updated"]
-        elif baseline is None:
-            failures.append(f"{model.name}: no baseline yet (run with update_baseline=True / --update-baseline)")
+        if baseline is None or update_baseline:
+            if summary.failed:  # a baseline is what a good run looks like
+                failures.append(f"{model.name}: no baseline recorded: {summary.failure_message()}")
+                continue
+            accepted = history.accept(snapshot, "baseline created" if baseline is None else "baseline updated")
+            kept = f"; v{baseline.version} kept" if baseline else ""
+            outcome[model.name] = [f"{accepted.reason}: v{accepted.version} from {snapshot.run}{kept}"]
+            log.info("%s: %s", model.name, outcome[model.name][0])
         else:
-            findings = compare(baseline, snapshot, config.tolerance)
-            outcome[model.name] = [str(f) for f in findings if f.regressed]
-            failures += [f"regressed: {f}" for f in findings if f.regressed]
-            log.info("%s: %d quantities compared, %d regressed", model.name, len(findings), len(outcome[model.name]))
+            findings = compare(baseline.snapshot, snapshot, config.tolerance)
+            regressed = [str(f) for f in findings if f.regressed]
+            outcome[model.name] = regressed or [f"no regression against baseline v{baseline.version}"]
+            failures += [f"regressed: {f}" for f in regressed]
+            regressed_models |= {model.name} if regressed else set()
+            log.info(
+                "%s: %d quantities compared with baseline v%d, %d regressed (run %s)",
+                model.name,
+                len(findings),
+                baseline.version,
+                len(regressed),
+                snapshot.run,
+            )
     rows = [row for m in config.models for row in trend_rows(history.history(m.name))]
     for model in config.models:
-        markdown, png = trend_report(model.name, history.history(model.name), outcome.get(model.name, []))
+        lines = outcome.get(model.name) or [f for f in failures if f.startswith(f"{model.name}: ")]
+        markdown, png = trend_report(model.name, history.history(model.name), lines, model.name in regressed_models)
         history.store.put_bytes(f"regression/report/{model.name}.png", png, "image/png")
         history.store.put_text(f"regression/report/{model.name}.md", markdown, "text/markdown")
         create_markdown_artifact(key=f"regression-{model.name}", markdown=markdown)
@@ -128,7 +155,8 @@ def _main(argv: list[str]) -> int:
     except RegressionFailed as exc:
         print(f"FAIL {exc}", file=sys.stderr)
         return 1
-    print(result["models"])
+    for model, lines in result["models"].items():
+        print(f"PASS {model}: {'; '.join(lines)}")
     return 0
 
 

@@ -1,7 +1,8 @@
 """The regression flow against a real Prefect server, as `python -m flows.regression` subprocesses:
-a baseline accepted explicitly, an unchanged stack that passes, and a kernel update that makes
-aten::mm worse (the same `day0.platforms` entry point now served by a faulty plugin) flagged and
-named with its numbers, while a broken watch-list entry does not stop the others."""
+the first run records a versioned baseline (a pass), `--update-baseline` writes the next version and
+keeps the first, and a kernel update that makes aten::mm worse (the same `day0.platforms` entry
+point now served by a faulty plugin) is flagged and named with its numbers, while a broken
+watch-list entry does not stop the others. Every rerun lives in its own store folder."""
 
 from __future__ import annotations
 
@@ -64,16 +65,16 @@ def test_unchanged_stack_passes_and_a_worse_kernel_is_named(tmp_path: Path, api_
     (tmp_path / "watch2.yaml").write_text(yaml.safe_dump({"storage": f"file://{store}", "models": [broken, entry]}))
 
     first = _regression(tmp_path, api_url, good, str(tmp_path / "watch.yaml"))
-    assert first.returncode == 1 and "no baseline yet" in first.stderr, first.stderr[-3000:]
-    assert not (store / "regression/baselines/tiny.json").exists()
+    assert first.returncode == 0, first.stderr[-3000:]
+    assert "PASS tiny: baseline created: v1" in first.stdout, first.stdout[-2000:]
+    v1 = (store / "regression/baselines/tiny/v0001.json").read_text()
+    assert '"aten::mm@fp32"' in v1 and '"baseline created"' in v1
 
     accepted = _regression(tmp_path, api_url, good, str(tmp_path / "watch.yaml"), "--update-baseline")
     assert accepted.returncode == 0, accepted.stderr[-3000:]
-    baseline = (store / "regression/baselines/tiny.json").read_text()
-    assert '"aten::mm@fp32"' in baseline
-
-    unchanged = _regression(tmp_path, api_url, good, str(tmp_path / "watch.yaml"))
-    assert unchanged.returncode == 0, unchanged.stderr[-3000:]
+    assert "baseline updated: v2" in accepted.stdout and "v1 kept" in accepted.stdout, accepted.stdout[-2000:]
+    assert (store / "regression/baselines/tiny/v0001.json").read_text() == v1, "the previous version is kept"
+    v2 = (store / "regression/baselines/tiny/v0002.json").read_text()
 
     worse = _regression(tmp_path, api_url, bad, str(tmp_path / "watch2.yaml"))
     assert worse.returncode == 1, worse.stdout[-2000:] + worse.stderr[-3000:]
@@ -83,11 +84,15 @@ def test_unchanged_stack_passes_and_a_worse_kernel_is_named(tmp_path: Path, api_
     mm = fail_line.split("regressed: tiny: aten::mm@fp32", 1)[1].split("|")[0]
     assert "pass -> wrong_numbers" in mm and "RMS error" in mm, mm
     assert any(ch.isdigit() for ch in mm.split("RMS error", 1)[1]), "by how much"
-    assert (store / "regression/baselines/tiny.json").read_text() == baseline, "baselines change only when asked"
-    assert len(list((store / "regression/history/tiny").glob("*.json"))) == 4
+    assert sorted(p.name for p in (store / "regression/baselines/tiny").iterdir()) == ["v0001.json", "v0002.json"]
+    assert (store / "regression/baselines/tiny/v0002.json").read_text() == v2, "baselines change only when asked"
+    assert len(list((store / "regression/history/tiny").glob("*.json"))) == 3
     section = (store / "regression/report/tiny.md").read_text()
-    assert "**regressed**: tiny: aten::mm@fp32 pass -> wrong_numbers" in section and section.count("\n| 20") == 4
+    assert "**regressed**: tiny: aten::mm@fp32 pass -> wrong_numbers" in section and section.count("\n| 20") == 3
     assert (store / "regression/report/tiny.png").read_bytes()[:4] == b"\x89PNG"
+    # each rerun ran in a folder of its own under the spec's store, and no user run was made
+    reruns = list((tmp_path / "runs/regression/runs/tiny").iterdir())
+    assert len(reruns) == 3 and not (tmp_path / "runs/runs").exists(), reruns
 
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
@@ -104,4 +109,4 @@ def test_unchanged_stack_passes_and_a_worse_kernel_is_named(tmp_path: Path, api_
 
     rows = asyncio.run(trend())
     counts = [r["wrong_kernels"] for r in rows if r["model"] == "tiny"]
-    assert len(counts) == 4 and counts[3] == counts[0] + 1 and counts[:3] == [counts[0]] * 3, counts
+    assert counts == [0, 0, 1], "step 2's categories: a clean run has no wrong kernel, the faulty one one"

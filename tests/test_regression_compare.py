@@ -7,7 +7,8 @@ import datetime as dt
 
 import pytest
 
-from day0.regression import RegressionTolerance, Snapshot, compare, trend_rows
+from day0.regression import RegressionStore, RegressionTolerance, Snapshot, compare, run_namespace, trend_rows
+from day0.store import open_store
 
 TOL = RegressionTolerance(op_error_ratio=2.0, op_error_floor=1e-6, loss_mean_rel=0.02, throughput_drop=0.3)
 
@@ -67,7 +68,17 @@ def test_a_new_first_divergent_layer_regresses() -> None:
 def test_loss_curve_and_throughput_regressions() -> None:
     regressed = _regressed(_snap(loss=[4.0, 3.3, 2.4, 1.9], tokens_per_s=500.0))
     assert regressed["loss curve"].startswith("mean rel. distance 14.")
-    assert regressed["trial tokens/s"] == "-50.0%"
+    assert regressed["loss curve"].endswith("final loss 1.5000 -> 1.9000")
+    assert regressed["trial tokens/s"] == "-50.0% (1000 -> 500 tokens/s, limit -30%)"
+
+
+def test_a_zero_loss_in_the_baseline_counts_the_absolute_gap_as_the_trial_alignment_does() -> None:
+    from day0.trial.alignment import relative_errors
+
+    base, cur = [0.0, 2.0], [0.5, 2.0]
+    finding = next(f for f in compare(_snap(loss=base), _snap(loss=cur), TOL) if f.metric == "loss curve")
+    assert finding.change.startswith(f"mean rel. distance {sum(relative_errors(base, cur)) / 2:.3%}")
+    assert finding.regressed
 
 
 def test_a_lost_loss_curve_regresses() -> None:
@@ -78,3 +89,30 @@ def test_trend_rows_summarise_each_run() -> None:
     rows = trend_rows([_snap(), _snap(op_status={"aten::mm@bf16": "wrong_numbers", "aten::add@bf16": "pass"})])
     assert [r["wrong_kernels"] for r in rows] == [0, 1]
     assert rows[0]["worst_op"] == "aten::mm@bf16" and rows[0]["final_loss"] == pytest.approx(1.5)
+
+
+def test_trend_rows_count_adapted_ops_apart_from_wrong_kernels_as_step_2_does() -> None:
+    """histc has no bf16 kernel (it raises) and step 2 adapts it by upcast: a warning, not a wrong kernel."""
+    adapted = _snap(
+        op_status={"aten::mm@bf16": "pass", "aten::histc@bf16": "error", "aten::sort@bf16": "error"},
+        adapted={"aten::histc@bf16": "upcast"},
+    )
+    (row,) = trend_rows([adapted])
+    assert row["adapted"] == 1 and row["wrong_kernels"] == 1, "sort raised and nothing fixed it; histc was adapted"
+    assert adapted.wrong_kernels() == ["aten::sort@bf16"]
+
+
+def test_baselines_are_versioned_and_earlier_versions_kept(tmp_path) -> None:
+    store = RegressionStore(open_store(f"file://{tmp_path}"))
+    assert store.baseline("m") is None
+    first = store.accept(_snap(), "baseline created")
+    second = store.accept(_snap(tokens_per_s=900.0), "baseline updated")
+    assert (first.version, second.version) == (1, 2)
+    assert store.baseline("m") == second and [b.version for b in store.baselines("m")] == [1, 2]
+    assert store.baselines("m")[0].snapshot.tokens_per_s == 1000.0, "v1 is unchanged"
+
+
+def test_each_regression_run_gets_its_own_folder_per_model_and_time() -> None:
+    when = dt.datetime(2026, 12, 2, 2, 0, 1, 5, tzinfo=dt.UTC)
+    assert run_namespace("tiny", when) == "regression/runs/tiny/2026-12-02T020001000005Z"
+    assert run_namespace("tiny", when + dt.timedelta(microseconds=1)) != run_namespace("tiny", when)

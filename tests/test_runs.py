@@ -88,3 +88,19 @@ def test_a_second_holder_of_a_run_is_refused_and_a_dead_one_taken_over(tmp_path:
     lock.write_text(json.dumps({"host": socket.gethostname(), "pid": int(dead.stdout), "pid_started": "1"}))
     with hold_run(other):  # its holder is gone (kill -9): taken over
         assert json.loads(lock.read_text())["pid"] == os.getpid()
+
+
+def test_a_namespace_gives_a_run_its_own_folder_and_identity(tmp_path: Path) -> None:
+    """Users' runs stay at runs/<name>/<id>; a regression run of the same spec shares neither the
+    folder nor the run id (which names its RayClusters and is what a sweep deletes by)."""
+    import pytest
+    from pydantic import ValidationError
+
+    users = _ctx(tmp_path)
+    assert users.prefix == f"runs/race/{users.run_id}"
+    regression = RunContext.create(users.spec, namespace="regression/runs/race/2026-12-02T020000Z")
+    assert regression.prefix == f"regression/runs/race/2026-12-02T020000Z/race/{regression.run_id}"
+    assert regression.run_id != users.run_id
+    for bad in ("../runs", "runs/../x", "/abs", "runs/.hidden", ""):
+        with pytest.raises(ValidationError):
+            RunContext.create(users.spec, namespace=bad)
