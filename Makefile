@@ -9,7 +9,7 @@ export PREFECT_SERVER_ANALYTICS_ENABLED ?= false
 export HF_HUB_OFFLINE ?= 1
 export RAY_AUTH_MODE ?= disabled
 
-.PHONY: setup run lint test deploy bench clean
+.PHONY: setup run lint test deploy bench clean browser
 
 setup: $(STAMP)
 
@@ -30,8 +30,12 @@ lint: setup
 
 # The whole suite: unit, integration (Prefect server, Ray, versitygw S3) and the Kubernetes e2e
 # tests against the kwok control plane (built once into $(DAY0_CACHE), then reused).
-test: setup lint e2e-build
+test: setup lint e2e-build browser
 	$(BIN)/python -m pytest -q -ra --durations=40 tests
+
+# Debian's headless Chromium for tests/test_report_browser.py (apt-get; a no-op once installed).
+browser:
+	scripts/browser.sh
 
 # Register prefect.yaml's deployments (adapt/release, regression/nightly) with the server at
 # PREFECT_API_URL, with a process work pool; run them with `prefect worker start --pool day0-local`.

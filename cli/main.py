@@ -1,12 +1,16 @@
 """The `day0` command line: the outermost layer (cli -> flows -> tasks -> day0).
 
-    day0 validate configs/pipelines/tiny-local.yaml [--check-store]
+    day0 validate configs/pipelines/tiny-local.yaml [--only analyze,parallel] [--check-store]
     day0 run configs/pipelines/tiny-local.yaml [--only analyze,parallel] [--fresh] [--json]
     day0 analyze deepseek-v3 [--platform ascend-910b] [--dtype bf16] [--json]
     day0 plan configs/pipelines/deepseek-v3-on-npu.yaml [--json]
     day0 schema > day0-spec.schema.json
 
     day0 --debug run ...                                 # tracebacks of unexpected errors
+
+`validate` and `run` make the same checks before anything starts (`cli.preflight.preflight`), so
+validate refuses what run would, with the same message and exit code; run also checks that the
+store answers, which validate does with `--check-store` (without it, validate stays offline).
 
 Exit codes: 0 success (every requested step passed; warnings allowed), 1 a failed step or a failure
 while running (an unreachable store, the same spec already running, an unexpected error: one line,
@@ -28,9 +32,9 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from cli._console import err, escape, out
-from cli.preflight import check_parameters, check_spec, parse_only
+from cli.preflight import preflight
 from day0.errors import Day0Error, RunFailed, UsageError, shorten
-from day0.spec import STEPS, PipelineSpec, load_platform, load_spec, load_yaml
+from day0.spec import STEPS, PipelineSpec, load_platform, load_yaml
 
 __all__ = ["main"]
 
@@ -50,12 +54,12 @@ def progress(title: str) -> Iterator[Callable[[str], None]]:
 def cmd_validate(args: argparse.Namespace) -> int:
     from day0.runs import RunContext
 
-    spec = load_spec(args.spec)
-    check_spec(spec, check_store=args.check_store)
-    check_parameters(args.spec)
+    spec, _ = preflight(args.spec, args.only, check_store=args.check_store)
     run = RunContext.create(spec)
+    store = "" if args.check_store else " (store not contacted: --check-store checks it, as run does)"
     out().print(
-        f"[green]ok[/]: {escape(args.spec)} is a valid {spec.kind}; results go to {escape(spec.storage)}/{run.prefix}"
+        f"[green]ok[/]: {escape(args.spec)} is a valid {spec.kind}; results go to "
+        f"{escape(spec.storage)}/{run.prefix}{store}"
     )
     return 0
 
@@ -136,16 +140,9 @@ class _PrefectUnavailable(Exception):
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    spec = load_spec(args.spec)  # all spec errors before Prefect starts
-    only = parse_only(args.only)
+    # Every refusal before Prefect starts, and the same as `day0 validate --check-store` makes.
+    spec, only = preflight(args.spec, args.only, check_store=True)
     os.environ.setdefault(_PREFECT_STARTUP, _PREFECT_STARTUP_DEFAULT)  # before Prefect reads its settings
-    from flows.adapt import check_runnable, plan_steps
-
-    if not plan_steps(spec, only):  # unknown --only names also exit 2 here, before Prefect starts
-        raise UsageError(f"--only {','.join(only or [])}: nothing to run: none of the spec's steps {spec.steps}")
-    check_runnable(spec)
-    check_spec(spec, check_store=True)
-    check_parameters(args.spec)
     from day0.runlock import hold_run
     from day0.runs import RunContext
 
@@ -163,11 +160,27 @@ def cmd_run(args: argparse.Namespace) -> int:
         err().print(f"[red]FAIL[/] {step}: {escape('; '.join(reasons[:3]))}", highlight=False)
     done = "[red]failed[/]" if summary["failed"] else "[green]done[/]"
     err().print(
-        f"{done}: executed {summary['executed'] or 'none'}, reused {summary['reused'] or 'none'}; "
-        f"report: {escape(summary['report']['html'])}",
-        highlight=False,
+        f"{done}: executed {summary['executed'] or 'none'}, reused {summary['reused'] or 'none'}", highlight=False
+    )
+    verdict = overall_verdict(summary)
+    err().print(  # the last line: the scorecard's verdict and where the report is
+        f"verdict [{_COLOUR[verdict]}]{verdict}[/]; report: {escape(summary['report']['html'])}", highlight=False
     )
     return 1 if summary["failed"] else 0
+
+
+_COLOUR = {"PASS": "green", "WARN": "yellow", "FAIL": "red", "SKIPPED": "yellow"}
+
+
+def overall_verdict(summary: dict) -> str:
+    """The run's verdict as the report's scorecard gives it: FAIL when a step failed or raised, else
+    the worst step verdict (WARN > SKIPPED > PASS)."""
+    from day0.core.result import worst
+
+    verdicts = list(summary["verdicts"].values())
+    if summary["failed"] or "error" in verdicts:
+        return "FAIL"
+    return worst(*verdicts).upper()
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -176,7 +189,10 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("validate", help="validate a pipeline spec, listing every error")
     p.add_argument("spec")
-    p.add_argument("--check-store", action="store_true", help="also check that the artifact store answers")
+    p.add_argument("--only", help="the steps `run --only` would get: checked as run checks them")
+    p.add_argument(
+        "--check-store", action="store_true", help="also check that the artifact store answers (run always does)"
+    )
     p.set_defaults(func=cmd_validate)
     p = sub.add_parser("run", help="run a pipeline spec (resumes completed steps)")
     p.add_argument("spec")

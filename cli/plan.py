@@ -1,16 +1,25 @@
 """`day0 plan`: steps 3-4 from a spec, without running the pipeline.
 
-    day0 plan configs/pipelines/deepseek-v3-on-npu.yaml            # top plans as a table, writes the YAML
-    day0 plan SPEC --top 20 --out plan.yaml [--force]              # an existing file needs --force
-    day0 plan SPEC --json                                          # every ranked plan as JSON on stdout
+    day0 plan configs/pipelines/deepseek-v3-on-npu.yaml     # top plans as a table; the YAML to the store
+    day0 plan SPEC --top 20 --out plan.yaml [--force]       # the YAML to a file instead
+    day0 plan SPEC --json                                   # every ranked plan as JSON on stdout
 
-The chosen plan is step 4's (step 3's best with its memory/communication techniques); `--out` writes it
-and `--json` carries the same under "chosen". The model's structure comes from step 1's result or the
-structure cache in the spec's store when known (then neither torch nor transformers is imported), else
-it is built once on the meta device and cached. A calibrated profile of the platform in the store
-(`day0 calibrate PLATFORM`) replaces the datasheet figures unless `planner.profile: datasheet`.
+The chosen plan is step 4's (step 3's best with its memory/communication techniques). It is written
+to `plan.yaml` in the spec's run folder in its store (`<storage>/runs/<name>/<run-id>/`, beside what
+`day0 run` of the spec writes), or to `--out FILE`; the path is printed (with `--json`, under
+"written"), and "chosen" carries the same plan. Every plan file starts with a `# day0 plan` line: an
+earlier plan is replaced with a notice on stderr (edit the spec, plan again); any other existing
+file is refused unless `--force`.
 
-Exit codes: 0 with a plan or with an infeasibility report; 2 for a bad spec or model (raised as Day0Error).
+The model's structure comes from step 1's result or the structure cache in the spec's store when
+known (then neither torch nor transformers is imported), else it is built once on the meta device
+and cached. A calibrated profile of the platform in the store (`day0 calibrate PLATFORM`) replaces
+the datasheet figures unless `planner.profile: datasheet`. When the store does not answer, `--out`
+still plans, with a notice, without the structure cache and the profile; without `--out` that is
+exit 1 (the plan has nowhere to go).
+
+Exit codes: 0 with a plan or with an infeasibility report; 2 for a bad spec, model or --out; 1 for
+an unreachable store without --out (raised as Day0Error).
 """
 
 from __future__ import annotations
@@ -25,12 +34,13 @@ import day0
 from cli.preflight import positive_int
 from day0.analysis.structure import ModelStructure
 from day0.core.model_source import ResolvedModel, resolve_model
-from day0.errors import UsageError
+from day0.errors import StoreUnavailable, UsageError
 from day0.spec import PipelineSpec, load_spec
 from day0.store import ArtifactStore, open_store, write_atomically
 from day0.yamlio import safe_load
 
 __all__ = [
+    "PLAN_FILE",
     "add_plan_command",
     "build_structure",
     "cached_structure",
@@ -38,6 +48,9 @@ __all__ = [
     "remember_structure",
     "structure_cache_key",
 ]
+
+PLAN_FILE = "plan.yaml"  # in the spec's run folder, where `day0 plan` writes without --out
+_HEADER = b"# day0 plan"
 
 
 def structure_cache_key(resolved: ResolvedModel) -> str:
@@ -74,14 +87,47 @@ def remember_structure(store: ArtifactStore, resolved: ResolvedModel, structure:
     store.put_json(structure_cache_key(resolved), structure.model_dump(mode="json"))
 
 
-def _check_target(out: Path, force: bool) -> None:
-    """Refuse, before any work, an --out that cannot or should not be written."""
+def _own_file(path: Path) -> bool:
+    """Whether `path` is a plan `day0 plan` wrote (it starts with the header every plan file gets)."""
+    try:
+        with path.open("rb") as fh:
+            return fh.read(len(_HEADER)) == _HEADER
+    except OSError:
+        return False
+
+
+def _check_target(out: Path, force: bool) -> str | None:
+    """Refuse, before any work, an --out that cannot or should not be written; else the notice to
+    give when it replaces a file (None when there is nothing to replace)."""
     if not out.parent.is_dir():
         raise UsageError(f"--out: directory {out.parent} does not exist")
     if out.is_dir():
         raise UsageError(f"--out: {out} is a directory; expected a file path")
-    if out.exists() and not force:
-        raise UsageError(f"--out: {out} exists; pass --force to overwrite it")
+    if not out.exists():
+        return None
+    if _own_file(out):
+        return f"replacing {out} (an earlier day0 plan)"
+    if not force:
+        raise UsageError(f"--out: {out} exists and is not a plan day0 plan wrote; pass --force to overwrite it")
+    return f"overwriting {out} (--force)"
+
+
+def _notice(text: str) -> None:
+    print(f"note: {text}", file=sys.stderr)
+
+
+def _open_store(spec: PipelineSpec, out: Path | None) -> ArtifactStore | None:
+    """The spec's store, or None (with a notice) when it does not answer and the plan goes to --out:
+    the plan is then made without the store's structure cache and calibrated profile."""
+    store = open_store(spec.storage)
+    try:
+        store.check()
+    except StoreUnavailable as exc:
+        if out is None:
+            raise StoreUnavailable(f"{exc}; day0 plan writes the plan there unless --out FILE is given") from None
+        _notice(f"{exc}; planning without its structure cache or calibrated profile")
+        return None
+    return store
 
 
 def add_plan_command(subparsers: argparse._SubParsersAction) -> None:
@@ -89,12 +135,13 @@ def add_plan_command(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("spec", help="pipeline spec YAML")
     p.add_argument("--json", action="store_true", help="print all ranked plans and the chosen plan as JSON")
     p.add_argument("--top", type=positive_int, default=10, help="plans shown in the table (default 10)")
-    p.add_argument("--force", action="store_true", help="overwrite the --out file if it exists")
+    p.add_argument("--force", action="store_true", help="overwrite an --out file that day0 plan did not write")
     p.add_argument(
         "--out",
         type=Path,
         default=None,
-        help="where to write the chosen plan YAML (default: <metadata.name>.plan.yaml; with --json only if set)",
+        help="where to write the chosen plan YAML (default: plan.yaml in the spec's run folder in its store); "
+        "an earlier plan there is replaced",
     )
     p.set_defaults(func=cmd_plan)
 
@@ -102,31 +149,49 @@ def add_plan_command(subparsers: argparse._SubParsersAction) -> None:
 def cmd_plan(args: argparse.Namespace) -> int:
     from day0.planner.profile import load_profile
     from day0.planner.step import optimize_for_spec, plan_for_spec
+    from day0.runs import RunContext
 
     spec = load_spec(args.spec)
-    out = args.out if args.out or args.json else Path(f"{spec.metadata.name}.plan.yaml")
-    if out:
-        _check_target(out, args.force)
-    store = open_store(spec.storage)
-    structure, resolved = cached_structure(store, spec)
+    out: Path | None = args.out
+    replacing = _check_target(out, args.force) if out else None
+    store = _open_store(spec, out)
+    if store is not None:
+        structure, resolved = cached_structure(store, spec)
+    else:
+        structure, resolved = None, resolve_model(spec.model)
     if structure is None:
         structure = build_structure(resolved)
-        remember_structure(store, resolved, structure)
-    report = plan_for_spec(spec, structure, load_profile(store, spec.platform.name))
+        if store is not None:
+            remember_structure(store, resolved, structure)
+    report = plan_for_spec(spec, structure, load_profile(store, spec.platform.name) if store else None)
     optimized = optimize_for_spec(spec, structure, report)
-    text = optimized.to_yaml() if optimized.plan else report.to_yaml()
+    text = _header(spec, args.spec) + (optimized.to_yaml() if optimized.plan else report.to_yaml())
     if out:
+        if replacing:
+            _notice(replacing)
         try:
-            write_atomically(out, text.encode(), replace=args.force)
+            write_atomically(out, text.encode(), replace=replacing is not None)
         except FileExistsError:
             raise UsageError(f"--out: {out} appeared while planning; pass --force to overwrite it") from None
+        where = str(out)
+    else:
+        assert store is not None  # an unreachable store without --out was refused above
+        key = RunContext.create(spec).key(PLAN_FILE)
+        if store.exists(key):
+            _notice(f"replacing the earlier plan at {store.url(key)}")
+        where = store.put_text(key, text, "application/yaml")
     if args.json:
-        doc = {**report.model_dump(mode="json"), "chosen": safe_load(text)}
+        doc = {**report.model_dump(mode="json"), "chosen": safe_load(text), "written": where}
         sys.stdout.write(json.dumps(doc, indent=1) + "\n")
         return 0
-    print(report.to_markdown(top=args.top))
+    print(report.to_markdown(top=args.top, images=False))
     if optimized.plan:
         print(optimized.to_markdown())
-    if out:
-        print(f"plan written to {out}")
+    print(f"plan written to {where}")
     return 0
+
+
+def _header(spec: PipelineSpec, path: str) -> str:
+    """The first line of every plan file: it names the spec, and marks the file as one `day0 plan`
+    may replace."""
+    return f"{_HEADER.decode()}: {spec.metadata.name} from {path} (day0 {day0.__version__})\n"

@@ -2,7 +2,8 @@
 
 A step whose task raised is recorded as failed (by `tasks._step.run_step`) and its dependents are
 skipped; steps that do not read it still run. A user error (`Day0Error`) is kept to be re-raised
-once the report is written, so the command line exits 2 for it.
+once the report is written, so the command line exits 2 for it. Each error is logged once
+(`tasks._step.OncePerError`): a user error or a failed verdict as one line, a bug with its traceback.
 """
 
 from __future__ import annotations

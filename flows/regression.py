@@ -63,8 +63,11 @@ class RegressionWatch(BaseModel):
     tolerance: RegressionTolerance = Field(default_factory=RegressionTolerance)
 
 
-class RegressionFailed(Exception):
-    pass
+class RegressionFailed(RunFailed):
+    """A failed regression verdict: logged as one line, like a failed step (`tasks._step.OncePerError`)."""
+
+    def __init__(self, message: str, summary: dict[str, Any] | None = None):
+        super().__init__(message, summary or {})
 
 
 def _load_watch(path: Path) -> RegressionWatch:

@@ -4,6 +4,9 @@ A step's folder holds `code.json` (the digest of the code computing it, written 
 its files and `result.md`, then `result.json`, written last: its presence with a matching digest is
 what makes the step complete. A folder left by other code (or any folder under `--fresh`) is
 cleared before the step runs, so neither a stale result nor a stale checkpoint is reused.
+
+Importing this module also sets how Prefect's engines log errors (`OncePerError`): one line for an
+expected error, one traceback for an unexpected one.
 """
 
 from __future__ import annotations
@@ -23,12 +26,73 @@ from prefect.exceptions import MissingContextError
 
 import day0
 from day0.core.result import StepResult
+from day0.errors import Day0Error, RunFailed
 from day0.provenance import code_digest
 from day0.runs import RunContext, StepRecord
 
-__all__ = ["in_prefect_run", "run_step", "step_logger"]
+__all__ = [
+    "EXPECTED_ERRORS",
+    "OncePerError",
+    "in_prefect_run",
+    "install_log_policy",
+    "one_line",
+    "run_step",
+    "step_logger",
+]
 
 R = TypeVar("R", bound=StepResult)
+
+
+# Errors a user can act on (bad input, a failed verdict): their message is the whole story.
+EXPECTED_ERRORS: tuple[type[Exception], ...] = (Day0Error, RunFailed)
+# Where Prefect's task engine, flow engine and flow-run process (`python -m prefect.engine`) log.
+ENGINE_LOGGERS = ("prefect.task_runs", "prefect.flow_runs", "prefect.engine")
+_LOGGED = "_day0_logged"
+
+
+def one_line(exc: BaseException) -> str:
+    """`Type: message`, its whitespace (newlines included) collapsed: one log line."""
+    return f"{type(exc).__name__}: {' '.join(str(exc).split())}"
+
+
+class OncePerError(logging.Filter):
+    """Log each exception once: an expected one as one line (naming the task run's step), an
+    unexpected one with its traceback.
+
+    Why: Prefect logs a run's exception with its traceback where the task fails ("Task run failed
+    with exception"), again where the flow fails ("Encountered exception during execution") and,
+    in a deployment's flow-run process, a third time as it exits ("Engine execution exited with
+    unexpected exception"). Returning a `Failed` state instead of raising does not avoid them:
+    a task that does is logged with `exc_info` anyway, and the flow-run process re-raises a failed
+    flow's state to log it. Records below ERROR (Prefect's DEBUG "Crash details") are left alone."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        if exc is None or record.levelno < logging.ERROR:
+            return True
+        if getattr(exc, _LOGGED, False):
+            return False  # logged already: where the task failed, or where the flow did
+        try:
+            setattr(exc, _LOGGED, True)
+        except AttributeError:  # an exception type without attributes: log it, as Prefect does
+            return True
+        if isinstance(exc, EXPECTED_ERRORS):
+            step = getattr(record, "task_name", None)
+            record.msg, record.args = "%s%s", (f"{step}: " if step else "", one_line(exc))
+            record.exc_info, record.exc_text = None, None
+        return True
+
+
+def install_log_policy() -> None:
+    """Put `OncePerError` on Prefect's engine loggers (once): done when this module is imported, so
+    in every process that runs a day0 task or flow, before anything can fail."""
+    for name in ENGINE_LOGGERS:
+        engine_logger = logging.getLogger(name)
+        if not any(isinstance(f, OncePerError) for f in engine_logger.filters):
+            engine_logger.addFilter(OncePerError())
+
+
+install_log_policy()
 
 
 def step_logger() -> logging.Logger | logging.LoggerAdapter[Any]:

@@ -21,7 +21,7 @@ from day0.planner.profile import CalibratedProfile, load_profile
 from day0.planner.results import PlanReport
 from day0.planner.trial_estimate import TrialPrediction, predict_trial
 from day0.runs import RunContext
-from day0.spec import HardwareSpec
+from day0.spec import HardwareSpec, PipelineSpec
 from day0.testing.faults import TestingSettings
 from day0.trial.job import JOB, TrialRequest
 from day0.trial.loop import LoopConfig
@@ -29,7 +29,7 @@ from day0.trial.results import TrialResult
 from day0.trial.step import TrialPlan, candidate_loop
 from tasks._step import run_step, step_logger
 
-__all__ = ["PlannerMemoryEstimate", "checkpoint_uri", "plan_from_results", "trial"]
+__all__ = ["PlannerMemoryEstimate", "calibrate_command", "checkpoint_uri", "plan_from_results", "trial"]
 
 
 def checkpoint_uri(ctx: RunContext) -> str:
@@ -97,6 +97,13 @@ class PlannerMemoryEstimate:
         return self.predict(config, plan, loop, workers, step_time=False).peak_bytes
 
 
+def calibrate_command(spec: PipelineSpec) -> str:
+    """What gives the cost check's calibrated figure: a stored profile, then this run recomputed
+    (a reused step keeps the figures it was computed with)."""
+    store = "" if spec.storage == "file://.day0" else f" --store {spec.storage}"
+    return f"`day0 calibrate {spec.platform.name}{store}`, then `day0 run SPEC --fresh`"
+
+
 @task(name="trial", cache_policy=NO_CACHE)
 def trial(
     ctx: RunContext,
@@ -132,7 +139,9 @@ def trial(
         loop = candidate_loop(spec, result.scaled_config, plan)
         predicted = estimate.predict(result.scaled_config, plan, loop, spec.trial.workers)
         result = result.with_memory_estimate(predicted.peak_bytes, estimate.source)
-        result = result.with_cost_check(predicted.step_time_s, predicted.peak_bytes, predicted.source)
+        result = result.with_cost_check(
+            predicted.step_time_s, predicted.peak_bytes, predicted.source, calibrate_command(spec)
+        )
         return result.model_copy(update={"execution": execution})
 
     return run_step("trial", ctx, TrialResult, compute, variant=faults.describe() if faults else None)

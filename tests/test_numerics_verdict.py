@@ -60,9 +60,21 @@ def test_unchecked_ops_are_counted_apart_and_warn() -> None:
     assert r.verdict == "warn" and r.passed
     assert r.headline["ops checked"] == "2" and r.headline["passed"] == "2"
     assert r.headline["not checked"] == "1 ops, 1 gradients"
-    assert r.headline["worst at bf16"] == "cosine 0.999900, max rel 0.004"
+    assert r.headline["worst at bf16"] == "RMS error 0.002, cosine 0.999900, max rel 0.004 (aten::mm)"
+    assert r.headline["ops"] == "2 of 2 checked pass, 0 adapted"
     assert any("aten::foo" in line for line in r.reasons) and any("whole-model" in line for line in r.reasons)
     assert "operators and numerical alignment: WARN" in r.to_markdown()
+
+
+def test_worst_error_headline_names_the_op_and_metric_and_calls_cancellation() -> None:
+    near_zero = _metrics(0.999997, max_rel=5.0)  # RMS error 0.002: the 5 is an element near 0
+    r = _result(
+        OpCheck(op="aten::mm", dtype="bf16", status="pass", metrics=_metrics(0.9999, max_rel=0.009)),
+        OpCheck(op="aten::index_put", dtype="bf16", status="pass", metrics=near_zero),
+    )
+    assert r.headline["worst at bf16"] == (
+        "RMS error 0.002, cosine 0.999900 (aten::mm); max rel 5 (aten::index_put, near-0 reference: cancellation)"
+    )
 
 
 def test_failing_op_fails_with_its_numbers_and_leads_the_table() -> None:

@@ -109,3 +109,86 @@ def test_parallel_and_optimize_tasks_store_results_and_resume(tmp_path: Path, pr
     for step, name in (("parallel", "plan.yaml"), ("parallel", "result.md"), ("optimize", "optimized-plan.yaml")):
         assert store.exists(ctx.key(step, name)), (step, name)
     assert parallel.fn(ctx, analyzed).model_dump() == plans.model_dump()  # reused, not recomputed
+
+
+def _spec_in(tmp_path: Path, storage: str | None = None) -> Path:
+    """deepseek-v3-8-h800 with its store under tmp_path, holding the model's structure (no meta build)."""
+    from cli.plan import remember_structure
+    from day0.analysis.structure import ModelStructure
+    from day0.core.model_source import resolve_model
+    from day0.spec import load_spec
+    from day0.store import open_store
+
+    raw = yaml.safe_load((DATA / "deepseek-v3-8-h800.yaml").read_text())
+    raw["storage"] = storage or f"file://{tmp_path}/store"
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    if storage is None:
+        spec = load_spec(path)
+        structure = ModelStructure.model_validate_json((DATA / "deepseek-v3.structure.json").read_text())
+        remember_structure(open_store(spec.storage), resolve_model(spec.model), structure)
+    return path
+
+
+def test_replanning_goes_to_the_store_beside_the_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The edit-and-replan loop: no --out, no --force, and a second plan replaces the first, saying so."""
+    from day0.runs import RunContext
+    from day0.spec import load_spec
+
+    path = _spec_in(tmp_path)
+    key = RunContext.create(load_spec(path)).key("plan.yaml")
+    assert run([str(path)]) == 0
+    first = capsys.readouterr()
+    assert f"plan written to file://{tmp_path}/store/{key}" in first.out and "replacing" not in first.err
+    stored = tmp_path / "store" / key
+    assert stored.read_text().startswith("# day0 plan: deepseek-v3-8-h800 from ")
+    assert yaml.safe_load(stored.read_text())["feasible"] is False
+    assert run([str(path)]) == 0
+    second = capsys.readouterr()
+    assert f"plan written to file://{tmp_path}/store/{key}" in second.out
+    assert f"note: replacing the earlier plan at file://{tmp_path}/store/{key}" in second.err
+    assert run([str(path), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["written"] == f"file://{tmp_path}/store/{key}"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s.yaml", "store"], "nothing written beside the spec"
+
+
+def test_out_replaces_its_own_plan_and_refuses_other_files(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from day0.errors import UsageError
+
+    path, out = _spec_in(tmp_path), tmp_path / "p.yaml"
+    assert run([str(path), "--out", str(out)]) == 0
+    assert "replacing" not in capsys.readouterr().err
+    assert run([str(path), "--out", str(out)]) == 0
+    assert f"note: replacing {out} (an earlier day0 plan)" in capsys.readouterr().err
+    out.write_text("mine\n")
+    with pytest.raises(UsageError, match="exists and is not a plan day0 plan wrote; pass --force"):
+        run([str(path), "--out", str(out)])
+    assert out.read_text() == "mine\n"
+    assert run([str(path), "--out", str(out), "--force"]) == 0
+    assert f"note: overwriting {out} (--force)" in capsys.readouterr().err
+    assert out.read_text().startswith("# day0 plan: ")
+
+
+def test_unreachable_store_plans_to_out_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from cli import plan as plan_cli
+    from day0.analysis.structure import ModelStructure
+    from day0.errors import StoreUnavailable
+
+    for name, value in {
+        "DAY0_STORE_ENDPOINT_URL": "http://127.0.0.1:9",
+        "DAY0_STORE_ACCESS_KEY_ID": "k",
+        "DAY0_STORE_SECRET_ACCESS_KEY": "s",
+        "AWS_MAX_ATTEMPTS": "1",
+    }.items():
+        monkeypatch.setenv(name, value)
+    structure = ModelStructure.model_validate_json((DATA / "deepseek-v3.structure.json").read_text())
+    monkeypatch.setattr(plan_cli, "build_structure", lambda resolved: structure)
+    path = _spec_in(tmp_path, storage="s3://bucket/x")
+    with pytest.raises(StoreUnavailable, match=r"cannot reach bucket .*unless --out FILE is given"):
+        run([str(path)])
+    out = tmp_path / "p.yaml"
+    assert run([str(path), "--out", str(out)]) == 0
+    assert "planning without its structure cache or calibrated profile" in capsys.readouterr().err
+    assert yaml.safe_load(out.read_text())["feasible"] is False

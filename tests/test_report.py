@@ -1,13 +1,23 @@
-"""report.html is safe to open: text from a spec is shown, never run (issue 17)."""
+"""The run report: report.html is safe to open (text from a spec is shown, never run: issue 17);
+the scorecard reads at a glance, its figures are honest (the worst error names its op, an
+uncalibrated cost figure says so, a rerun says what it reused and what the original took), every
+linked plot exists, and the plots give each quantity its own axis. The browser's view of the same
+report: tests/test_report_browser.py."""
 
 from __future__ import annotations
 
+import datetime as dt
 import re
 from pathlib import Path
 
-from day0.report import write_report
+import pytest
+
+from day0.report import SCORECARD, write_report
 from day0.runs import RunContext
+from day0.serving.results import InferenceResult
 from day0.spec import spec_from_dict
+from day0.trial.results import TrialResult
+from tests._report_helpers import recorded_run
 
 SCRIPT = "<script>alert(1)</script>"
 IMG = "<img src=x onerror=alert(2)>"
@@ -37,3 +47,106 @@ def test_script_in_a_spec_is_not_live_in_the_report(tmp_path: Path) -> None:
     csp = re.search(r"<meta http-equiv='Content-Security-Policy' content=\"([^\"]+)\">", page)
     assert csp and "default-src 'none'" in csp[1] and "script-src" not in csp[1], "a strict CSP, no script source"
     assert page.index("Content-Security-Policy") < page.index("<body>"), "the policy is in the head"
+
+
+# --- the default spec's recorded run (tests/_report_helpers.py): at a glance, honest figures ------
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory: pytest.TempPathFactory) -> tuple[RunContext, list[str], float]:
+    return recorded_run(tmp_path_factory.mktemp("recorded"))
+
+
+def _markdown(urls: dict[str, str]) -> str:
+    return Path(urls["markdown"].removeprefix("file://")).read_text()
+
+
+def _row(markdown: str, layer: str) -> str:
+    return next(line for line in markdown.splitlines() if line.startswith(f"| {layer}"))
+
+
+def test_each_scorecard_row_is_a_short_glance_with_named_worst_and_labelled_cost(recorded) -> None:
+    ctx, steps, wall_s = recorded
+    markdown = _markdown(write_report(ctx, wall_s, steps))
+    for layer, _ in SCORECARD:
+        headline = _row(markdown, layer).split(" | ")[2]
+        assert len(headline) < 400, f"{layer}: the glance is a paragraph: {headline}"
+    numerical = _row(markdown, "numerical").split(" | ")[2]
+    worst = re.search(r"worst at bf16: (.*)", numerical)
+    assert worst and re.search(r"max rel [\d.e+-]+ \(aten::\w+", worst[1]), "the worst error names its op"
+    assert "RMS error" in worst[1] and "cosine" in worst[1], worst[1]
+    convergence = _row(markdown, "convergence").split(" | ")[2]
+    cost = re.search(r"cost model step time: ([^;|]*(?:;[^;|]*)?)", convergence)
+    assert cost, convergence
+    if "datasheet" in cost[1]:
+        assert "datasheet, uncalibrated" in cost[1] and "`day0 calibrate cpu`" in cost[1] and "--fresh" in cost[1], (
+            f"an uncalibrated cost figure says so, with the command for the calibrated one: {cost[1]}"
+        )
+    else:
+        assert ", calibrated " in cost[1], cost[1]
+    html = Path(write_report(ctx, wall_s, steps)["html"].removeprefix("file://")).read_text()
+    card = html[html.index('<table class="scorecard">') : html.index("</table>", html.index('class="scorecard"'))]
+    assert card.count('<span class="badge ') == 4 and card.count("<details>") >= 3, "badges; reasons folded"
+
+
+def test_a_rerun_that_reuses_every_step_says_so_with_the_original_wall_time(recorded) -> None:
+    ctx, steps, wall_s = recorded
+    write_report(ctx, wall_s, steps)  # attempt 1's report records its wall time
+    first = {r.step: r for r in ctx.attempt_records()}
+    rerun = RunContext.create(ctx.spec)
+    rerun.begin_attempt()
+    for step in steps:
+        r = first[step]
+        rerun.record(r.model_copy(update={"status": "cached", "seconds": 0.2, "started_at": dt.datetime.now(dt.UTC)}))
+    markdown = _markdown(write_report(rerun, 3.3, steps))
+    wall = next(line for line in markdown.splitlines() if line.startswith("| wall time |"))
+    n = len(ctx.load_manifest().attempts)
+    assert f"3.3 s (attempt {n}): all {len(steps)} steps reused, computed by attempt 1 in {wall_s:.1f} s" in wall
+    trial = next(line for line in markdown.splitlines() if line.startswith("| trial |"))
+    assert f"reused: computed by attempt 1 in {first['trial'].seconds:.1f} s" in trial
+
+
+def test_a_plot_the_store_lacks_is_named_never_linked(recorded, tmp_path: Path) -> None:
+    ctx, steps, wall_s = recorded
+    store = ctx.store()
+    key = ctx.key("parallel", "memory.png")
+    saved = store.get_bytes(key)
+    (Path(store.url(key).removeprefix("file://"))).unlink()
+    try:
+        urls = write_report(ctx, wall_s, steps)
+    finally:
+        store.put_bytes(key, saved)
+    markdown, page = _markdown(urls), Path(urls["html"].removeprefix("file://")).read_text()
+    assert "](parallel/memory.png)" not in markdown and "plot `parallel/memory.png` was not written" in markdown
+    assert 'src="parallel/memory.png"' not in page
+    run_dir = Path(urls["markdown"].removeprefix("file://")).parent
+    for link in re.findall(r"!\[[^\]]*\]\(([^)\s]+\.png)\)", markdown):
+        assert (run_dir / link).is_file(), link
+
+
+def test_latency_and_loss_plots_give_each_quantity_its_own_axis(recorded, monkeypatch: pytest.MonkeyPatch) -> None:
+    ctx, _, _ = recorded
+    import day0.plots
+    import day0.trial.plot
+
+    drawn: dict[str, list] = {}
+
+    def capture(title: str, rows: list, xlabel: str, **kwargs: object) -> bytes:
+        drawn[xlabel] = rows
+        return b"\x89PNG"
+
+    monkeypatch.setattr(day0.plots, "panels", capture)
+    monkeypatch.setattr(day0.trial.plot, "panels", capture)
+    store = ctx.store()
+    served = InferenceResult.model_validate(store.get_json(ctx.key("inference", "result.json")))
+    trained = TrialResult.model_validate(store.get_json(ctx.key("trial", "result.json")))
+    served.files()
+    trained.files()
+    ttft, tpot = drawn["output throughput, tokens/s"]
+    heavy = max(served.sweep, key=lambda p: p.concurrency).summary
+    assert ttft.ylabel.endswith(", s") and tpot.ylabel.endswith(", ms"), "TTFT in seconds, TPOT in ms, apart"
+    assert max(next(iter(ttft.series.values()))[1]) == pytest.approx(heavy.ttft.p99_ms / 1000)
+    loss, relative = drawn["step"]
+    tolerance = 100 * trained.alignment.loss_threshold
+    assert any(b.high[0] == pytest.approx(tolerance) and b.low[0] == pytest.approx(-tolerance) for b in relative.bands)
+    assert loss.ylabel == "loss" and "%" in relative.ylabel, "the band is drawn on the difference's own scale"

@@ -90,3 +90,17 @@ def test_diverged_curve_fails_and_round_trips_through_result_json() -> None:
     assert math.isnan(again.candidate.loss[-1]) and again.verdict == "fail"
     stored = json.loads(json.dumps(result.model_dump(mode="json")))  # the artifact store's path
     assert stored["verdict"] == "fail" and TrialResult.model_validate(stored).reasons == result.reasons
+
+
+def test_cost_check_labels_datasheet_figures_with_the_calibrated_figures_command() -> None:
+    from day0.trial.cost_check import CostCheck
+
+    figures = dict(predicted_step_s=0.025, measured_step_s=0.083, predicted_peak_bytes=2**20, measured_peak_bytes=2**20)
+    how = "`day0 calibrate cpu`, then `day0 run SPEC --fresh`"
+    datasheet = CostCheck(source="datasheet", calibrate_command=how, **figures)
+    assert datasheet.describe()["step time"] == (
+        f"predicted 0.025 s, measured 0.083 s (-70%), datasheet, uncalibrated; calibrated: {how}"
+    )
+    assert "datasheet figures, uncalibrated" in (datasheet.reason() or "") and how in (datasheet.reason() or "")
+    calibrated = CostCheck(source="calibrated 2026-01-02", calibrate_command=how, **figures)
+    assert calibrated.describe()["step time"].endswith("(-70%), calibrated 2026-01-02") and calibrated.reason() is None

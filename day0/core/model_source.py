@@ -2,7 +2,10 @@
 and decide once whether its own modelling code may run.
 
 Sources: a name in configs/models/, a local directory, or `hf://org/name[@revision]` through
-huggingface_hub (config and code files only; honours HF_HUB_OFFLINE / DAY0_HUB_OFFLINE).
+huggingface_hub (config and code files only; honours HF_HUB_OFFLINE / DAY0_HUB_OFFLINE). A hub
+reference the hub cache (DAY0_HUB_CACHE_DIR, else huggingface_hub's HF_HUB_CACHE) cannot give, with
+the hub offline or unreachable, is then looked up in `configs/hub/`, a hub-layout cache shipped with
+day0 (`BUNDLED_HUB_CACHE`: the README's showcase model), through the same huggingface_hub call.
 
 Contract: `resolve_model(spec.model)` is the one resolver every path uses (steps, `day0 analyze`,
 `day0 plan`); step 1 stores its `ResolvedModel` in its result and later steps build from that,
@@ -23,10 +26,19 @@ from day0.paths import CONFIGS_DIR
 from day0.settings import HubSettings, LimitsSettings
 from day0.spec import ModelSpec, hub_reference
 
-__all__ = ["HUB_ALLOW_PATTERNS", "ResolvedModel", "remote_code_allowed", "resolve_model", "resolve_model_source"]
+__all__ = [
+    "BUNDLED_HUB_CACHE",
+    "HUB_ALLOW_PATTERNS",
+    "ResolvedModel",
+    "remote_code_allowed",
+    "resolve_model",
+    "resolve_model_source",
+]
 
 # Config and modelling code only: weights are never fetched.
 HUB_ALLOW_PATTERNS = ["config.json", "generation_config.json", "*.py", "tokenizer_config.json"]
+# A hub cache, laid out as huggingface_hub lays out its own, of the configs day0 ships (read-only).
+BUNDLED_HUB_CACHE = CONFIGS_DIR / "hub"
 
 
 class ResolvedModel(BaseModel):
@@ -59,20 +71,23 @@ def _from_hub(source: str, settings: HubSettings) -> tuple[Path, str, str]:
         repo_id, revision = hub_reference(source)
     except ValueError as exc:
         raise ModelError(source, "model.source", str(exc)) from None
-    try:
-        path = snapshot_download(
-            repo_id,
-            revision=revision,
-            allow_patterns=HUB_ALLOW_PATTERNS,
-            cache_dir=settings.cache_dir,
-            local_files_only=_hub_offline(settings),
+
+    def snapshot(cache_dir: Path | None, offline: bool) -> str:
+        return snapshot_download(
+            repo_id, revision=revision, allow_patterns=HUB_ALLOW_PATTERNS, cache_dir=cache_dir, local_files_only=offline
         )
+
+    try:
+        try:
+            path = snapshot(settings.cache_dir, _hub_offline(settings))
+        except LocalEntryNotFoundError:  # not cached, and the hub is offline or did not answer
+            path = snapshot(BUNDLED_HUB_CACHE, True)
     except LocalEntryNotFoundError:
         raise ModelError(
             source,
             "model.source",
-            f"revision {revision!r} of {repo_id} is not in the local hub "
-            "cache and the hub is offline (HF_HUB_OFFLINE); pre-fetch its config or go online",
+            f"revision {revision!r} of {repo_id} is not in the local hub cache and the hub is offline "
+            f"(HF_HUB_OFFLINE) or unreachable, nor in {BUNDLED_HUB_CACHE}; pre-fetch its config or go online",
         ) from None
     except (HfHubHTTPError, OSError) as exc:
         raise ModelError(source, "model.source", f"could not fetch from the hub: {exc}") from None

@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from day0.core.precision import DEFAULT_TOLERANCES
 
-__all__ = ["ErrorMetrics", "Thresholds", "compare", "default_thresholds", "ulp_error", "verdict"]
+__all__ = ["ErrorMetrics", "Thresholds", "compare", "default_thresholds", "ulp_error", "verdict", "worst_figures"]
 
 
 class Thresholds(BaseModel):
@@ -170,3 +170,35 @@ def verdict(m: ErrorMetrics, t: Thresholds) -> tuple[bool, str]:
             f"(max rel {m.max_rel:.3g}, RMS error {m.rel_rmse:.3g})"
         )
     return True, "within tolerance"
+
+
+# A max relative error this many times the RMS error comes from elements whose reference is near
+# zero (cancellation: the difference of rounded terms divided by almost nothing), not from a fault.
+_NEAR_ZERO_RATIO = 100.0
+
+
+def worst_figures(named: list[tuple[str, ErrorMetrics]]) -> str:
+    """The worst RMS error, cosine and max relative error of several ops, each naming the op it comes
+    from, e.g. `RMS error 0.00245, cosine 0.999997 (aten::index_put); max rel 0.009 (aten::mm)`; a max
+    relative error that comes from elements whose reference is near 0 (cancellation) says so. "-" for none."""
+    if not named:
+        return "-"
+    rms = max(named, key=lambda nm: nm[1].rel_rmse)
+    cos = min(named, key=lambda nm: nm[1].cosine)
+    rel = max(named, key=lambda nm: nm[1].max_rel)
+    near_zero = rel[1].max_rel > _NEAR_ZERO_RATIO * max(rel[1].rel_rmse, 1e-300)
+    figures = [
+        (rms[0], f"RMS error {rms[1].rel_rmse:.3g}"),
+        (cos[0], f"cosine {cos[1].cosine:.6f}"),
+        (rel[0], f"max rel {rel[1].max_rel:.3g}"),
+    ]
+    groups: list[tuple[str, list[str]]] = []
+    for op, text in figures:  # consecutive figures of one op share its name
+        if groups and groups[-1][0] == op:
+            groups[-1][1].append(text)
+        else:
+            groups.append((op, [text]))
+    parts = [f"{', '.join(texts)} ({op})" for op, texts in groups]
+    if near_zero:
+        parts[-1] = parts[-1][:-1] + ", near-0 reference: cancellation)"
+    return "; ".join(parts)

@@ -7,7 +7,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
 from day0.core.result import Judgement, StepResult, Verdict
-from day0.numerics.metrics import ErrorMetrics
+from day0.numerics.metrics import ErrorMetrics, worst_figures
 
 __all__ = [
     "Adaptation",
@@ -295,12 +295,7 @@ class OperatorsResult(StepResult):
     ) -> dict[str, str]:
         checks = self.ops.checks
         dtype = self.ops.compute_dtypes[0] if self.ops.compute_dtypes else "-"
-        at_dtype = [c.metrics for c in checks if c.metrics is not None and c.dtype == dtype]
-        worst = (
-            f"cosine {min(m.cosine for m in at_dtype):.6f}, max rel {max(m.max_rel for m in at_dtype):.3g}"
-            if at_dtype
-            else "-"
-        )
+        at_dtype = [(c.op, c.metrics) for c in checks if c.metrics is not None and c.dtype == dtype]
         layer = (
             "not run"
             if self.layers is None
@@ -310,13 +305,15 @@ class OperatorsResult(StepResult):
             if self.layers.first_divergent
             else "none"
         )
-        return {
-            "ops checked": str(len(checks) - len(unchecked)),
-            "passed": str(len(checks) - len(unchecked) - len(failed)),
+        checked = len(checks) - len(unchecked)
+        return {  # the first two are the scorecard's glance
+            "ops": f"{checked - len(failed)} of {checked} checked pass, {len(adapted)} adapted",
+            f"worst at {dtype}": worst_figures(at_dtype),
+            "ops checked": str(checked),
+            "passed": str(checked - len(failed)),
             "failed": str(len(failed)),
             "adapted": str(len(adapted)),
             "not checked": f"{len(unchecked)} ops, {len(grads_unchecked)} gradients",
-            f"worst at {dtype}": worst,
             "first divergent layer": layer,
         }
 

@@ -87,12 +87,14 @@ class OptimizationReport(StepResult):
             return Judgement(verdict="skipped", reasons=[self.skipped_reason or "step 3 found no plan"])
         m = self.plan.memory
         used = [t for t in self.techniques if t.chosen != t.baseline]
-        headline = {"techniques": ", ".join(f"{t.technique} {t.chosen}" for t in used) or "none needed"}
+        headline = {  # the first two are the scorecard's glance
+            "techniques": ", ".join(f"{t.technique} {t.chosen}" for t in used) or "none needed",
+            "memory per accelerator": f"{m.total_bytes / GIB:.1f} of {m.capacity_bytes / GIB:g} GiB",
+        }
         for t in used:
             if (base := t.effect()) is not None:  # + 0.0: no "-0.0"
                 saved, cost = round(-base.memory_saved_bytes / GIB, 1) + 0.0, round(-base.time_cost_s, 3) + 0.0
                 headline[t.technique] = f"{t.chosen}: {saved:+.1f} GiB saved, {cost:+.3f} s per step vs {t.baseline}"
-        headline["memory per accelerator"] = f"{m.total_bytes / GIB:.1f} of {m.capacity_bytes / GIB:g} GiB"
         headline["step time"] = f"{self.step_before_s:.3g} -> {self.step_after_s:.3g} s"
         if not self.plan.feasible:
             why = (

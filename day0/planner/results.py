@@ -110,10 +110,10 @@ class PlanReport(StepResult):
         p = self.best
         return Judgement(
             verdict="pass",
-            headline={
+            headline={  # the first two are the scorecard's glance
                 "degrees": degrees_label(p.parallel),
-                "memory per accelerator": f"{p.memory.total_bytes / GIB:.1f} of {cap:g} GiB",
                 "step time": f"{p.time.step_s:.3g} s",
+                "memory per accelerator": f"{p.memory.total_bytes / GIB:.1f} of {cap:g} GiB",
                 "MFU": f"{p.time.mfu:.1%}",
             },
         )
@@ -155,7 +155,9 @@ class PlanReport(StepResult):
         rows += [_row(str(p.rank), p) for p in self.plans[:top]]
         return "\n".join([head, *rows])
 
-    def to_markdown(self, top: int = 10) -> str:
+    def to_markdown(self, top: int = 10, images: bool = True) -> str:
+        """The step's section; `images=False` leaves out the link to memory.png, for a caller that
+        shows the text without the step's files (`day0 plan` prints it)."""
         c, j = self.cluster, self.judge()
         hw = c.hardware
         lines = [
@@ -178,14 +180,9 @@ class PlanReport(StepResult):
         if self.plans or self.closest_infeasible:
             lines += [self.table(top)]
         if self.plans:
-            lines += [
-                "",
-                _memory_section(self.plans[0]),
-                "",
-                "![memory per accelerator by term](memory.png)",
-                "",
-                _time_section(self.plans[0]),
-            ]
+            lines += ["", _memory_section(self.plans[0]), ""]
+            lines += ["![memory per accelerator by term](memory.png)", ""] if images else []
+            lines += [_time_section(self.plans[0])]
         if self.infeasible:
             lines += ["", "## Rejected", "", "| reason | tuples |", "|---|---|"]
             lines += [f"| {i.reason} | {i.count} |" for i in self.infeasible[:10]]

@@ -9,7 +9,7 @@ fallback (a Day-0 finding) or some requests failed; else pass.
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from pydantic import BaseModel, Field
 
@@ -20,6 +20,9 @@ from day0.serving.quality import QualityReport
 from day0.serving.quantize import QuantizationReport
 from day0.serving.server import EngineFinding
 from day0.spec import SLO
+
+if TYPE_CHECKING:
+    from day0.plots import Panel
 
 __all__ = ["EngineCache", "InferenceResult", "SweepPoint"]
 
@@ -128,34 +131,40 @@ class InferenceResult(StepResult):
         return Judgement(verdict=verdict, reasons=fails + warns + info, headline=self._headline())
 
     def _headline(self) -> dict[str, str]:
-        out = {"engine": self.engine + (" (fallback)" if self.findings else "")}
+        out = {}  # the first two are the scorecard's glance
         if self.sweep:
-            heavy = max(self.sweep, key=lambda p: p.concurrency).summary
-            if heavy.ttft and heavy.tpot:
-                out["p99 TTFT / TPOT"] = f"{heavy.ttft.p99_ms:.0f} / {heavy.tpot.p99_ms:.1f} ms"
+            heavy = max(self.sweep, key=lambda p: p.concurrency)
+            s = heavy.summary
+            if s.ttft and s.tpot:
+                out["p99 TTFT / TPOT"] = (
+                    f"{s.ttft.p99_ms / 1000:.2f} s / {s.tpot.p99_ms:.1f} ms at concurrency {heavy.concurrency}"
+                )
             out["best throughput"] = f"{max(p.summary.output_throughput for p in self.sweep):.1f} tok/s"
+        out["engine"] = self.engine + (" (fallback)" if self.findings else "")
         if self.quantized is not None:
             out["quantised"] = f"{self.quantization}, {self.quantized.fraction_quantized:.0%} of weights"
         return out
 
     def files(self) -> dict[str, bytes]:
+        """latency-throughput.png: p99 TTFT (seconds) and p99 TPOT (milliseconds), each on its own axis."""
         points = [p for p in self.sweep if p.summary.ttft and p.summary.tpot]
         if not points:
             return {}
-        from day0.plots import line_overlay
+        from day0.plots import panels
 
         xs = [p.summary.output_throughput for p in points]
+        labels = [f"concurrency {p.concurrency}" for p in points]
+        ttft = [p.summary.ttft.p99_ms / 1000 for p in points if p.summary.ttft]
+        tpot = [p.summary.tpot.p99_ms for p in points if p.summary.tpot]
         return {
-            "latency-throughput.png": line_overlay(
-                f"{self.model} on {self.engine}: p99 latency vs throughput (concurrency "
-                + ", ".join(str(p.concurrency) for p in points)
-                + ")",
-                {
-                    "TTFT p99": (xs, [p.summary.ttft.p99_ms for p in points if p.summary.ttft]),
-                    "TPOT p99": (xs, [p.summary.tpot.p99_ms for p in points if p.summary.tpot]),
-                },
+            "latency-throughput.png": panels(
+                f"{self.model} on {self.engine}: p99 latency vs output throughput",
+                [
+                    _latency_panel("TTFT p99, s", xs, ttft, labels, self.slo.ttft_p99_ms / 1000, "s"),
+                    _latency_panel("TPOT p99, ms", xs, tpot, labels, self.slo.tpot_p99_ms, "ms"),
+                ],
                 "output throughput, tokens/s",
-                "ms",
+                side_by_side=True,
             )
         }
 
@@ -197,6 +206,21 @@ class InferenceResult(StepResult):
         if self.sweep:
             lines += ["", "![latency vs throughput](latency-throughput.png)", "", *_sweep_table(self.sweep)]
         return "\n".join(lines) + "\n"
+
+
+def _latency_panel(ylabel: str, xs: list[float], ys: list[float], labels: list[str], target: float, unit: str) -> Panel:
+    """One latency on its own axis; its SLO target drawn when it is on the same scale as the data,
+    else named in the panel's title (a line far above would flatten the curve)."""
+    from day0.plots import Panel
+
+    near = target <= 1.5 * max(ys, default=0)
+    return Panel(
+        ylabel,
+        {ylabel.split(",")[0]: (xs, ys)},
+        targets={f"target {target:g} {unit}": target} if near else {},
+        point_labels=labels,
+        title="" if near else f"target <= {target:g} {unit} (above the scale)",
+    )
 
 
 def _ms(d: object, field: str) -> str:

@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from day0.core.result import Judgement, StepResult
 from day0.trial.alignment import AlignmentReport
+from day0.trial.cost_check import CostCheck
 from day0.trial.loop import StepRecord
 from day0.trial.run import RunEvent, TrainingRun
 
@@ -85,41 +86,6 @@ class MemoryComparison(BaseModel):
     )
     estimate_bytes: float | None = None
     estimate_source: str = "none"
-
-
-class CostCheck(BaseModel):
-    """Step 3's cost model predicting the candidate's own configuration, beside what it measured."""
-
-    source: str = Field(description="Which figures the prediction used (datasheet or a calibrated profile).")
-    predicted_step_s: float
-    measured_step_s: float | None = Field(None, description="Steady-state seconds per optimizer step.")
-    predicted_peak_bytes: float
-    measured_peak_bytes: int | None = Field(
-        None, description="Largest per-worker training memory measured: counted from the tensors, else RSS growth."
-    )
-
-    @staticmethod
-    def _error(predicted: float, measured: float | None) -> float | None:
-        return None if not measured else predicted / measured - 1
-
-    @property
-    def step_time_error(self) -> float | None:
-        return self._error(self.predicted_step_s, self.measured_step_s)
-
-    @property
-    def memory_error(self) -> float | None:
-        return self._error(self.predicted_peak_bytes, self.measured_peak_bytes)
-
-    def describe(self) -> dict[str, str]:
-        def pair(pred: str, meas: str | None, err: float | None) -> str:
-            return f"predicted {pred}, measured {meas or 'n/a'}" + (f" ({err:+.0%})" if err is not None else "")
-
-        ms = f"{self.measured_step_s:.3f} s" if self.measured_step_s else None
-        mb = f"{self.measured_peak_bytes / 2**20:.0f} MiB" if self.measured_peak_bytes else None
-        return {
-            "step time": pair(f"{self.predicted_step_s:.3f} s", ms, self.step_time_error),
-            "peak memory": pair(f"{self.predicted_peak_bytes / 2**20:.0f} MiB", mb, self.memory_error),
-        }
 
 
 class RunSummary(BaseModel):
@@ -219,8 +185,11 @@ class TrialResult(StepResult):
         ]
         return self.model_copy(update={"memory": memory})
 
-    def with_cost_check(self, predicted_step_s: float, predicted_peak_bytes: float, source: str) -> TrialResult:
-        """This result with step 3's prediction of its candidate beside the measured step time and peak."""
+    def with_cost_check(
+        self, predicted_step_s: float, predicted_peak_bytes: float, source: str, calibrate_command: str | None = None
+    ) -> TrialResult:
+        """This result with step 3's prediction of its candidate beside the measured step time and peak
+        (`calibrate_command`: what gives the calibrated figure, shown when `source` is the datasheet)."""
         tps = self.candidate.tokens_per_s
         counted = [m.measured_tensor_bytes for m in self.memory if m.measured_tensor_bytes]
         measured = max(counted or [m.measured_training_bytes for m in self.memory], default=None)
@@ -230,6 +199,7 @@ class TrialResult(StepResult):
             measured_step_s=self.global_batch * self.seq_len / tps if tps else None,
             predicted_peak_bytes=predicted_peak_bytes,
             measured_peak_bytes=measured,
+            calibrate_command=calibrate_command,
         )
         return self.model_copy(update={"cost_check": check})
 
@@ -240,18 +210,20 @@ class TrialResult(StepResult):
             *a.failures,
             *errors,
             *_passed_checks(a),
+            *([why] if self.cost_check and (why := self.cost_check.reason()) else []),
             f"final loss: reference {ref.loss[-1]:.4f} ({ref.describe()}), candidate {cand.loss[-1]:.4f} "
             f"({cand.describe()}), difference {a.final_loss_diff:+.4f}",
         ]
-        headline = {
+        cost = {f"cost model {k}": v for k, v in self.cost_check.describe().items()} if self.cost_check else {}
+        headline = {  # the first two are the scorecard's glance
             "loss mean rel error": f"{a.loss_mean_rel_error:.3%} (< {a.loss_threshold:.2%})",
+            **({"cost model step time": cost.pop("cost model step time")} if cost else {}),
             "final loss": f"reference {ref.loss[-1]:.4f}, candidate {cand.loss[-1]:.4f}",
             "reference": ref.describe(),
             "candidate": cand.describe(),
             "recoveries": str(len(self.recoveries)),
+            **cost,
         }
-        if self.cost_check is not None:
-            headline.update({f"cost model {k}": v for k, v in self.cost_check.describe().items()})
         if a.parted_at_step is not None:
             headline["curves part at"] = f"step {a.parted_at_step} ({a.parted_metric})"
         if errors or not a.passed:
@@ -266,37 +238,10 @@ class TrialResult(StepResult):
         return Judgement(verdict="pass", reasons=reasons, headline=headline)
 
     def files(self) -> dict[str, bytes]:
-        from day0.plots import Band, line_overlay
+        """loss.png: both curves with the tolerance band, and their relative difference against it."""
+        from day0.trial.plot import loss_plot
 
-        ref, a = self.reference, self.alignment
-        bands = []
-        if a.noise is not None:
-            s, t = a.noise.loss_spread_rel, a.loss_threshold
-            bands = [
-                Band(
-                    f"seed-to-seed spread (±{s:.2%})",
-                    ref.steps,
-                    [v * (1 - s) for v in ref.loss],
-                    [v * (1 + s) for v in ref.loss],
-                ),
-                Band(
-                    f"tolerance (±{t:.2%})", ref.steps, [v * (1 - t) for v in ref.loss], [v * (1 + t) for v in ref.loss]
-                ),
-            ]
-        parted = f"; curves part at step {a.parted_at_step}" if a.parted_at_step else ""
-        return {
-            "loss.png": line_overlay(
-                f"{self.model} trial: loss, {ref.label} vs {self.candidate.label}{parted}",
-                {
-                    ref.label: (ref.steps, ref.loss),
-                    self.candidate.label: (self.candidate.steps, self.candidate.loss),
-                },
-                "step",
-                "loss",
-                bands=bands,
-                mark_x=a.parted_at_step,
-            )
-        }
+        return {"loss.png": loss_plot(self)}
 
     def to_markdown(self) -> str:
         s = self.scaled

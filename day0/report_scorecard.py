@@ -1,0 +1,140 @@
+"""The Day-0 scorecard: one row per validation layer (numerical, plan, convergence, application),
+each with its verdict, a glance of its numbers and, folded beneath, every other figure and reason.
+
+A row's glance is the first `GLANCE` figures of each of its steps' headlines (each result puts its
+telling figures first); a later step's figure of the same name supersedes an earlier one's
+(optimize's memory over parallel's). The Markdown row keeps its reasons in a column (Prefect's
+artifact shows it); the HTML row folds them into `<details>`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+from markdown_it import MarkdownIt
+
+from day0.core.result import worst
+from day0.runs import StepRecord
+
+__all__ = ["GLANCE", "MARK", "SCORECARD", "Row", "badge", "outcome", "rows", "scorecard_html", "scorecard_markdown"]
+
+# (row, the steps behind it): numerical, plan, convergence, application, in pipeline order.
+SCORECARD: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("numerical (steps 1-2)", ("analyze", "operators")),
+    ("plan (steps 3-4)", ("parallel", "optimize")),
+    ("convergence (step 5)", ("trial",)),
+    ("application (step 6)", ("inference",)),
+)
+GLANCE = 2  # figures per step shown at a glance
+MARK = {
+    "pass": "PASS",
+    "warn": "WARN",
+    "fail": "**FAIL**",
+    "skipped": "skipped",
+    "error": "**ERROR**",
+    "not run": "not run",
+}
+_INCIDENTS = ("node-lost", "pod-lost", "pod-replaced", "recovered")
+
+
+class Row(NamedTuple):
+    layer: str
+    verdict: str  # a key of MARK
+    glance: list[tuple[str, str]]
+    more: list[tuple[str, str]]
+    reasons: list[str]
+
+
+def outcome(record: StepRecord | None) -> str:
+    if record is None:
+        return "not run"
+    return "error" if record.status == "failed" else (record.verdict or "error")
+
+
+def _reasons(record: StepRecord) -> list[str]:
+    return record.reasons or ([record.error] if record.error else [])
+
+
+def _incidents(steps: tuple[str, ...], results: dict[str, dict[str, Any]]) -> list[tuple[str, str]]:
+    """The cluster's failure events while the row's steps ran, counted by kind."""
+    kinds = [
+        e["kind"]
+        for s in steps
+        for e in ((results.get(s, {}).get("execution") or {}).get("events") or [])
+        if e["kind"] in _INCIDENTS
+    ]
+    return [("cluster", ", ".join(f"{kinds.count(k)} {k}" for k in _INCIDENTS if k in kinds))] if kinds else []
+
+
+def rows(records: dict[str, StepRecord], results: dict[str, dict[str, Any]]) -> list[Row]:
+    out = []
+    for layer, steps in SCORECARD:
+        outcomes = [outcome(records.get(s)) for s in steps if s in records]
+        if not outcomes:
+            out.append(Row(layer, "not run", [], [], []))
+            continue
+        verdict = "error" if "error" in outcomes else worst(*outcomes)  # type: ignore[arg-type]  # "error" ruled out: verdicts
+        merged: dict[str, str] = {}
+        lead: list[str] = []
+        for s in steps:
+            headline = results.get(s, {}).get("headline", {})
+            merged.update(headline)
+            lead += [k for k in list(headline)[:GLANCE] if k not in lead]
+        glance = [(k, merged[k]) for k in lead] + _incidents(steps, results)
+        more = [(k, v) for k, v in merged.items() if k not in lead]
+        reasons = [f"{s}: {reason}" for s in steps if s in records for reason in _reasons(records[s])]
+        out.append(Row(layer, verdict, glance, more, reasons))
+    return out
+
+
+def _cell(text: str) -> str:
+    """Text safe inside a Markdown table cell."""
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def scorecard_markdown(table: list[Row]) -> list[str]:
+    lines = ["| layer | verdict | headline | reasons |", "|---|---|---|---|"]
+    for r in table:
+        figures = "; ".join(f"{k}: {v}" for k, v in r.glance)
+        lines.append(f"| {r.layer} | {MARK[r.verdict]} | {_cell(figures)} | {_cell('; '.join(r.reasons))} |")
+    return lines
+
+
+def badge(verdict: str) -> str:
+    word = MARK[verdict].strip("*")
+    return f'<span class="badge {verdict.replace(" ", "")}">{word}</span>'
+
+
+def _details(r: Row, inline: MarkdownIt) -> str:
+    parts = [f"{len(r.reasons)} reason{'s' * (len(r.reasons) != 1)}"] if r.reasons else []
+    parts += [f"{len(r.more)} more figure{'s' * (len(r.more) != 1)}"] if r.more else []
+    if not parts:
+        return ""
+    reasons = "".join(f"<li>{inline.renderInline(x)}</li>" for x in r.reasons)
+    figures = "".join(f"<li>{inline.renderInline(k)}: {inline.renderInline(v)}</li>" for k, v in r.more)
+    return (
+        f"<details><summary>{', '.join(parts)}</summary>"
+        + (f'<ul class="reasons">{reasons}</ul>' if reasons else "")
+        + (f'<ul class="figures">{figures}</ul>' if figures else "")
+        + "</details>"
+    )
+
+
+def scorecard_html(table: list[Row]) -> str:
+    """The scorecard as an HTML table: every text rendered as inline Markdown with raw HTML off
+    (code spans work, markup from a spec or a model config is shown as text)."""
+    inline = MarkdownIt("commonmark", {"html": False})
+    body = []
+    for r in table:
+        glance = " · ".join(
+            f'<span class="fig">{inline.renderInline(k)} <b>{inline.renderInline(v)}</b></span>' for k, v in r.glance
+        )
+        body.append(
+            f'<tr><td>{inline.renderInline(r.layer)}</td><td>{badge(r.verdict)}</td><td><div class="glance">'
+            f"{glance or '-'}</div>{_details(r, inline)}</td></tr>"
+        )
+    return (
+        '<table class="scorecard"><colgroup><col class="layer"><col class="verdict"><col></colgroup>'
+        "<thead><tr><th>layer</th><th>verdict</th><th>headline</th></tr></thead>"
+        f"<tbody>{''.join(body)}</tbody></table>"
+    )
