@@ -1,9 +1,10 @@
 """Running a step only when the steps it reads passed, and recording why it did not run otherwise.
 
-A step whose task raised is recorded as failed (by `tasks._step.run_step`) and its dependents are
-skipped; steps that do not read it still run. A user error (`Day0Error`) is kept to be re-raised
-once the report is written, so the command line exits 2 for it. Each error is logged once
-(`tasks._step.OncePerError`): a user error or a failed verdict as one line, a bug with its traceback.
+A step whose task raised is recorded as failed (by `tasks._step.run_step`, or here when it raised
+before reaching it) and its dependents are skipped; steps that do not read it still run. A user
+error (`Day0Error`) is kept to be re-raised once the report is written, so the command line exits 2
+for it. Each error is logged once (`tasks._step.OncePerError`): a user error or a failed verdict as
+one line, a bug with its traceback.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import Any, get_type_hints
 from day0.core.result import StepResult
 from day0.errors import Day0Error
 from day0.runs import RunContext, StepRecord
-from tasks._step import step_logger
+from tasks._step import one_line, step_logger
 
 __all__ = ["StepGate"]
 
@@ -39,6 +40,15 @@ class StepGate:
         )
         self._unavailable[step] = "was skipped"
 
+    def _record_raise(self, step: str, started: dt.datetime, exc: Exception) -> None:
+        """A step that raised is failed, also when it raised before `run_step` could record it."""
+        if any(r.step == step for r in self.ctx.attempt_records()):
+            return
+        seconds = (dt.datetime.now(dt.UTC) - started).total_seconds()
+        self.ctx.record(
+            StepRecord(step=step, status="failed", started_at=started, seconds=seconds, error=one_line(exc))
+        )
+
     def run(self, task: Any, ctx: RunContext, **needs: StepResult | None) -> Any:
         """`task(ctx, **needs)` if its step is planned and every result it needs passed, else None."""
         step: str = task.name
@@ -53,15 +63,18 @@ class StepGate:
         if blocked:
             self._skip(step, "needs " + ", ".join(blocked))
             return None
+        started = dt.datetime.now(dt.UTC)
         try:
             result = task(ctx, **needs)
         except Day0Error as exc:
             self.usage_error = self.usage_error or exc
             self._unavailable[step] = "was refused its input"
+            self._record_raise(step, started, exc)
             return None
         except Exception as exc:  # noqa: BLE001 - recorded as the step's failure; the run goes on without it
             step_logger().error("%s: raised %s: %s", step, type(exc).__name__, exc)
             self._unavailable[step] = "raised an error"
+            self._record_raise(step, started, exc)
             return None
         if not result.passed:
             self._unavailable[step] = f"failed ({'; '.join(result.reasons[:2])})"

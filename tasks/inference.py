@@ -62,17 +62,17 @@ def inference(ctx: RunContext, analyzed: AnalyzeResult, trained: TrialResult | N
     """Serve and benchmark step 5's model (or the scaled-down one) on the run's platform, as a job on
     the run's backend (in this process locally; on the head of the run's RayCluster on KubeRay)."""
     log, spec = step_logger(), ctx.spec
-    request = InferenceRequest(
-        model=analyzed.model.source,
-        served=served_model(spec, analyzed, trained),
-        inference=spec.inference,
-        platform=spec.platform,
-        full_model=FullModel(
-            label=analyzed.model.source, config=analyzed.model.config, params_total=analyzed.structure.params_total
-        ),
-    )
 
     def compute() -> InferenceResult:
+        request = InferenceRequest(
+            model=analyzed.model.source,
+            served=served_model(spec, analyzed, trained),
+            inference=spec.inference,
+            platform=spec.platform,
+            full_model=FullModel(
+                label=analyzed.model.source, config=analyzed.model.config, params_total=analyzed.structure.params_total
+            ),
+        )
         result, execution = backend_for(ctx).run("inference", JOB, request, lambda msg: log.info("inference: %s", msg))
         return result.model_copy(update={"execution": execution})
 

@@ -44,18 +44,18 @@ def _publish_table(ctx: RunContext, result: OperatorsResult) -> None:
 def operators(ctx: RunContext, analyzed: AnalyzeResult) -> OperatorsResult:
     """Checks step 1's operator inventory; the whole-model check builds step 1's resolved model."""
     spec, log = ctx.spec, step_logger()
-    backend = backend_for(ctx)
-    request = OperatorsRequest(
-        inventory=analyzed.inventory,
-        platform=spec.platform,
-        validation=spec.validation,
-        compute_dtype=spec.training.precision.compute,
-        whole_model=WholeModel.from_analysis(analyzed),
-        cluster=spec.cluster,
-        on_ray=backend.kind != "local" or spec.cluster.address is not None,
-    )
 
     def compute() -> OperatorsResult:
+        backend = backend_for(ctx)
+        request = OperatorsRequest(
+            inventory=analyzed.inventory,
+            platform=spec.platform,
+            validation=spec.validation,
+            compute_dtype=spec.training.precision.compute,
+            whole_model=WholeModel.from_analysis(analyzed),
+            cluster=spec.cluster,
+            on_ray=backend.kind != "local" or spec.cluster.address is not None,
+        )
         result, execution = backend.run("operators", JOB, request, lambda msg: log.info("operators: %s", msg))
         return result.model_copy(update={"execution": execution})
 

@@ -120,20 +120,20 @@ def trial(
     faults = TestingSettings().trial_faults
     if faults is not None:
         log.warning("trial: injecting test-only faults from DAY0_TESTING_TRIAL_FAULTS: %s", faults.describe())
-    plan = plan_from_results(optimized, planned)
-    backend = backend_for(ctx)
-    request = TrialRequest(
-        spec=spec,
-        model=analyzed.model,
-        checkpoint_uri=checkpoint_uri(ctx),
-        plan=plan,
-        max_failures=max_failures,
-        faults=faults,
-        adaptations=checked.ops.adaptations if checked else [],
-        on_cluster=backend.kind != "local",
-    )
 
     def compute() -> TrialResult:
+        plan = plan_from_results(optimized, planned)
+        backend = backend_for(ctx)
+        request = TrialRequest(
+            spec=spec,
+            model=analyzed.model,
+            checkpoint_uri=checkpoint_uri(ctx),
+            plan=plan,
+            max_failures=max_failures,
+            faults=faults,
+            adaptations=checked.ops.adaptations if checked else [],
+            on_cluster=backend.kind != "local",
+        )
         result, execution = backend.run("trial", JOB, request, lambda msg: log.info("trial: %s", msg))
         estimate = PlannerMemoryEstimate(spec.platform.hardware, load_profile(ctx.store(), spec.platform.name))
         loop = candidate_loop(spec, result.scaled_config, plan)
