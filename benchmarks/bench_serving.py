@@ -29,10 +29,11 @@ import httpx
 from fastapi import FastAPI
 from fastapi.responses import StreamingResponse
 
+from day0.core.ports import free_port
 from day0.serving.client import LoadRequest, LoadSettings, run_load
 from day0.serving.metrics import summarize
 from day0.serving.model import ServedModel, build_model, held_out_text, write_model_dir
-from day0.serving.server import EngineConfig, free_port, serve
+from day0.serving.server import EngineConfig, serve
 
 STUB_CHUNKS = 16
 CEILING_REQUESTS, CEILING_CONCURRENCY, SEQUENTIAL_REQUESTS = 2000, 64, 300

@@ -4,7 +4,6 @@ and an offline, telemetry-free environment."""
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import tempfile
 import time
@@ -13,6 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+from day0.core.ports import free_port
 
 _TMP = Path(tempfile.mkdtemp(prefix="day0-tests-"))
 os.environ.setdefault("PREFECT_HOME", str(_TMP / "prefect"))
@@ -23,12 +24,6 @@ os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 
 REPO = Path(__file__).resolve().parent.parent
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")

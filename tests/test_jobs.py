@@ -9,7 +9,8 @@ from collections.abc import Iterator
 import pytest
 
 from day0.backends.jobs import JobError, connect, run_job, submission_id
-from day0.testing.ray import free_port, local_head
+from day0.core.ports import free_port
+from day0.testing.ray import local_head
 
 pytestmark = pytest.mark.integration
 

@@ -21,7 +21,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -33,7 +32,9 @@ from pathlib import Path
 import httpx
 from pydantic import BaseModel, Field
 
-__all__ = ["EngineConfig", "EngineFinding", "Server", "ServingError", "free_port", "serve"]
+from day0.core.ports import free_port
+
+__all__ = ["EngineConfig", "EngineFinding", "Server", "ServingError", "serve"]
 
 ENGINE = "transformers serve"
 
@@ -59,12 +60,6 @@ class EngineFinding(BaseModel):
     feature: str
     error: str = Field(description="The engine's own error message.")
     fallback: str
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class Server:

@@ -48,6 +48,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from day0.core.dtypes import DTYPES
 from day0.core.ops import resolve_op
+from day0.core.ports import free_port
 from day0.platforms.kernels import ENTRY_POINT_GROUP, Platform
 from day0.spec import PlatformSpec, TrialScale, TrialTolerance, ValidationSpec
 from day0.testing.faults import TrialFaults
@@ -244,14 +245,6 @@ def _rank(rank: int, world: int, port: int, cfg: dict[str, Any], hooks: TrialFau
         dist.destroy_process_group()
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def train(cfg: LoopConfig, workers: int = 1, hooks: TrialFaults | None = None) -> list[StepRecord]:
     """The loop on `workers` ranks: in this process for one, spawned gloo processes for two."""
     from day0.trial.loop import run_steps
@@ -259,7 +252,7 @@ def train(cfg: LoopConfig, workers: int = 1, hooks: TrialFaults | None = None) -
     if workers == 1:
         return [StepRecord.model_validate(h) for h in run_steps(cfg, _tokens(), hooks=hooks)]
     ctx = torch.multiprocessing.get_context("spawn")
-    out, port = ctx.Queue(), _free_port()
+    out, port = ctx.Queue(), free_port()
     cfg = cfg.model_copy(update={"micro_batch": cfg.global_batch // workers})
     procs = [ctx.Process(target=_rank, args=(r, workers, port, cfg.model_dump(), hooks, out)) for r in range(workers)]
     for p in procs:

@@ -17,7 +17,6 @@ import contextlib
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -26,15 +25,9 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from day0.backends.jobs import connect
+from day0.core.ports import free_port
 
-__all__ = ["free_port", "local_head"]
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+__all__ = ["local_head"]
 
 
 @contextmanager

@@ -17,23 +17,18 @@ The GCS binds *:6379 whatever the address: one process-backed RayCluster at a ti
 from __future__ import annotations
 
 import copy
-import socket
 from collections.abc import Mapping
 from typing import Any
+
+from day0.core.ports import free_port
 
 __all__ = ["process_backed"]
 
 OBJECT_STORE_BYTES = 80_000_000
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _ports() -> dict[str, str]:
-    return {"dashboard-agent-listen-port": str(_free_port()), "metrics-export-port": str(_free_port())}
+    return {"dashboard-agent-listen-port": str(free_port()), "metrics-export-port": str(free_port())}
 
 
 def process_backed(cluster: Mapping[str, Any]) -> dict[str, Any]:
