@@ -54,8 +54,12 @@ _HEADER = b"# day0 plan"
 
 
 def structure_cache_key(resolved: ResolvedModel) -> str:
-    """Store key of a model's structure: a digest of its config.json and the day0 version that counted it."""
-    blob = json.dumps(resolved.config, sort_keys=True, default=str).encode() + day0.__version__.encode()
+    """Store key of a model's structure: a digest of its config.json and of the code that counts it
+    (`day0.provenance`: a fix to the structure analysis recounts; the version alone would not)."""
+    from day0.provenance import code_digest
+
+    blob = json.dumps(resolved.config, sort_keys=True, default=str).encode()
+    blob += "".join(code_digest(m) for m in ("day0.analysis.structure", "day0.core.modeling")).encode()
     return f"structures/{hashlib.sha256(blob).hexdigest()[:16]}.json"
 
 

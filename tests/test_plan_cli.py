@@ -192,3 +192,20 @@ def test_unreachable_store_plans_to_out_only(
     assert run([str(path), "--out", str(out)]) == 0
     assert "planning without its structure cache or calibrated profile" in capsys.readouterr().err
     assert yaml.safe_load(out.read_text())["feasible"] is False
+
+
+def test_the_structure_cache_is_keyed_by_the_code_that_counts_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A fix to the structure analysis must recount, not serve the structure the old code counted."""
+    import day0.provenance
+    from cli.plan import structure_cache_key
+    from day0.core.model_source import resolve_model
+    from day0.spec import ModelSpec
+
+    resolved = resolve_model(ModelSpec(source="tiny-deepseek-v3"))
+    before = structure_cache_key(resolved)
+    assert structure_cache_key(resolved) == before, "stable for the same code"
+    real = day0.provenance.code_digest
+    monkeypatch.setattr(
+        day0.provenance, "code_digest", lambda m: "changed" if m == "day0.analysis.structure" else real(m)
+    )
+    assert structure_cache_key(resolved) != before
