@@ -144,43 +144,31 @@ def cmd_run(args: argparse.Namespace) -> int:
     spec, only = preflight(args.spec, args.only, check_store=True)
     os.environ.setdefault(_PREFECT_STARTUP, _PREFECT_STARTUP_DEFAULT)  # before Prefect reads its settings
     from day0.runlock import hold_run
-    from day0.runs import RunContext
+    from day0.runs import RunContext, RunSummary
 
     try:
         with hold_run(RunContext.create(spec)):  # a second run of this spec refuses (exit 1)
-            summary = _run_flow(args.spec, only, args.fresh)
+            raw = _run_flow(args.spec, only, args.fresh)
     except RunFailed as exc:
-        summary = exc.summary
+        raw = exc.summary
     except _PrefectUnavailable as exc:
         err().print(f"[red]error[/]: {escape(str(exc))}", highlight=False)
         return 1
+    summary = RunSummary.model_validate(raw)
     if args.json:
-        print(json.dumps(summary, indent=2))
-    for step, reasons in summary["failed"].items():
+        print(summary.model_dump_json(indent=2))
+    for step, reasons in summary.failed.items():
         err().print(f"[red]FAIL[/] {step}: {escape('; '.join(reasons[:3]))}", highlight=False)
-    done = "[red]failed[/]" if summary["failed"] else "[green]done[/]"
-    err().print(
-        f"{done}: executed {summary['executed'] or 'none'}, reused {summary['reused'] or 'none'}", highlight=False
-    )
-    verdict = overall_verdict(summary)
+    done = "[red]failed[/]" if summary.failed else "[green]done[/]"
+    err().print(f"{done}: executed {summary.executed or 'none'}, reused {summary.reused or 'none'}", highlight=False)
+    verdict = summary.overall_verdict().upper()
     err().print(  # the last line: the scorecard's verdict and where the report is
-        f"verdict [{_COLOUR[verdict]}]{verdict}[/]; report: {escape(summary['report']['html'])}", highlight=False
+        f"verdict [{_COLOUR[verdict]}]{verdict}[/]; report: {escape(summary.report['html'])}", highlight=False
     )
-    return 1 if summary["failed"] else 0
+    return 1 if summary.failed else 0
 
 
 _COLOUR = {"PASS": "green", "WARN": "yellow", "FAIL": "red", "SKIPPED": "yellow"}
-
-
-def overall_verdict(summary: dict) -> str:
-    """The run's verdict as the report's scorecard gives it: FAIL when a step failed or raised, else
-    the worst step verdict (WARN > SKIPPED > PASS)."""
-    from day0.core.result import worst
-
-    verdicts = list(summary["verdicts"].values())
-    if summary["failed"] or "error" in verdicts:
-        return "FAIL"
-    return worst(*verdicts).upper()
 
 
 def build_parser() -> argparse.ArgumentParser:

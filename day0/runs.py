@@ -182,6 +182,16 @@ class RunSummary(BaseModel):
             report=report,
         )
 
+    def overall_verdict(self) -> Verdict:
+        """The run's verdict as its scorecard gives it: fail when a step failed or raised, else the
+        worst step verdict (warn over skipped over pass)."""
+        from day0.core.result import worst
+
+        verdicts = list(self.verdicts.values())
+        if self.failed or "error" in verdicts:
+            return "fail"
+        return worst(*verdicts)  # type: ignore[arg-type]  # "error" ruled out above: verdicts only
+
     def failure_message(self) -> str:
         parts = [f"{step}: {'; '.join(reasons[:3]) or 'failed'}" for step, reasons in self.failed.items()]
         return f"{len(self.failed)} step(s) failed: " + " | ".join(parts)

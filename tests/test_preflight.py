@@ -261,6 +261,10 @@ def test_run_ends_with_the_verdict_and_the_report(
     path.write_text(spec(storage=f"file://{tmp_path}/store"))
     report = f"file://{tmp_path}/store/runs/pre/x/report.html"
     summary = {
+        "run_id": "x",
+        "flow_run_id": None,
+        "prefix": "runs/pre/x",
+        "steps": list(verdicts),
         "executed": list(verdicts),
         "reused": [],
         "verdicts": verdicts,
