@@ -15,7 +15,8 @@ from numerics_fixtures import tiny_inventory
 
 from day0.core.ops import build_call, example_numel
 from day0.numerics.inputs import shrink_example
-from day0.numerics.opcheck import check_inventory, check_op, classify
+from day0.numerics.op_policy import classify
+from day0.numerics.opcheck import check_inventory, check_op
 from day0.platforms.kernels import Platform
 from day0.spec import ValidationSpec
 

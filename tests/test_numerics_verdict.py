@@ -14,7 +14,8 @@ from numerics_fixtures import faulty_platform, tiny_inventory
 from day0.core.ops import OpRecord
 from day0.core.precision import host_compute_dtype, kept_dtype
 from day0.numerics.metrics import ErrorMetrics, verdict
-from day0.numerics.opcheck import check_op, op_thresholds, thresholds_for
+from day0.numerics.op_policy import op_thresholds, thresholds_for
+from day0.numerics.opcheck import check_op
 from day0.numerics.results import Adaptation, OpCheck, OpCheckReport, OperatorsResult
 from day0.numerics.step import run_operators
 from day0.platforms.kernels import Platform

@@ -24,7 +24,8 @@ from day0.core.dtypes import DTYPES
 from day0.core.model_source import ResolvedModel
 from day0.core.modeling import load_hf_config
 from day0.numerics.metrics import ErrorMetrics, Thresholds, compare, verdict
-from day0.numerics.opcheck import ReferenceMode, thresholds_for
+from day0.numerics.op_policy import thresholds_for
+from day0.numerics.opcheck import ReferenceMode
 from day0.numerics.results import LayerReport, LayerRow
 from day0.platforms.kernels import MissingKernelError, Platform
 from day0.spec import ValidationSpec

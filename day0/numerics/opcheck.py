@@ -1,15 +1,15 @@
 """Per-operator checks: each inventory op, at the compute dtype on the platform, against the CPU
 reference with identical seeded inputs; gradients too for differentiable ops.
 
-Ops are classified first, because comparing everything numerically is wrong for some of them:
-layout ops (views) are checked exactly and cheaply, ops that allocate uninitialised memory or draw
-random numbers are only checked for shape and dtype (their values mean nothing), everything else is
-compared with the metrics of `day0.numerics.metrics` against per-dtype thresholds.
+Ops are classified first (`day0.numerics.op_policy`), because comparing everything numerically is
+wrong for some of them: layout ops (views) are checked exactly and cheaply, ops that allocate
+uninitialised memory or draw random numbers are only checked for shape and dtype (their values
+mean nothing), everything else is compared with the metrics of `day0.numerics.metrics` against
+per-dtype thresholds.
 """
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable, Iterable
 from functools import reduce
@@ -30,205 +30,20 @@ from day0.core.ops import (
     op_name,
     resolve_op,
 )
-from day0.core.precision import COMPUTE_DTYPES
 from day0.numerics.inputs import call_numel, shrink_example
 from day0.numerics.metrics import (
     ErrorMetrics,
     Thresholds,
     compare,
-    default_thresholds,
     verdict,
 )
+from day0.numerics.op_policy import classify, norm_terms, op_thresholds, thresholds_for
 from day0.numerics.results import Kind, OpCheck, OpCheckReport
 from day0.platforms.adapted import upcast_kernel
 from day0.platforms.kernels import MissingKernelError, Platform
 from day0.spec import ValidationSpec
 
-__all__ = [
-    "ReferenceMode",
-    "accumulates",
-    "check_inventory",
-    "check_op",
-    "classify",
-    "norm_terms",
-    "op_thresholds",
-    "thresholds_for",
-]
-
-_LAYOUT = {
-    "view",
-    "_unsafe_view",
-    "reshape",
-    "t",
-    "transpose",
-    "permute",
-    "expand",
-    "unsqueeze",
-    "squeeze",
-    "slice",
-    "select",
-    "alias",
-    "detach",
-    "split",
-    "split_with_sizes",
-    "as_strided",
-    "unbind",
-    "narrow",
-    "contiguous",
-    "clone",
-    "_to_copy",
-    "copy_",
-    "unfold",
-    "diagonal",
-    "view_as_real",
-    "view_as_complex",
-}
-_NONDETERMINISTIC = {
-    "empty",
-    "empty_like",
-    "empty_strided",
-    "new_empty",
-    "new_empty_strided",
-    "rand",
-    "randn",
-    "rand_like",
-    "randn_like",
-    "randint",
-    "randperm",
-    "bernoulli",
-    "bernoulli_",
-    "normal",
-    "uniform_",
-    "normal_",
-    "dropout",
-    "native_dropout",
-    "multinomial",
-    "exponential_",
-}
-_CREATION = {
-    "arange",
-    "zeros",
-    "ones",
-    "full",
-    "zeros_like",
-    "ones_like",
-    "full_like",
-    "new_zeros",
-    "new_ones",
-    "new_full",
-    "scalar_tensor",
-    "fill_",
-    "zero_",
-    "linspace",
-    "eye",
-    "tril_indices",
-    "triu_indices",
-}
-# Ops whose output element accumulates many rounded terms (the sum of a matmul, norm or softmax
-# row; scatter/index accumulation): error bound ~ n*u*sum|terms| (Higham, Accuracy and Stability
-# of Numerical Algorithms, sec. 4.2), not u*|result|, so a result that cancels to near zero is off
-# elementwise while the op is right. Every other op rounds each output element once or twice.
-_ACCUMULATING = {
-    "mm",
-    "bmm",
-    "addmm",
-    "baddbmm",
-    "addmv",
-    "mv",
-    "dot",
-    "matmul",
-    "linear",
-    "_grouped_mm",
-    "convolution",
-    "einsum",
-    "sum",
-    "mean",
-    "prod",
-    "var",
-    "std",
-    "var_mean",
-    "norm",
-    "linalg_vector_norm",
-    "_foreach_norm",
-    "logsumexp",
-    "cumsum",
-    "cumprod",
-    "_softmax",
-    "_safe_softmax",
-    "_log_softmax",
-    "softmax",
-    "log_softmax",
-    "_softmax_backward_data",
-    "_log_softmax_backward_data",
-    "native_layer_norm",
-    "native_layer_norm_backward",
-    "_fused_rms_norm",
-    "_fused_rms_norm_backward",
-    "nll_loss_forward",
-    "nll_loss2d_forward",
-    "embedding_dense_backward",
-    "embedding_bag",
-    "index_put",
-    "index_put_",
-    "index_add",
-    "index_add_",
-    "scatter_add",
-    "scatter_add_",
-    "scatter_reduce",
-    "index_reduce",
-    "_scaled_dot_product_flash_attention",
-    "_scaled_dot_product_efficient_attention",
-    "_scaled_dot_product_attention_math",
-}
-
-
-def classify(op: str) -> Kind:
-    base = op.split("::", 1)[-1].split(".")[0]
-    if base in _NONDETERMINISTIC:
-        return "nondeterministic"
-    if base in _LAYOUT:
-        return "layout"
-    if base in _CREATION:
-        return "creation"
-    return "compute"
-
-
-def accumulates(op: str) -> bool:
-    """Whether each output element of `op` sums many rounded terms (a matmul, norm, softmax ...)."""
-    return op.split("::", 1)[-1].split(".")[0] in _ACCUMULATING
-
-
-def thresholds_for(dtype: str, validation: ValidationSpec) -> Thresholds:
-    tol = validation.tolerances.get(dtype) if dtype in COMPUTE_DTYPES else None  # its keys are compute dtypes
-    base = default_thresholds(dtype, validation.min_cosine)
-    return base.model_copy(update={"rtol": tol.rtol, "atol": tol.atol}) if tol else base
-
-
-def op_thresholds(op: str, dtype: str, validation: ValidationSpec, terms: int = 1) -> Thresholds:
-    """The thresholds for one call of `op` at `dtype` ('int' and other non-floating names: fp32's).
-    Only an accumulating op may have cancellation outliers (see `metrics.verdict`); every other op
-    must keep each element within atol + rtol*|ref|, as torch.testing.assert_close asks.
-
-    A whole-tensor norm sums `terms` squares into each output (gradient clipping's per-parameter
-    norms: a million terms for an embedding): its rtol is at least sqrt(terms) * u of the fp32
-    accumulator, the statistical error of recursive summation (Higham, sec. 2.8 and 4.2), which a
-    correct kernel summing serially in vector lanes reaches (the CPU's fp32 norm: 1e-5 at 2^20 terms)."""
-    t = thresholds_for(dtype if dtype in DTYPES else "fp32", validation)
-    if not accumulates(op):
-        return t.model_copy(update={"max_share_beyond": 0.0, "rms_share": 0.0})
-    summation = math.sqrt(terms) * torch.finfo(torch.float32).eps / 2
-    return t.model_copy(update={"rtol": summation}) if summation > t.rtol else t
-
-
-def norm_terms(op: str, call: Call) -> int:
-    """Terms one output of a whole-tensor norm sums (`_foreach_norm`, `linalg_vector_norm` without
-    `dim`): the largest input's elements; 1 for every other op."""
-    args, kwargs = call
-    base = op.split("::", 1)[-1].split(".")[0]
-    whole = base == "_foreach_norm" or (
-        base == "linalg_vector_norm" and (len(args) < 3 or args[2] is None) and kwargs.get("dim") is None
-    )
-    return max((t.numel() for t in _outputs(args[:1])), default=1) if whole else 1
+__all__ = ["ReferenceMode", "check_inventory", "check_op"]
 
 
 class ReferenceMode(TorchDispatchMode):

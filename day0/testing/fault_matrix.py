@@ -278,7 +278,8 @@ def train(cfg: LoopConfig, workers: int = 1, hooks: TrialFaults | None = None) -
 def numerical(platform: Platform, clean_failing: set[str], dtype: str = "bf16") -> Detection:
     """Step 2's per-op check on `platform` (the clean CPU: every op; else the ops its table serves):
     ops with wrong numbers here and not on the clean platform."""
-    from day0.numerics.opcheck import check_inventory, thresholds_for
+    from day0.numerics.op_policy import thresholds_for
+    from day0.numerics.opcheck import check_inventory
 
     validation = ValidationSpec(seeds=2)
     inventory = _inventory()
