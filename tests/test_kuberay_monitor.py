@@ -5,18 +5,28 @@ The real API server, scheduler and operator are in tests/e2e/test_kuberay_e2e.py
 
 from __future__ import annotations
 
+import functools
+import json
 import queue
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from kubernetes.client import ApiClient
 from kubernetes.client.exceptions import ApiException
 
 from day0.backends.kuberay import watching
 from day0.backends.kuberay.monitor import ClusterMonitor
-from day0.backends.kuberay.status import ClusterError, ClusterEvent, pool_reports, raycluster_ready, unschedulable
+from day0.backends.kuberay.status import (
+    ClusterError,
+    ClusterEvent,
+    node_ready,
+    pool_reports,
+    raycluster_ready,
+    unschedulable,
+)
 from day0.backends.kuberay.watching import ResourceWatch
 
 END = object()  # a watch window the server closed
@@ -64,7 +74,8 @@ class Listing:
     streams read `.events`, and `.watched` records the resourceVersion each watch started from."""
 
     def __init__(self, *pages: tuple[list[Any], str]) -> None:
-        self.pages, self.calls, self.watched = list(pages), 0, []
+        self.pages, self.calls = list(pages), 0
+        self.watched: list[str | None] = []
         self.events: queue.Queue[Any] = queue.Queue()
 
     def __call__(self, *args: Any, **kwargs: Any) -> SimpleNamespace:
@@ -113,12 +124,12 @@ def fake_watch(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(watching.watch, "Watch", FakeWatch)
 
 
-def names(events: list[tuple[str, Any]]) -> list[tuple[str, str | None]]:
+def names(events: Sequence[tuple[str, Any]]) -> list[tuple[str, str | None]]:
     return [(kind, obj.metadata.name if obj is not None else None) for kind, obj in events]
 
 
 def take(watch: ResourceWatch, n: int) -> list[tuple[str, Any]]:
-    out = []
+    out: list[tuple[str, Any]] = []
     for event in watch:
         out.append(event)
         if len(out) == n:
@@ -215,7 +226,7 @@ def test_watch_ends_at_its_deadline() -> None:
 
 
 class FakeCore:
-    def __init__(self, pods: list[Any], nodes: list[Any], *, pod_pages: list[list[Any]] = ()) -> None:
+    def __init__(self, pods: list[Any], nodes: list[Any], *, pod_pages: Sequence[list[Any]] = ()) -> None:
         self.list_namespaced_pod = Listing((pods, "1"), *((p, "50") for p in pod_pages))
         self.list_node = Listing((nodes, "1"))
         self.list_namespaced_event = Listing(([warning("old", "OldNews")], "1"))
@@ -280,29 +291,30 @@ def test_monitor_reports_and_recovers_from_watch_events() -> None:
             ("MODIFIED", pod(f"{rc}-w4", "n3", rv="4")),
             ("MODIFIED", pod(f"{rc}-w3", "n3", rv="5")),
         )  # pending at the baseline: not a replacement
-        until(lambda: len(events) == 2)
-        assert (events[1].kind, events[1].node) == ("pod-replaced", "n3")
-        core.list_node.push(("MODIFIED", node("n2", ready=False, rv="6")))
         until(lambda: len(events) == 3)
-        assert events[2].message == f"node n2 NotReady; pod {w2.metadata.name} lost"
+        assert (events[1].kind, events[1].node) == ("pod-replaced", "n3")
+        assert (events[2].kind, events[2].pool) == ("recovered", "fixed")  # w4 took w1's place and is Ready
+        core.list_node.push(("MODIFIED", node("n2", ready=False, rv="6")))
+        until(lambda: len(events) == 4)
+        assert events[3].message == f"node n2 NotReady; pod {w2.metadata.name} lost"
         pods.push(("MODIFIED", pod(f"{rc}-w4", "n3", phase="Failed", rv="7")), ("DELETED", pod(f"{rc}-w3", "n3")))
         core.list_namespaced_event.push(
             ("ADDED", warning(f"{rc}-w5", "FailedScheduling")), ("ADDED", warning("someone-else", "FailedScheduling"))
         )
-        until(lambda: len(events) == 6)
-        assert sorted(kinds(events[3:])) == [
+        until(lambda: len(events) == 7)
+        assert sorted(kinds(events[4:])) == [
             ("pod-lost", f"{rc}-w3"),
             ("pod-lost", f"{rc}-w4"),
             ("warning", f"{rc}-w5"),
         ]  # two streams: in any order
-        assert {e.message for e in events[3:]} == {
+        assert {e.message for e in events[4:]} == {
             "pod failed: ",
             "pod deleted",
             "FailedScheduling: 0/3 nodes are available",
         }
         pods.push(("ADDED", pod(f"{rc}-w6", "n7", rv="8")))  # a node no stream has shown: asked once, 404
-        until(lambda: len(events) == 7)
-        assert events[6].kind == "node-lost" and events[6].message.startswith("node n7 deleted")
+        until(lambda: len(events) == 8)
+        assert events[7].kind == "node-lost" and events[7].message.startswith("node n7 deleted")
     finally:
         threads, start = list(monitor._threads), time.monotonic()
         monitor.stop()
@@ -327,3 +339,188 @@ def test_monitor_baseline_and_gone_pods() -> None:
     finally:
         monitor.stop()
     assert core.deleted == []  # recover=False only reports
+
+
+# --- scale-up, replacement, recovery: objects as the API server sends them ----------------------
+
+_API = ApiClient()
+
+
+def api_pod(
+    name: str,
+    rv: int,
+    *,
+    group: str,
+    node: str | None = None,
+    phase: str = "Pending",
+    ready: bool = False,
+    rc: str = "day0-run-abc123",
+) -> Any:
+    """A `V1Pod` deserialized from the JSON a watch event carries (as `kubernetes.watch` does)."""
+    status: dict[str, Any] = {"phase": phase, "qosClass": "Guaranteed"}
+    if node is not None:
+        status["conditions"] = [
+            {"type": "PodScheduled", "status": "True", "lastTransitionTime": "2025-06-01T10:00:00Z"},
+            {"type": "Ready", "status": "True" if ready else "False", "lastTransitionTime": "2025-06-01T10:00:05Z"},
+        ]
+        status["hostIP"] = "10.0.0.9"
+    else:
+        status["conditions"] = [
+            {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": "0/3 nodes are available"}
+        ]
+    raw = {
+        "kind": "Pod",
+        "apiVersion": "v1",
+        "metadata": {
+            "name": f"{rc}-{group}-worker-{name}",
+            "namespace": "day0",
+            "uid": f"0f7c1e2a-{name}",
+            "resourceVersion": str(rv),
+            "creationTimestamp": "2025-06-01T10:00:00Z",
+            "labels": {"ray.io/cluster": rc, "ray.io/group": group, "ray.io/node-type": "worker"},
+            "ownerReferences": [{"apiVersion": "ray.io/v1", "kind": "RayCluster", "name": rc, "uid": "rc-uid"}],
+        },
+        "spec": {
+            "containers": [{"name": "ray-worker", "image": "rayproject/ray:2.49.0-py311"}],
+            **({"nodeName": node} if node else {}),
+        },
+        "status": status,
+    }
+    return _API.deserialize(json.dumps(raw), "V1Pod", "application/json")
+
+
+def api_node(name: str, rv: int, *, ready: bool = True, pool: str = "gpu-elastic") -> Any:
+    raw = {
+        "kind": "Node",
+        "apiVersion": "v1",
+        "metadata": {
+            "name": name,
+            "uid": f"node-{name}",
+            "resourceVersion": str(rv),
+            "labels": {"day0.io/pool": pool, "kubernetes.io/hostname": name},
+        },
+        "spec": {"taints": [] if ready else [{"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"}]},
+        "status": {
+            "conditions": [
+                {"type": "Ready", "status": "True" if ready else "False", "reason": "KubeletReady"},
+            ],
+            "capacity": {"cpu": "96", "memory": "1Ti", "nvidia.com/gpu": "8"},
+        },
+    }
+    return _API.deserialize(json.dumps(raw), "V1Node", "application/json")
+
+
+def test_an_uninterrupted_autoscaling_run_reports_scale_ups_and_no_loss() -> None:
+    """The Ray autoscaler grows the elastic pool twice; the cluster autoscaler brings a node up for
+    each (NotReady, then Ready). Only `scale-up` events, with the pool, pod, node and time."""
+    fixed = [api_pod(f"f{i}", 10 + i, group="gpu-fixed", node=f"f{i}", phase="Running", ready=True) for i in range(2)]
+    core = FakeCore(fixed, [api_node(f"f{i}", 5, pool="gpu-fixed") for i in range(2)])
+    events: list[ClusterEvent] = []
+    monitor = ClusterMonitor(core, "day0", "day0-run-abc123", events)
+    monitor.start()
+    started = time.time()
+    try:
+        pods, nodes = core.list_namespaced_pod, core.list_node
+        for i, rv in ((1, 100), (2, 200)):
+            name, where = f"e{i}", f"elastic-{i}"
+            pods.push(("ADDED", api_pod(name, rv, group="gpu-elastic")))  # Pending: no node yet
+            nodes.push(("ADDED", api_node(where, rv + 1, ready=False)), ("MODIFIED", api_node(where, rv + 2)))
+            until(functools.partial(lambda n: n in monitor._nodes and node_ready(monitor._nodes[n]), where))
+            pods.push(
+                ("MODIFIED", api_pod(name, rv + 3, group="gpu-elastic", node=where)),
+                ("MODIFIED", api_pod(name, rv + 4, group="gpu-elastic", node=where, phase="Running")),
+                ("MODIFIED", api_pod(name, rv + 5, group="gpu-elastic", node=where, phase="Running", ready=True)),
+            )
+            until(functools.partial(lambda n: len(events) == n, i))
+        # a pod scheduled before the node stream shows its node: one GET finds it Ready
+        core.known_nodes["elastic-3"] = api_node("elastic-3", 300)
+        pods.push(("ADDED", api_pod("e3", 301, group="gpu-elastic", node="elastic-3", phase="Running")))
+        until(lambda: len(events) == 3)
+        time.sleep(0.2)
+    finally:
+        monitor.stop()
+    assert [(e.kind, e.pool, e.node) for e in events] == [
+        ("scale-up", "gpu-elastic", "elastic-1"),
+        ("scale-up", "gpu-elastic", "elastic-2"),
+        ("scale-up", "gpu-elastic", "elastic-3"),
+    ]
+    assert events[0].pod == "day0-run-abc123-gpu-elastic-worker-e1"
+    assert events[0].message.endswith("scheduled on elastic-1: the group grows")
+    assert started <= events[0].at <= events[1].at <= events[2].at <= time.time()
+    assert core.deleted == []
+
+
+def test_a_lost_node_is_replaced_then_recovered_while_another_pool_grows() -> None:
+    """Node f0 (two fixed workers) is deleted: two `node-lost`, both force-deleted. Meanwhile the
+    elastic pool grows: a `scale-up`, not a replacement (another group). KubeRay recreates two fixed
+    pods: two `pod-replaced`; `recovered` (pool gpu-fixed) only once both are Ready."""
+    w = [api_pod(f"w{i}", 10 + i, group="gpu-fixed", node="f0", phase="Running", ready=True) for i in range(2)]
+    w.append(api_pod("w2", 12, group="gpu-fixed", node="f1", phase="Running", ready=True))
+    core = FakeCore(w, [api_node("f0", 5, pool="gpu-fixed"), api_node("f1", 5, pool="gpu-fixed")])
+    core.known_nodes = {"elastic-1": api_node("elastic-1", 40), "f2": api_node("f2", 41, pool="gpu-fixed")}
+    events: list[ClusterEvent] = []
+    monitor = ClusterMonitor(core, "day0", "day0-run-abc123", events)
+    monitor.start()
+    try:
+        pods = core.list_namespaced_pod
+        core.list_node.push(("DELETED", api_node("f0", 50, pool="gpu-fixed")))
+        until(lambda: len(events) == 2)
+        pods.push(
+            ("DELETED", w[0]),  # our force-deletes: already reported
+            ("DELETED", w[1]),
+            ("ADDED", api_pod("e1", 60, group="gpu-elastic")),
+            ("MODIFIED", api_pod("e1", 61, group="gpu-elastic", node="elastic-1", phase="Running", ready=True)),
+            ("ADDED", api_pod("r0", 62, group="gpu-fixed")),
+            ("ADDED", api_pod("r1", 63, group="gpu-fixed")),
+            ("MODIFIED", api_pod("r0", 64, group="gpu-fixed", node="f2", phase="Running", ready=True)),
+            ("MODIFIED", api_pod("r1", 65, group="gpu-fixed", node="f2", phase="Running")),
+        )
+        until(lambda: len(events) == 5)
+        time.sleep(0.2)
+        assert "recovered" not in [e.kind for e in events]  # r1 is not Ready yet
+        pods.push(("MODIFIED", api_pod("r1", 66, group="gpu-fixed", node="f2", phase="Running", ready=True)))
+        until(lambda: len(events) == 6)
+        time.sleep(0.2)
+    finally:
+        monitor.stop()
+    assert [(e.kind, e.pool) for e in events] == [
+        ("node-lost", "gpu-fixed"),
+        ("node-lost", "gpu-fixed"),
+        ("scale-up", "gpu-elastic"),
+        ("pod-replaced", "gpu-fixed"),
+        ("pod-replaced", "gpu-fixed"),
+        ("recovered", "gpu-fixed"),
+    ]
+    assert sorted(name for name, _ in core.deleted) == sorted(p.metadata.name for p in w[:2])
+    assert events[5].message.startswith("pool 'gpu-fixed': Ready again ") and events[5].message.endswith(
+        "(2 pods lost)"
+    )
+    assert events[0].at <= events[3].at <= events[5].at
+
+
+def test_a_replacement_lost_before_it_is_ready_reopens_the_loss() -> None:
+    core = FakeCore([api_pod("w0", 10, group="gpu-fixed", node="f0", phase="Running", ready=True)], [api_node("f0", 5)])
+    core.known_nodes = {"f1": api_node("f1", 30), "f2": api_node("f2", 31)}
+    events: list[ClusterEvent] = []
+    monitor = ClusterMonitor(core, "day0", "day0-run-abc123", events)
+    monitor.start()
+    try:
+        pods = core.list_namespaced_pod
+        pods.push(("MODIFIED", api_pod("w0", 11, group="gpu-fixed", node="f0", phase="Failed")))
+        pods.push(("ADDED", api_pod("r0", 20, group="gpu-fixed", node="f1", phase="Running")))
+        pods.push(("MODIFIED", api_pod("r0", 21, group="gpu-fixed", node="f1", phase="Failed")))
+        pods.push(("ADDED", api_pod("r1", 22, group="gpu-fixed", node="f2", phase="Running", ready=True)))
+        until(lambda: len(events) == 5)
+        pods.push(("ADDED", api_pod("e0", 23, group="gpu-fixed", node="f2", phase="Running", ready=True)))
+        until(lambda: len(events) == 6)
+    finally:
+        monitor.stop()
+    assert kinds(events) == [
+        ("pod-lost", "day0-run-abc123-gpu-fixed-worker-w0"),
+        ("pod-replaced", "day0-run-abc123-gpu-fixed-worker-r0"),
+        ("pod-lost", "day0-run-abc123-gpu-fixed-worker-r0"),
+        ("pod-replaced", "day0-run-abc123-gpu-fixed-worker-r1"),
+        ("recovered", None),
+        ("scale-up", "day0-run-abc123-gpu-fixed-worker-e0"),  # the loss is closed: the group grows
+    ]
+    assert events[4].message.endswith("after its first loss (2 pods lost)")  # w0, then its first replacement

@@ -466,6 +466,7 @@ def test_the_webhook_really_runs_and_answers_through_its_service(api: Any, names
                 "prefectServer": {"enabled": False},
                 "prefect": {"apiUrl": "http://127.0.0.1:9/api"},  # /healthz needs no Prefect
                 "store": {"uri": "file:///tmp/day0-store"},
+                "containerSecurityContext": {"readOnlyRootFilesystem": False},  # a file store needs a writable root
                 "worker": {"enabled": False},
                 "webhook": webhook,
             }

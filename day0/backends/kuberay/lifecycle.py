@@ -6,7 +6,7 @@ Contracts:
   timeout the `ClusterError` names each short pool and the resource the scheduler said it lacks.
 - While a job runs (`run_job`, or between `start_monitor` and `stop_monitor`), a `ClusterMonitor`
   watches the pods, the nodes and the events and recovers lost pods. Every event of the cluster's
-  life (created, ready, node-lost, pod-replaced, recovered, deleted, ...) lands in `.events`.
+  life (created, ready, scale-up, node-lost, pod-replaced, recovered, deleted, ...) lands in `.events`.
 - Waiting is watching: `wait_ready`, `wait_recovered` and `delete` follow `ResourceWatch` streams
   (resumed by resourceVersion, relisted on 410 Gone) until the state they need, or their deadline.
 - `delete` returns once the RayCluster and its pods are gone, force-deleting pods left on dead nodes.
@@ -204,7 +204,10 @@ class KubeRayCluster:
                 + "; ".join(map(str, pool_reports(pods.objects.values(), self.manifest)))
             )
         took = time.monotonic() - start
-        self.events.append(ClusterEvent(kind="recovered", message=f"all workers Ready again in {took:.1f} s"))
+        kinds = [e.kind for e in self.events]
+        last_loss = max((i for i, k in enumerate(kinds) if k in ("node-lost", "pod-lost")), default=-1)
+        if "recovered" not in kinds[last_loss + 1 :]:  # the monitor, when running, has recorded it already
+            self.events.append(ClusterEvent(kind="recovered", message=f"all workers Ready again in {took:.1f} s"))
         return took
 
     def start_monitor(self) -> None:

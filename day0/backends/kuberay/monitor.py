@@ -6,11 +6,16 @@ Contracts:
   resourceVersion and relisted on 410 Gone, each in its own daemon thread. State changes only
   under one lock, so events are handled one at a time whichever stream they come from.
 - `start()` returns once pods and nodes are listed (the baseline). Pods already lost then are
-  reported too; pods Pending at the baseline that get a node later are not replacements.
-- It appends to the `events` list it is given (never rewrites it):
+  reported too; pods Pending at the baseline that get a node later are neither replacements nor
+  scale-ups (the cluster is still coming up).
+- It appends to the `events` list it is given (never rewrites it), each with its time:
   `node-lost` (a pod's node was deleted or is NotReady), `pod-lost` (a pod Failed, or someone else
-  deleted it), `pod-replaced` (a pod created after the baseline got a node), `warning` (a Warning
-  Event about the RayCluster or one of its pods, once per Event; a watch that failed and resumes).
+  deleted it), `pod-replaced` (a pod created after the baseline got a node, and its group had lost
+  a pod not yet replaced), `scale-up` (the same with no such loss: the autoscaler grew the group),
+  `recovered` (after a loss, every lost pod of the group has a Ready replacement again), `warning`
+  (a Warning Event about the RayCluster or one of its pods, once per Event; a watch that failed
+  and resumes). Whether a new pod replaces a loss is decided when it is first seen, per group
+  (`ray.io/group`); a replacement lost before it is Ready reopens the loss.
 - With `recover`, pods of lost nodes and failed pods are force-deleted (grace 0: a dead kubelet never
   confirms), so KubeRay recreates them at once and the scheduler places them on a healthy node.
 - The streams are not ordered with each other: a pod on a node no stream has shown yet is checked
@@ -36,6 +41,7 @@ from day0.backends.kuberay.status import (
     Node,
     Pod,
     node_ready,
+    pod_ready,
 )
 from day0.backends.kuberay.watching import EventType, ResourceWatch
 
@@ -59,6 +65,10 @@ class ClusterMonitor:
         self._deleted_nodes: set[str] = set()
         self._handled: set[str] = set()  # pod uids already reported lost
         self._baseline: set[str] | None = None  # pod uids when pods and nodes were first listed
+        self._new: dict[str, EventKind] = {}  # uid -> scale-up | pod-replaced, for pods created after it
+        self._unreplaced: dict[str, int] = {}  # group -> lost pods no new pod has taken the place of
+        self._replacing: dict[str, str] = {}  # uid -> group: replacements not Ready yet
+        self._losses: dict[str, tuple[float, int]] = {}  # group -> (first loss, losses) until recovered
         self._synced: set[str] = set()
         self._baselined = threading.Event()
         self._watches: list[ResourceWatch] = []
@@ -147,16 +157,42 @@ class ClusterMonitor:
         if kind == "DELETED":
             self._pods.pop(uid, None)
             if self._baseline is not None and uid not in self._handled:
-                self._handled.add(uid)
-                self._add("pod-lost", pod, "pod deleted")
+                self._lose(pod, "pod-lost", "pod deleted", delete=False)
+            self._new.pop(uid, None)
             return
         before = self._pods.get(uid)
         self._pods[uid] = pod
-        if self._baseline is None or uid in self._handled or self._check(pod):
+        if self._baseline is None:
+            return
+        if uid not in self._baseline and uid not in self._new and uid not in self._handled:
+            self._new[uid] = self._classify(pod)
+        if uid in self._handled or self._check(pod):
             return
         newly_placed = pod.spec.node_name and not (before is not None and before.spec.node_name)
-        if newly_placed and uid not in self._baseline:
-            self._add("pod-replaced", pod, f"pod {pod.metadata.name} scheduled on {pod.spec.node_name}")
+        if newly_placed and uid in self._new:
+            new = self._new[uid]
+            why = "replaces a lost pod" if new == "pod-replaced" else "the group grows"
+            self._add(new, pod, f"pod {pod.metadata.name} scheduled on {pod.spec.node_name}: {why}")
+        if uid in self._replacing and pod.spec.node_name and pod_ready(pod):
+            self._recovering(self._replacing.pop(uid))
+
+    def _classify(self, pod: Pod) -> EventKind:
+        """A pod created after the baseline takes the place of a lost one of its group, if any is open."""
+        group = _group(pod)
+        if self._unreplaced.get(group, 0) > 0:
+            self._unreplaced[group] -= 1
+            self._replacing[pod.metadata.uid] = group
+            return "pod-replaced"
+        return "scale-up"
+
+    def _recovering(self, group: str) -> None:
+        """`recovered` once every loss of `group` has a Ready replacement."""
+        if group not in self._losses or self._unreplaced.get(group, 0) > 0 or group in self._replacing.values():
+            return
+        since, lost = self._losses.pop(group)
+        took, pods = time.time() - since, "pod" if lost == 1 else "pods"
+        message = f"pool {group!r}: Ready again {took:.1f} s after its first loss ({lost} {pods} lost)"
+        self.events.append(ClusterEvent(kind="recovered", pool=group, message=message))
 
     def _on_node(self, kind: EventType, node: Node) -> None:
         name = node.metadata.name
@@ -218,10 +254,15 @@ class ClusterMonitor:
                 return "deleted"
         return None if node_ready(node) else "NotReady"
 
-    def _lose(self, pod: Pod, kind: EventKind, message: str) -> None:
-        self._handled.add(pod.metadata.uid)
+    def _lose(self, pod: Pod, kind: EventKind, message: str, *, delete: bool = True) -> None:
+        uid, group = pod.metadata.uid, _group(pod)
+        self._handled.add(uid)
         self._add(kind, pod, message)
-        if self._recover:
+        self._replacing.pop(uid, None)  # a replacement lost before it was Ready: its loss is open again
+        self._unreplaced[group] = self._unreplaced.get(group, 0) + 1
+        since, lost = self._losses.get(group, (time.time(), 0))
+        self._losses[group] = (since, lost + 1)
+        if delete and self._recover:
             try:
                 self._core.delete_namespaced_pod(pod.metadata.name, self._namespace, grace_period_seconds=0)
             except ApiException as exc:
@@ -230,6 +271,10 @@ class ClusterMonitor:
 
     def _add(self, kind: EventKind, pod: Pod | None = None, message: str = "") -> None:
         self.events.append(_event(kind, message, pod))
+
+
+def _group(pod: Pod) -> str:
+    return str((pod.metadata.labels or {}).get(GROUP_LABEL) or "")
 
 
 def _event(
@@ -242,5 +287,5 @@ def _event(
         at=time.time() if at is None else at,
         pod=pod.metadata.name if pod is not None else name,
         node=pod.spec.node_name if pod is not None else None,
-        pool=(pod.metadata.labels or {}).get(GROUP_LABEL) if pod is not None else None,
+        pool=(_group(pod) or None) if pod is not None else None,
     )

@@ -48,7 +48,9 @@ CLUSTER_LABEL = "ray.io/cluster"
 GROUP_LABEL = "ray.io/group"
 NODE_TYPE_LABEL = "ray.io/node-type"
 
-EventKind = Literal["created", "ready", "node-lost", "pod-lost", "pod-replaced", "recovered", "deleted", "warning"]
+EventKind = Literal[
+    "created", "ready", "scale-up", "node-lost", "pod-lost", "pod-replaced", "recovered", "deleted", "warning"
+]
 
 
 class ClusterError(Day0Error):

@@ -98,3 +98,22 @@ securityContext: {{- toYaml .Values.podSecurityContext | nindent 2 }}
 - name: tmp
   emptyDir: {sizeLimit: 1Gi}
 {{- end -}}
+
+{{/* A Kubernetes quantity (`500m`, `2`, `1.5`, `512Mi`, `4Gi`; values.schema.json checked its form) in base
+   units, as a float: for comparing requests with limits. */}}
+{{- define "day0.quantity" -}}
+{{- $q := toString . -}}
+{{- $suffix := regexFind "[A-Za-z]+$" $q -}}
+{{- $scale := dict "" 1.0 "m" 0.001 "k" 1e3 "M" 1e6 "G" 1e9 "T" 1e12 "P" 1e15 "E" 1e18 "Ki" 1024.0 "Mi" 1048576.0 "Gi" 1073741824.0 "Ti" 1099511627776.0 "Pi" 1125899906842624.0 "Ei" 1152921504606846976.0 -}}
+{{- mulf (float64 (trimSuffix $suffix $q)) (get $scale $suffix) -}}
+{{- end -}}
+
+{{/* Fail unless each request is at most its limit; call with (dict "where" "worker.resources" "requests" ... "limits" ...). */}}
+{{- define "day0.checkRequests" -}}
+{{- range $name, $request := .requests }}
+{{- $limit := get $.limits $name }}
+{{- if and (ne (toString $limit) "") (gt (include "day0.quantity" $request | float64) (include "day0.quantity" $limit | float64)) }}
+{{- fail (printf "%s: the request of %s (%v) is above its limit (%v): the API server refuses such a pod" $.where $name $request $limit) }}
+{{- end }}
+{{- end }}
+{{- end -}}
