@@ -17,7 +17,7 @@ from day0.planner.bounds import StaticBound
 from day0.planner.evaluate import PlanContext
 from day0.planner.inputs import CommSettings
 from day0.planner.model import model_costs
-from day0.planner.search import enumerate_degrees, knob_settings
+from day0.planner.space import enumerate_degrees, knob_settings
 from day0.spec import ParallelConstraints, PlatformSpec, Precision, TrainingSpec, load_yaml
 
 DATA = Path(__file__).parent / "data" / "planner"

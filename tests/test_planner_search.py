@@ -15,7 +15,7 @@ from day0.planner.bounds import static_lower_bound
 from day0.planner.evaluate import PlanContext
 from day0.planner.model import model_costs
 from day0.planner.optimize import choose_optimizations
-from day0.planner.search import enumerate_degrees, knob_settings
+from day0.planner.space import enumerate_degrees, knob_settings
 from day0.planner.stages import partition, rank_groups
 from day0.spec import ParallelConstraints, PlatformSpec, TrainingSpec, load_spec, load_yaml
 

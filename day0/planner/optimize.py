@@ -20,7 +20,8 @@ from day0.core.result import Judgement, StepResult
 from day0.planner.evaluate import PlanContext
 from day0.planner.inputs import GIB, ClusterFigures, CommSettings, PlannerOptions, costs_for
 from day0.planner.results import Plan, make_plan
-from day0.planner.search import best_knobs, knob_settings
+from day0.planner.search import best_knobs
+from day0.planner.space import knob_settings
 from day0.planner.values import Degrees, MemoryKnobs
 from day0.spec import TrainingSpec
 from day0.yamlio import safe_dump

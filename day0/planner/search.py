@@ -13,7 +13,6 @@ import heapq
 import math
 import time
 from collections import Counter
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -23,126 +22,16 @@ from day0.planner.inputs import GIB, ClusterFigures, PlannerOptions, costs_for
 from day0.planner.memory import param_bytes, usable_bytes
 from day0.planner.model import ModelCosts
 from day0.planner.results import Infeasibility, Plan, PlanReport, make_plan
+from day0.planner.space import enumerate_degrees, knob_settings
 from day0.planner.values import OFFLOADS, RECOMPUTES, Degrees, MemoryKnobs
 from day0.spec import ParallelConstraints, TrainingSpec
 
 if TYPE_CHECKING:
     from day0.analysis.results import ModelStructure
 
-__all__ = ["best_knobs", "brute_force", "enumerate_degrees", "knob_settings", "min_accelerators", "plan_parallelism"]
+__all__ = ["best_knobs", "brute_force", "min_accelerators", "plan_parallelism"]
 
 _MAX_ACCELERATORS = 1 << 18
-
-
-def _divisors(n: int) -> list[int]:
-    return [i for i in range(1, n + 1) if n % i == 0]
-
-
-def knob_settings(options: PlannerOptions) -> list[MemoryKnobs]:
-    return [
-        MemoryKnobs(recompute=rc, zero_stage=z, offload=off)
-        for z in sorted(options.zero_stages)
-        for rc in RECOMPUTES
-        if rc in options.recompute
-        for off in OFFLOADS
-        if off in options.offload
-    ]
-
-
-def _fixed(value: int | None, candidates: list[int]) -> list[int]:
-    return [value] if value is not None else candidates
-
-
-def enumerate_degrees(
-    costs: ModelCosts,
-    cluster: ClusterFigures,
-    training: TrainingSpec,
-    constraints: ParallelConstraints,
-    options: PlannerOptions,
-    rejected: Counter[str] | None = None,
-) -> Iterator[Degrees]:
-    """Every degree tuple meeting the structural constraints; counts why others were rejected."""
-    rejected = rejected if rejected is not None else Counter()
-    c, n, L = constraints, constraints.accelerators or cluster.accelerators, costs.num_layers
-    if n > cluster.accelerators:
-        rejected[f"{n} accelerators requested, the cluster has {cluster.accelerators}"] += 1
-        return
-    if c.tensor_parallel and c.tensor_parallel > cluster.per_node:
-        rejected[f"TP {c.tensor_parallel} exceeds one node ({cluster.per_node} accelerators)"] += 1
-    tps = [
-        t
-        for t in _fixed(c.tensor_parallel, _divisors(cluster.per_node))
-        if t <= cluster.per_node and costs.heads % t == 0
-    ]
-    cps = [
-        x
-        for x in _fixed(c.context_parallel, [2**i for i in range(8) if 2**i <= options.max_context_parallel])
-        if x == 1 or training.seq_len % (2 * x) == 0
-    ]
-    mbs = sorted({*options.micro_batches, training.micro_batch})
-    for tp in tps:
-        for cp in cps:
-            if n % (tp * cp):
-                rejected["accelerators not divisible by TP x CP"] += 1
-                continue
-            rest = n // (tp * cp)
-            for pp in _fixed(c.pipeline_parallel, _divisors(rest)):
-                if rest % pp or pp > L or pp > (c.max_pipeline_parallel or L):
-                    rejected["PP does not divide the accelerators, exceeds the layers or max_pipeline_parallel"] += 1
-                    continue
-                dp = rest // pp
-                if c.data_parallel is not None and dp != c.data_parallel:
-                    rejected["DP differs from the fixed data_parallel"] += 1
-                    continue
-                yield from _inner(costs, training, constraints, options, tp, cp, pp, dp, mbs, rejected)
-
-
-def _inner(
-    costs: ModelCosts,
-    training: TrainingSpec,
-    c: ParallelConstraints,
-    options: PlannerOptions,
-    tp: int,
-    cp: int,
-    pp: int,
-    dp: int,
-    mbs: list[int],
-    rejected: Counter[str],
-) -> Iterator[Degrees]:
-    moe = costs.num_experts > 0
-    eps = [
-        e
-        for e in _fixed(c.expert_parallel, _divisors(costs.num_experts) if moe else [1])
-        if (e == 1 or moe) and (not moe or costs.num_experts % e == 0)
-    ]
-    etps = [1, tp] if moe and tp > 1 else [1]
-    for mb in mbs:
-        if training.global_batch % (dp * mb):
-            rejected["global batch not divisible by DP x micro-batch"] += 1
-            continue
-        m = training.global_batch // (dp * mb)
-        vpps = [
-            v
-            for v in range(1, options.max_virtual_stages + 1)
-            if v == 1 or (pp > 1 and pp * v <= costs.num_layers and m % pp == 0)
-        ]
-        for ep in eps:
-            for etp in etps:
-                if (tp * cp * dp) % (ep * etp):
-                    rejected["EP x expert-TP does not divide DP x CP x TP"] += 1
-                    continue
-                for vpp in vpps:
-                    yield Degrees(
-                        tensor_parallel=tp,
-                        pipeline_parallel=pp,
-                        virtual_pipeline_stages=vpp,
-                        expert_parallel=ep,
-                        expert_tensor_parallel=etp,
-                        context_parallel=cp,
-                        data_parallel=dp,
-                        micro_batch=mb,
-                        num_microbatches=m,
-                    )
 
 
 def _key(d: Degrees, k: MemoryKnobs, step: float) -> tuple:
