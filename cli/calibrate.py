@@ -5,16 +5,21 @@
 
 Writes `calibration/<platform>/profile.json` to the store (default `file://.day0`, the specs' default);
 `day0 plan` and step 3 use it for specs on that platform and store. Prints calibrated figures beside the
-datasheet's. Exit codes: 0 measured and stored; 1 a failure while measuring; 2 bad arguments.
+datasheet's. Before measuring it refuses, in one line: a platform that does not load and, on a local
+Ray (no `--address`), more `--workers` than this machine has CPUs for (each worker takes one; exit
+2); a store that does not answer or cannot be written (exit 1, as `day0 run` does).
+Exit codes: 0 measured and stored; 1 a failure while measuring or an unusable store; 2 bad arguments.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 
-from cli.preflight import positive_int
+from cli.preflight import check_store_answers, positive_int
+from day0.errors import UsageError
 
-__all__ = ["add_calibrate_command", "cmd_calibrate"]
+__all__ = ["add_calibrate_command", "check_workers", "cmd_calibrate", "local_cpus"]
 
 
 def add_calibrate_command(subparsers: argparse._SubParsersAction) -> None:
@@ -28,11 +33,35 @@ def add_calibrate_command(subparsers: argparse._SubParsersAction) -> None:
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
+    from cli.reaper import start_reaper
+
+    start_reaper()  # before Ray starts anything: it dies with this process, also on kill -9
     from day0.calibration import calibrate
     from day0.spec import load_platform
     from day0.store import open_store
 
     platform = load_platform(args.platform)
+    check_workers(args.workers, args.address)
+    check_store_answers(args.store)  # before measuring: minutes of work must have somewhere to go
     report = calibrate(platform, args.workers, open_store(args.store), address=args.address)
     print(report.profile.model_dump_json(indent=1) if args.json else report.to_markdown())
     return 0
+
+
+def local_cpus() -> int:
+    """CPUs this process may run on (its affinity mask, which containers and taskset narrow)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def check_workers(workers: int, address: str | None) -> None:
+    """On a local Ray each calibration worker takes a CPU, and all must run at once: more workers
+    than CPUs would wait for placement until the timeout. A cluster (`address`) says for itself."""
+    cpus = local_cpus()
+    if address is None and workers > cpus:
+        raise UsageError(
+            f"--workers {workers}: this machine has {cpus} CPU(s) and each calibration worker of a local Ray "
+            f"takes one; use --workers {cpus} or fewer, or --address of a Ray cluster with more"
+        )

@@ -210,8 +210,12 @@ def _extensions() -> list[Callable[[argparse._SubParsersAction], None]]:
     return [add_calibrate_command, add_plan_command, add_webhook_command]
 
 
+_signalled: list[int] = []
+
+
 def _terminate(signum: int, frame: object) -> None:
     # Prefect cancellation and `kill` send SIGTERM: raise so `finally` blocks (cluster teardown) run.
+    _signalled.append(signum)
     raise KeyboardInterrupt
 
 
@@ -219,6 +223,14 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, _terminate)
     parser = build_parser()
     args = parser.parse_args(argv)
+    code = _dispatch(args)
+    if _signalled and code != 130:  # the interrupt surfaced as another error (raised inside Ray's Cython code)
+        err().print("[red]interrupted[/]")
+        return 130
+    return code
+
+
+def _dispatch(args: argparse.Namespace) -> int:
     try:
         return args.func(args)
     except Day0Error as exc:

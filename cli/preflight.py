@@ -4,11 +4,14 @@
     spec, only = preflight("spec.yaml", "--only text or None", check_store=True)   # day0 run
     spec, only = preflight("spec.yaml", None, check_store=False)                   # day0 validate
 
-In order: the spec (every error, file and field path), `--only` (a selection of known steps that
-leaves something to run), the backend's preconditions (kuberay needs an s3:// store and a node
-pool), the model source (resolves, offline when the hub is, to a plausible config), the store
-answers (`check_store`; run always checks it, validate with `--check-store`), and the spec fits
-Prefect's parameter size. Cheap: neither Prefect, Ray, torch nor transformers is imported.
+In order: the spec (every error, file and field path; every figure within its plausibility bound),
+`--only` (a selection of known steps that leaves something to run), the serving engine when step 6
+is to run (one day0 can start on the platform), the backend's preconditions (kuberay needs an s3://
+store and a node pool), the model source (resolves, offline when the hub is, to a plausible config,
+and the context lengths the spec writes fit the model's positions), the store answers
+(`check_store`; run always checks it, validate with `--check-store`; a file:// store must be a
+directory this process can write, or one it can create), and the spec fits Prefect's parameter
+size. Cheap: neither Prefect, Ray, torch nor transformers is imported.
 
 Contract: each raises a `Day0Error` with one message naming the input: `UsageError`/`SpecError`
 (exit 2) for arguments and the spec, `ModelError` (exit 2) for a model source that does not resolve
@@ -20,20 +23,23 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 from pathlib import Path
 
 from day0.backends.session import check_backend
 from day0.core.model_source import resolve_model
 from day0.core.plausible import check_config
-from day0.errors import UsageError
+from day0.errors import StoreUnavailable, UsageError
 from day0.spec import STEPS, PipelineSpec, load_spec, load_yaml
-from day0.store import open_store
+from day0.spec_checks import check_context_lengths, check_engine
+from day0.store import FileStore, open_store
 
 __all__ = [
     "PREFECT_MAX_PARAMETER_BYTES",
     "check_only",
     "check_parameters",
     "check_spec",
+    "check_store_answers",
     "parse_only",
     "positive_int",
     "preflight",
@@ -48,8 +54,9 @@ def preflight(path: str, only: str | None, check_store: bool) -> tuple[PipelineS
     spec = load_spec(path)
     selection = parse_only(only)
     check_only(spec, selection)
+    check_engine(spec, [s for s in spec.steps if selection is None or s in selection], path)
     check_backend(spec)
-    check_spec(spec, check_store=check_store)
+    check_spec(spec, check_store=check_store, source=path)
     check_parameters(path)
     return spec, selection
 
@@ -96,10 +103,31 @@ def check_parameters(path: str) -> None:
         )
 
 
-def check_spec(spec: PipelineSpec, check_store: bool) -> None:
-    """The model source resolves (offline when the hub is) to a plausible config; with
-    `check_store`, the store answers."""
+def check_spec(spec: PipelineSpec, check_store: bool, source: str = "<spec>") -> None:
+    """The model source resolves (offline when the hub is) to a plausible config that the spec's
+    context lengths fit (`source`: the spec's file, named in errors); with `check_store`, the store
+    answers."""
     resolved = resolve_model(spec.model)
     check_config(spec.model.source, resolved.config)
+    check_context_lengths(spec, resolved.config, source)
     if check_store:
-        open_store(spec.storage).check()
+        check_store_answers(spec.storage)
+
+
+def check_store_answers(uri: str) -> None:
+    """The store at `uri` answers (`StoreUnavailable`, exit 1, otherwise): an s3:// bucket is
+    reachable; a file:// root is a directory this process can write, or the nearest folder that
+    exists above it is one (so it can be created). `day0 run`, `validate --check-store` and
+    `day0 calibrate` make this check before any work."""
+    store = open_store(uri)
+    store.check()
+    if not isinstance(store, FileStore):
+        return
+    existing = store.root
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        what = "is not a directory" if existing == store.root else f"cannot be created: {existing} is not a directory"
+        raise StoreUnavailable(f"storage {uri}: {store.root} {what}")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise StoreUnavailable(f"storage {uri}: {existing} is not writable by this process")

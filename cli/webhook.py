@@ -4,7 +4,9 @@
     day0 webhook serve --host 0.0.0.0 --port 8080 --watch my-watch.yaml --store s3://bucket/day0
 
 Every other setting comes from DAY0_WEBHOOK_* (see day0.webhook.settings); runs are triggered on the
-Prefect server at PREFECT_API_URL. Exit 2 when the secret or the watch config is missing or invalid.
+Prefect server at PREFECT_API_URL, which must be set: the receiver never starts a Prefect server of its
+own. Exit 2, naming the setting, when the secret is missing or shorter than 16 bytes, PREFECT_API_URL
+is unset, or the watch config or its spec template is missing or invalid.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ def cmd_webhook_serve(args: argparse.Namespace) -> int:
 
     import uvicorn
 
-    from day0.webhook import WebhookSettings, create_app
+    from day0.webhook import WebhookSettings, create_app, prefect_api_url
 
     overrides: dict[str, Any] = {k: v for k in ("host", "port", "watch", "store") if (v := getattr(args, k))}
     try:
@@ -44,8 +46,20 @@ def cmd_webhook_serve(args: argparse.Namespace) -> int:
     except ValidationError as exc:
         fields = ", ".join(f"DAY0_WEBHOOK_{'.'.join(map(str, e['loc'])).upper()}: {e['msg']}" for e in exc.errors())
         raise UsageError(f"webhook settings: {fields}") from None
+    if prefect_api_url() is None:
+        raise UsageError(
+            "PREFECT_API_URL is not set: the receiver triggers runs on an existing Prefect server "
+            "(e.g. PREFECT_API_URL=http://prefect:4200/api) and never starts one of its own"
+        )
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per Prefect API call otherwise
     app = create_app(settings)
-    uvicorn.run(app, host=settings.host, port=settings.port, log_level="warning", access_log=False)
+    uvicorn.run(
+        app,
+        host=settings.host,
+        port=settings.port,
+        log_level="warning",
+        access_log=False,
+        timeout_graceful_shutdown=10,
+    )
     return 0

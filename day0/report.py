@@ -5,6 +5,11 @@ folded), then the run (model, platform, cluster, wall time: a rerun that reused 
 with the time of the attempt that computed them), then every step's section, linking its result
 and embedding its plots. A plot a section links but the store lacks is named as missing, never
 left a broken link. Written on every path, also when a step raised.
+
+Only the steps' own plots are images (`day0.report_text`): a line of a step's result.md that is
+exactly `![alt](file.png)`, a plain file name, becomes `![alt](<step>/file.png)`; every other text
+(a step's reasons, names and errors from the spec or a model config) passes `inert`, so image or
+link syntax in it is shown as written and never reaches into the store.
 """
 
 from __future__ import annotations
@@ -14,17 +19,27 @@ import re
 from typing import Any
 
 from day0.core.result import worst
-from day0.report_html import IMAGE, page
+from day0.report_html import page
 from day0.report_reuse import Origin, origins, record_wall_time, reuse_summary
 from day0.report_scorecard import MARK, SCORECARD, outcome, rows, scorecard_html, scorecard_markdown
+from day0.report_text import OWN_PLOT, PLOT, inert
 from day0.runs import RunContext, StepRecord
 
 __all__ = ["SCORECARD", "write_report"]
 
 
 def _cell(text: str) -> str:
-    """Text safe inside a Markdown table cell."""
-    return text.replace("|", "\\|").replace("\n", " ")
+    """Text safe inside a Markdown table cell: no live link or image, no cell break."""
+    return inert(text).replace("|", "\\|").replace("\n", " ")
+
+
+def _code(text: str) -> str:
+    """`text` as a code span inside a table cell: a fence longer than any backtick run in it, so
+    the text cannot close the span (a code span is never parsed for links or images)."""
+    fence = "`" * (max((len(run) for run in re.findall("`+", text)), default=0) + 1)
+    pad = " " if text.startswith("`") or text.endswith("`") else ""
+    body = text.replace("|", "\\|").replace("\n", " ")
+    return f"{fence}{pad}{body}{pad}{fence}"
 
 
 def _results(ctx: RunContext, records: list[StepRecord]) -> dict[str, dict[str, Any]]:
@@ -45,7 +60,7 @@ def _execution(results: dict[str, dict[str, Any]]) -> list[str]:
     for step, x in runs:
         took = f"{x['duration_s']:.1f}" if x.get("duration_s") is not None else ""
         lines.append(
-            f"| {step} | {x['backend']} | {_cell(x.get('cluster') or 'this process')} | "
+            f"| {step} | {_cell(x['backend'])} | {_cell(x.get('cluster') or 'this process')} | "
             f"{_cell(x.get('job_id') or '-')} | {took} |"
         )
     events = [(step, e) for step, x in runs for e in x.get("events") or []]
@@ -54,7 +69,7 @@ def _execution(results: dict[str, dict[str, Any]]) -> list[str]:
         for step, e in sorted(events, key=lambda se: se[1]["at"]):
             when = dt.datetime.fromtimestamp(e["at"], dt.UTC).strftime("%H:%M:%S")
             where = " ".join(f"{k} {e[k]}" for k in ("pool", "node", "pod") if e.get(k))
-            lines.append(f"| {when} | {step} | {e['kind']} | {_cell(where)} | {_cell(e.get('message') or '')} |")
+            lines.append(f"| {when} | {step} | {_cell(e['kind'])} | {_cell(where)} | {_cell(e.get('message') or '')} |")
     return [*lines, ""]
 
 
@@ -85,12 +100,12 @@ def _run_table(
     return [
         "| | |",
         "|---|---|",
-        f"| model | `{_cell(spec.model.source)}` ({_cell(revision)}) |",
-        f"| platform | `{spec.platform.name}` (device {spec.platform.device_type}, "
+        f"| model | {_code(spec.model.source)} ({_cell(revision)}) |",
+        f"| platform | {_code(spec.platform.name)} (device {_cell(spec.platform.device_type)}, "
         f"{spec.platform.distributed_backend}) |",
         f"| cluster | {spec.cluster.backend} backend: {_cell(pools)} |",
         f"| wall time | {wall_s:.1f} s (attempt {attempts}){f': {reused}' if reused else ''} |",
-        f"| run | `{ctx.run_id}`, store `{_cell(ctx.store().url(ctx.prefix))}` |",
+        f"| run | `{ctx.run_id}`, store {_code(ctx.store().url(ctx.prefix))} |",
         "",
     ]
 
@@ -105,7 +120,7 @@ def _ran(r: StepRecord, found: dict[str, Origin]) -> str:
 def _steps_table(records: list[StepRecord], planned: list[str], found: dict[str, Origin]) -> list[str]:
     lines = ["| step | verdict | ran | seconds | code |", "|---|---|---|---:|---|"]
     for r in records:
-        lines.append(f"| {r.step} | {MARK[outcome(r)]} | {_ran(r, found)} | {r.seconds:.1f} | {r.code or '-'} |")
+        lines.append(f"| {r.step} | {MARK[outcome(r)]} | {_ran(r, found)} | {r.seconds:.1f} | {_cell(r.code or '-')} |")
     seen = {r.step for r in records}
     lines += [f"| {step} | not run | interrupted before it started | | |" for step in planned if step not in seen]
     errors = [f"- `{r.step}` raised: {_cell(r.error)}" for r in records if r.error]
@@ -118,25 +133,31 @@ def _step_sections(ctx: RunContext, records: list[StepRecord]) -> list[str]:
         key = ctx.key(r.step, "result.md")
         if r.status not in ("executed", "cached") or not store.exists(key):
             continue
-        body = store.get_bytes(key).decode()
-
-        def _link(m: re.Match[str], step: str = r.step) -> str:
-            return f"![{m.group(1)}]({step}/{m.group(2)})"
-
-        body = IMAGE.sub(_link, body)
+        body = _own_plots(r.step, store.get_bytes(key).decode(errors="replace"))
         body = re.sub(r"^(#+) ", r"#\1 ", body, flags=re.M)  # each step's headings one level down
         sections.append(f"{body}\n[result.json]({r.step}/result.json) · [result.md]({r.step}/result.md)\n")
     return sections
 
 
+def _own_plots(step: str, body: str) -> str:
+    """A step's result.md with its own plot lines pointing into its folder (`PLOT` lines) and every
+    other line `inert`: what a reason or a name carries is never a file reference."""
+
+    def line(text: str) -> str:
+        m = OWN_PLOT.match(text)
+        return f"![{inert(m[1])}]({step}/{m[2]})" if m else inert(text)
+
+    return "\n".join(line(text) for text in body.split("\n"))
+
+
 def _missing_images(ctx: RunContext, markdown: str) -> str:
-    """Every image link whose file the store lacks, replaced by a line naming it."""
+    """Every plot line whose file the store lacks, replaced by a line naming it."""
     store = ctx.store()
 
     def check(m: re.Match[str]) -> str:
         return m.group(0) if store.exists(ctx.key(m.group(2))) else f"*(plot `{m.group(2)}` was not written)*"
 
-    return IMAGE.sub(check, markdown)
+    return PLOT.sub(check, markdown)
 
 
 def write_report(ctx: RunContext, wall_s: float, planned: list[str]) -> dict[str, str]:

@@ -2,10 +2,13 @@
 report's Markdown pieces and the scorecard's own HTML.
 
 Markdown is rendered with raw HTML off, so text from a spec or a model config is shown, never run;
-a strict Content-Security-Policy backs that up. Verdict cells become coloured badges; tables longer
-than `_FOLD_ROWS` fold into `<details>`; no table grows wider than the text column: long words
-break where a line would overflow, and a table still too wide scrolls inside its own box, never the
-page (tests/test_report_browser.py checks the default run's report has none).
+a strict Content-Security-Policy backs that up. Only `day0.report_text.PLOT` lines become images
+(the plots the steps wrote); every other text reached the Markdown through `inert`.
+
+Verdict cells become coloured badges; tables longer than `_FOLD_ROWS` fold into `<details>`; no
+table grows wider than the text column: long words break where a line would overflow, and a table
+still too wide scrolls inside its own box, never the page (tests/test_report_browser.py checks the
+default run's report has none).
 """
 
 from __future__ import annotations
@@ -18,10 +21,10 @@ from collections.abc import Callable, Sequence
 from markdown_it import MarkdownIt
 
 from day0.report_scorecard import badge
+from day0.report_text import PLOT
 
-__all__ = ["IMAGE", "page"]
+__all__ = ["page"]
 
-IMAGE = re.compile(r"!\[([^\]]*)\]\(([^)\s]+\.png)\)")
 _FOLD_ROWS = 12  # HTML tables longer than this fold into <details>
 _CSS = """body{font-family:system-ui,sans-serif;max-width:980px;margin:1.2em auto;padding:0 1em;color:#222}
 body{line-height:1.35}h1{font-size:1.55em;margin:.2em 0 .4em}h2{font-size:1.3em;margin:1em 0 .4em}
@@ -76,7 +79,7 @@ def _fold_long_tables(body: str) -> str:
 
 def page(title: str, pieces: Sequence[tuple[str, str]], image: Callable[[str], bytes | None]) -> str:
     """The page from `pieces`, each ("md", Markdown) or ("html", markup built here, escaped already);
-    `image(path)` gives a linked plot's bytes (None: leave the link)."""
+    `image(path)` gives the bytes of a `PLOT` line's file (None: leave the line as it is)."""
 
     def embed(m: re.Match[str]) -> str:
         data = image(m.group(2))
@@ -87,7 +90,7 @@ def page(title: str, pieces: Sequence[tuple[str, str]], image: Callable[[str], b
     # html=False: text from the spec or a model config is shown, never run as markup
     md = MarkdownIt("commonmark", {"html": False}).enable("table")
     body = "".join(
-        _fold_long_tables(_break_points(_badges(md.render(IMAGE.sub(embed, text))))) if kind == "md" else text
+        _fold_long_tables(_break_points(_badges(md.render(PLOT.sub(embed, text))))) if kind == "md" else text
         for kind, text in pieces
     )
     return (

@@ -14,6 +14,7 @@ from typing import Any, NamedTuple
 from markdown_it import MarkdownIt
 
 from day0.core.result import worst
+from day0.report_text import inert
 from day0.runs import StepRecord
 
 __all__ = ["GLANCE", "MARK", "SCORECARD", "Row", "badge", "outcome", "rows", "scorecard_html", "scorecard_markdown"]
@@ -88,8 +89,8 @@ def rows(records: dict[str, StepRecord], results: dict[str, dict[str, Any]]) -> 
 
 
 def _cell(text: str) -> str:
-    """Text safe inside a Markdown table cell."""
-    return text.replace("|", "\\|").replace("\n", " ")
+    """Text safe inside a Markdown table cell: no live link or image (`inert`), no cell break."""
+    return inert(text).replace("|", "\\|").replace("\n", " ")
 
 
 def scorecard_markdown(table: list[Row]) -> list[str]:
@@ -110,8 +111,8 @@ def _details(r: Row, inline: MarkdownIt) -> str:
     parts += [f"{len(r.more)} more figure{'s' * (len(r.more) != 1)}"] if r.more else []
     if not parts:
         return ""
-    reasons = "".join(f"<li>{inline.renderInline(x)}</li>" for x in r.reasons)
-    figures = "".join(f"<li>{inline.renderInline(k)}: {inline.renderInline(v)}</li>" for k, v in r.more)
+    reasons = "".join(f"<li>{_inline(inline, x)}</li>" for x in r.reasons)
+    figures = "".join(f"<li>{_inline(inline, k)}: {_inline(inline, v)}</li>" for k, v in r.more)
     return (
         f"<details><summary>{', '.join(parts)}</summary>"
         + (f'<ul class="reasons">{reasons}</ul>' if reasons else "")
@@ -120,17 +121,22 @@ def _details(r: Row, inline: MarkdownIt) -> str:
     )
 
 
+def _inline(inline: MarkdownIt, text: str) -> str:
+    """`text` as inline HTML: code spans work; links and images in it stay text (`inert`)."""
+    return inline.renderInline(inert(text))
+
+
 def scorecard_html(table: list[Row]) -> str:
     """The scorecard as an HTML table: every text rendered as inline Markdown with raw HTML off
-    (code spans work, markup from a spec or a model config is shown as text)."""
+    (code spans work, markup, links and images from a spec or a model config are shown as text)."""
     inline = MarkdownIt("commonmark", {"html": False})
     body = []
     for r in table:
         glance = " · ".join(
-            f'<span class="fig">{inline.renderInline(k)} <b>{inline.renderInline(v)}</b></span>' for k, v in r.glance
+            f'<span class="fig">{_inline(inline, k)} <b>{_inline(inline, v)}</b></span>' for k, v in r.glance
         )
         body.append(
-            f'<tr><td>{inline.renderInline(r.layer)}</td><td>{badge(r.verdict)}</td><td><div class="glance">'
+            f'<tr><td>{_inline(inline, r.layer)}</td><td>{badge(r.verdict)}</td><td><div class="glance">'
             f"{glance or '-'}</div>{_details(r, inline)}</td></tr>"
         )
     return (

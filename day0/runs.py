@@ -8,9 +8,10 @@ another run's files, nor sweeps another run's RayClusters (they are named by the
 complete exactly when its `result.json` exists (written last, atomically) and its `code.json` names
 the digest of the code that computes it now (`day0.provenance`): a step whose code changed is
 recomputed, the others are reused. The manifest records each attempt, so a rerun can be seen to have
-executed fewer steps. Concurrent runs of one spec share the run's folder safely: every record is its
-own object, written once, inside its attempt's own folder (no read-modify-write), so none is lost
-and attempts never mix.
+executed fewer steps; an attempt that was stopped (SIGTERM, Ctrl-C, even `kill -9`) lists the steps
+it completed and the step it was running, as `interrupted`. Concurrent runs of one spec share the
+run's folder safely: every record is its own object, written once, inside its attempt's own folder
+(no read-modify-write), so none is lost and attempts never mix.
 """
 
 from __future__ import annotations
@@ -30,7 +31,9 @@ from day0.store import ArtifactStore, open_store
 
 __all__ = ["NAMESPACE_PATTERN", "USER_RUNS", "RunContext", "RunManifest", "RunSummary", "StepRecord"]
 
-_ATTEMPTS, _BEGIN = "attempts", "begin.json"
+_ATTEMPTS, _BEGIN, _STARTED = "attempts", "begin.json", ".started.json"
+# A started step with no record after its marker: killed too hard to record anything.
+_UNFINISHED = "no result recorded: the run stopped while this step ran (killed), or it is still running"
 USER_RUNS = "runs"
 # Slash-separated folder names; no segment starts with a dot, so none is `..`.
 NAMESPACE_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]*(/[A-Za-z0-9][A-Za-z0-9_.-]*)*$"
@@ -43,8 +46,9 @@ def _sortable_id() -> str:
 
 class StepRecord(BaseModel):
     step: str
-    status: Literal["executed", "cached", "failed", "skipped"] = Field(
-        description="executed now, cached (reused from an earlier attempt), failed (raised), skipped (not run)."
+    status: Literal["executed", "cached", "failed", "skipped", "interrupted"] = Field(
+        description="executed now, cached (reused from an earlier attempt), failed (raised), skipped (not run), "
+        "interrupted (the run was stopped while the step ran; `seconds` is 0 when it was killed too hard to record)."
     )
     started_at: dt.datetime
     seconds: float
@@ -100,9 +104,12 @@ class RunContext(BaseModel):
 
     # Each attempt is a folder `attempts/<attempt_id>/` holding `begin.json` and one object per
     # record, `<time_ns>-<nonce>-<step>.json`, each written once and atomically: concurrent
-    # writers never read-modify-write, so nothing is lost or mixed. Ids sort by start time.
-    # `manifest.json` is a derived view for people, rewritten when an attempt begins and ends
-    # (`publish_manifest`); readers use `load_manifest()`, which reads the objects.
+    # writers never read-modify-write, so nothing is lost or mixed. Ids sort by start time. A step
+    # that starts computing leaves a marker `<time_ns>-<nonce>-<step>.started.json`; one that no
+    # record of its step follows reads as `interrupted` (the process was killed).
+    # `manifest.json` is a derived view for people, rewritten when an attempt begins and ends and
+    # when a step starts (`publish_manifest`), so after `kill -9` it lists what the attempt ran;
+    # readers use `load_manifest()`, which reads the objects.
 
     def load_manifest(self) -> RunManifest:
         store = self.store()
@@ -110,8 +117,12 @@ class RunContext(BaseModel):
         for key in store.list(self.key(_ATTEMPTS) + "/"):
             attempt, _, name = key.removeprefix(self.key(_ATTEMPTS) + "/").partition("/")
             records = attempts.setdefault(attempt, [])
-            if name != _BEGIN:
-                records.append(StepRecord.model_validate(store.get_json(key)))
+            if name.endswith(_STARTED):
+                records.append(StepRecord(status="interrupted", seconds=0.0, error=_UNFINISHED, **store.get_json(key)))
+            elif name != _BEGIN:
+                record = StepRecord.model_validate(store.get_json(key))
+                records[:] = [r for r in records if not (r.step == record.step and r.error == _UNFINISHED)]
+                records.append(record)
         ordered = [attempts[a] for a in sorted(attempts)]
         return RunManifest(
             name=self.spec.metadata.name,
@@ -136,6 +147,16 @@ class RunContext(BaseModel):
         assert self.attempt_id is not None
         key = self.key(_ATTEMPTS, self.attempt_id, f"{_sortable_id()}-{record.step}.json")
         self.store().put_json(key, record.model_dump(mode="json"))
+
+    def step_started(self, step: str, started_at: dt.datetime) -> None:
+        """Mark `step` as running in this context's attempt: with no record after it, it reads as
+        interrupted. Republishes `manifest.json`, which then shows the steps before it too."""
+        if self.attempt_id is None:
+            self.begin_attempt()
+        assert self.attempt_id is not None
+        key = self.key(_ATTEMPTS, self.attempt_id, f"{_sortable_id()}-{step}{_STARTED}")
+        self.store().put_json(key, {"step": step, "started_at": started_at.isoformat()})
+        self.publish_manifest()
 
     def attempt_records(self) -> list[StepRecord]:
         """The records of this context's attempt (the latest attempt when it began none)."""

@@ -139,6 +139,20 @@ def _prepare(
     )
 
 
+def _interrupt(exc: BaseException) -> BaseException | None:
+    """The interrupt (KeyboardInterrupt, Prefect's TerminationSignal on SIGTERM, SystemExit) behind
+    `exc`: one raised by a signal handler inside Ray's Cython code comes out as `SystemError: ...
+    returned a result with an exception set`, caused by it."""
+    seen: set[int] = set()
+    cause: BaseException | None = exc
+    while cause is not None and id(cause) not in seen:
+        if not isinstance(cause, Exception):
+            return cause
+        seen.add(id(cause))
+        cause = cause.__cause__ or cause.__context__
+    return None
+
+
 def run_step(
     step: str, ctx: RunContext, result_type: type[R], compute: Callable[[], R], variant: str | None = None
 ) -> R:
@@ -153,7 +167,9 @@ def run_step(
     started, t0 = dt.datetime.now(dt.UTC), time.perf_counter()
 
     def record(
-        status: Literal["executed", "cached", "failed"], result: StepResult | None = None, error: str | None = None
+        status: Literal["executed", "cached", "failed", "interrupted"],
+        result: StepResult | None = None,
+        error: str | None = None,
     ) -> None:
         ctx.record(
             StepRecord(
@@ -177,16 +193,23 @@ def run_step(
         return result
     _prepare(ctx, step, code, variant, log)
     log.info("%s: running", step)
+    ctx.step_started(step, started)  # killed from here on (even by kill -9), the step reads as interrupted
     try:
         result = compute()
+        for name, data in result.files().items():
+            store.put_bytes(ctx.key(step, name), data)
+        markdown = result.to_markdown()
+        store.put_text(ctx.key(step, "result.md"), markdown, "text/markdown")
+        store.put_json(key, result.model_dump(mode="json"))
     except Exception as exc:
-        record("failed", error="".join(traceback.format_exception_only(exc)).strip())
+        if (interrupt := _interrupt(exc)) is None:
+            record("failed", error="".join(traceback.format_exception_only(exc)).strip())
+            raise
+        record("interrupted", error=f"interrupted ({type(interrupt).__name__}) after {time.perf_counter() - t0:.1f} s")
+        raise interrupt  # noqa: B904 - stop the flow, as the interrupt would have; its cause is `exc`
+    except BaseException as exc:  # SIGTERM or Ctrl-C (KeyboardInterrupt), SystemExit: stopped, not failed
+        record("interrupted", error=f"interrupted ({type(exc).__name__}) after {time.perf_counter() - t0:.1f} s")
         raise
-    for name, data in result.files().items():
-        store.put_bytes(ctx.key(step, name), data)
-    markdown = result.to_markdown()
-    store.put_text(ctx.key(step, "result.md"), markdown, "text/markdown")
-    store.put_json(key, result.model_dump(mode="json"))
     record("executed", result)
     log.info("%s: %s in %.1f s -> %s", step, result.verdict, time.perf_counter() - t0, store.url(key))
     for reason in result.reasons:

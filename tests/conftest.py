@@ -24,6 +24,15 @@ os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 
 REPO = Path(__file__).resolve().parent.parent
+# A test that uses a real service is an integration test whatever its module says, so
+# `make test-fast` (`-m "not integration and not e2e"`) never starts one.
+_SERVICE_FIXTURES = frozenset({"prefect_server", "local_ray", "s3_server"})
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if _SERVICE_FIXTURES & set(getattr(item, "fixturenames", ())) and not item.get_closest_marker("e2e"):
+            item.add_marker(pytest.mark.integration)
 
 
 @pytest.fixture(scope="module")

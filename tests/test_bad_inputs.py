@@ -355,6 +355,36 @@ CASES = [
         ["is a directory"],
         {"s.yaml": spec(), "d/x": ""},
     ),
+    # --- issue 10: refused at once, before any work ---------------------------------------------------
+    Case("dev-zero-as-spec-validate", ["validate", "/dev/zero"], 2, ["/dev/zero", "not a regular file"]),
+    Case("dev-zero-as-spec-run", ["run", "/dev/zero"], 2, ["/dev/zero", "not a regular file"]),
+    Case(
+        "yaml-nested-deeply",
+        ["validate", "{tmp}/s.yaml"],
+        2,
+        ["s.yaml", "nests deeper than 64"],
+        {"s.yaml": "metadata: " + "[" * 100 + "]" * 100 + "\n"},
+    ),
+    Case(
+        "calibrate-more-workers-than-cpus",
+        ["calibrate", "cpu", "--workers", "100000", "--store", "file://{tmp}/store"],
+        2,
+        ["--workers 100000", "CPU(s)", "--address"],
+    ),
+    Case(
+        "calibrate-store-unreachable",
+        ["calibrate", "cpu", "--workers", "1", "--store", "s3://bucket/x"],
+        1,
+        ["cannot reach bucket", "127.0.0.1:9"],
+        env=S3_DOWN,
+    ),
+    Case(
+        "calibrate-store-is-a-file",
+        ["calibrate", "cpu", "--workers", "1", "--store", "file://{tmp}/f"],
+        1,
+        ["storage file://", "is not a directory"],
+        {"f": "x"},
+    ),
     Case("schema-extra-arg", ["schema", "extra"], 2, ["unrecognized arguments"]),
     Case("debug-after-command", ["schema", "--debug"], 2, ["unrecognized arguments"]),
 ]
@@ -450,3 +480,28 @@ def _umask() -> int:
     old = os.umask(0)
     os.umask(old)
     return old
+
+
+def test_a_fifo_or_device_as_spec_or_platform_is_refused_at_once(tmp_path: Path) -> None:
+    """A FIFO nobody writes to blocked `validate` forever; /dev/zero behind a .yaml name read until
+    memory ran out (exit 1 after a minute). Both are refused before any read."""
+    os.mkfifo(tmp_path / "fifo.yaml")
+    (tmp_path / "zero.yaml").symlink_to("/dev/zero")
+    for argv in (
+        ["validate", str(tmp_path / "fifo.yaml")],
+        ["analyze", "tiny-deepseek-v3", "--platform", str(tmp_path / "zero.yaml")],
+    ):
+        start = time.monotonic()
+        proc = day0(argv, {}, cwd=tmp_path)
+        assert proc.returncode == 2 and "not a regular file" in proc.stderr, proc.stderr[-2000:]
+        assert time.monotonic() - start < 30 and "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("command", ["validate", "analyze"])
+def test_a_deeply_nested_config_json_is_refused_naming_the_file(command: str, tmp_path: Path) -> None:
+    """`json.loads` of 50,000 nested brackets raised RecursionError: "internal error", exit 1."""
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "config.json").write_text('{"a": ' + "[" * 50_000 + "]" * 50_000 + "}")
+    (tmp_path / "s.yaml").write_text(spec(model=str(tmp_path / "m")))
+    proc = day0([command, str(tmp_path / ("s.yaml" if command == "validate" else "m"))], {}, cwd=tmp_path)
+    assert proc.returncode == 2 and "config.json" in proc.stderr and "nests deeper" in proc.stderr, proc.stderr

@@ -11,7 +11,10 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 import yaml
+
+pytestmark = pytest.mark.integration  # real Ray clusters / day0 run processes
 
 REPO = Path(__file__).resolve().parent.parent
 

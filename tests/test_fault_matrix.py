@@ -21,6 +21,8 @@ from day0.spec import load_yaml
 from day0.testing.fault_matrix import Catalogue, Fault, FaultMatrix, install_plugins, run_matrix
 from day0.testing.faults import TrialFaults
 
+pytestmark = pytest.mark.integration  # real Ray clusters / day0 run processes
+
 DATA = Path(__file__).parent / "data"
 CATALOGUE = Catalogue.model_validate(load_yaml(DATA / "faults" / "catalogue.yaml"))
 UNSEEN = [  # not in the catalogue: same kinds, different faults (tests/data/faults/unseen_faults.py)

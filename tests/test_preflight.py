@@ -54,6 +54,12 @@ class Refusal:
     only: str | None = None
     env: dict[str, str] = field(default_factory=dict)
     files: dict[str, str] = field(default_factory=dict)
+    store: bool = False  # a check of the store: validate makes it only with --check-store
+
+
+def model_dir(**changes: object) -> dict[str, str]:
+    """Files of a model directory `{tmp}/model` holding the tiny config with `changes`."""
+    return {"model/config.json": json.dumps({**TINY, **changes})}
 
 
 REFUSALS = [
@@ -96,6 +102,104 @@ REFUSALS = [
         1,
         ["cannot reach bucket", "DAY0_STORE_ENDPOINT_URL"],
         env=S3_DOWN,
+        store=True,
+    ),
+    # --- issue 10: bad values accepted until late or never ------------------------------------------
+    Refusal("engine-vllm-on-cpu", spec(extra="inference: {engine: vllm}\n"), 2, ["inference.engine", "'vllm'"]),
+    Refusal(
+        "engine-transformers-on-npu",
+        spec(platform="platform: ascend-910b\n", extra="inference: {engine: transformers}\n"),
+        2,
+        ["inference.engine", "'npu'"],
+    ),
+    Refusal(
+        "cache-blocks-beyond-use",
+        spec(extra="inference: {cache_blocks: 10000000}\n"),
+        2,
+        ["inference", "cache_blocks 10,000,000", "more than the engine can use"],
+    ),
+    Refusal(
+        "context-beyond-positions",
+        spec(extra="inference: {context_len: 4096}\n"),
+        2,
+        ["inference.context_len", "4,096 tokens", "max_position_embeddings (2,048)"],
+    ),
+    Refusal(
+        "seq-len-beyond-positions",
+        spec(extra="training: {seq_len: 8192}\ntrial: {seq_len: 4096}\n"),
+        2,
+        ["training.seq_len", "trial.seq_len", "max_position_embeddings (2,048)"],
+    ),
+    Refusal(
+        "hbm-bandwidth-1e-9", spec(extra="planner: {hbm_bandwidth_gbps: 1.0e-9}\n"), 2, ["planner.hbm_bandwidth_gbps"]
+    ),
+    Refusal("hbm-bandwidth-inf", spec(extra="planner: {hbm_bandwidth_gbps: .inf}\n"), 2, ["finite number"]),
+    Refusal("learning-rate-inf", spec(extra="trial: {learning_rate: .inf}\n"), 2, ["trial.learning_rate", "finite"]),
+    # --- the five bad inputs that ended as "internal error", exit 1 -------------------------------------
+    Refusal(
+        "kernel-launch-inf",  # ValueError: cannot convert float NaN to integer (day0 plan)
+        spec(
+            platform="platform: {name: x, device_type: cpu, hardware: {memory_gib: 16, bf16_tflops: 1, "
+            "intra_node_bandwidth_gbps: 10, inter_node_bandwidth_gbps: 1, kernel_launch_us: .inf}}\n"
+        ),
+        2,
+        ["platform.hardware.kernel_launch_us", "finite number"],
+    ),
+    Refusal(
+        "hbm-bandwidth-1e-300",  # ZeroDivisionError (day0 plan)
+        spec(extra="planner: {hbm_bandwidth_gbps: 1.0e-300}\n"),
+        2,
+        ["planner.hbm_bandwidth_gbps", "greater than or equal to 1"],
+    ),
+    Refusal(
+        "heads-do-not-split-hidden",  # RuntimeError: size of tensor a (3) must match (day0 analyze, step 1)
+        spec(model="{tmp}/model"),
+        2,
+        ["num_attention_heads", "hidden_size 256"],
+        files=model_dir(num_attention_heads=3, kv_lora_rank=None, num_key_value_heads=3),
+    ),
+    Refusal(
+        "kv-heads-do-not-split-heads",  # RuntimeError inside the attention (step 1)
+        spec(model="{tmp}/model"),
+        2,
+        ["num_key_value_heads", "3 K/V heads"],
+        files=model_dir(num_key_value_heads=3),
+    ),
+    Refusal(
+        "unknown-torch-dtype",  # AttributeError: module 'torch' has no attribute 'float99' (step 1)
+        spec(model="{tmp}/model"),
+        2,
+        ["torch_dtype", "float99"],
+        files=model_dir(torch_dtype="float99"),
+    ),
+    Refusal(
+        "rope-scaling-not-a-mapping",  # StrictDataclassFieldValidationError inside transformers (step 1)
+        spec(model="{tmp}/model"),
+        2,
+        ["rope_scaling", "a mapping"],
+        files=model_dir(rope_scaling="x"),
+    ),
+    Refusal(
+        "store-root-is-a-file",  # NotADirectoryError after the search (day0 plan, day0 run, day0 calibrate)
+        spec(storage="file://{tmp}/afile"),
+        1,
+        ["storage file://", "afile is not a directory"],
+        files={"afile": "x"},
+        store=True,
+    ),
+    Refusal(
+        "store-below-a-file",
+        spec(storage="file://{tmp}/afile/store"),
+        1,
+        ["cannot be created", "afile is not a directory"],
+        files={"afile": "x"},
+        store=True,
+    ),
+    Refusal(
+        "control-character-in-text",
+        spec(extra='trial: {dataset: "x\\n![a](loss.png)"}\n'),
+        2,
+        ["trial.dataset", "control character (0x0a)"],
     ),
 ]
 
@@ -132,7 +236,7 @@ def test_run_refuses_what_validate_refuses_with_the_same_message(
     for word in case.words:
         assert word in run_err, f"{word!r} not in: {run_err}"
     assert (validate_code, validate_err) == (run_code, run_err)
-    if case.id != "store-unreachable":  # the store is the one check validate makes only when asked
+    if not case.store:  # the store is the one check validate makes only when asked
         assert _day0(["validate", str(path), *only], capsys) == (run_code, run_err)
     assert not (tmp_path / "store").exists(), "a refused spec wrote to its store"
 

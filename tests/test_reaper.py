@@ -1,8 +1,13 @@
-"""`kill -9` of `day0 run` leaves nothing of ours running (issue 17: 15 of 18 kills left the ephemeral
-Prefect server alive, and trial kills left Ray agents). The process tree is listed before and after."""
+"""Nothing of a run outlives `day0 run` or `day0 calibrate` (issue 17: 15 of 18 kills left the ephemeral
+Prefect server alive; issue 8: Ray's DashboardAgent and RuntimeEnvAgent carry no run token and stayed
+with PPID 1 after kill -9 in the trial and of calibrate; SIGTERM in the trial exited -6, Ray's abort,
+not 130; killing the CLI and its watcher together left the Prefect server), and an interrupted attempt
+records what it ran (issue 11: it was an empty list in manifest.json). Real processes: the process
+tree is listed before and after, and what is left is named with its command line."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -10,11 +15,14 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 import yaml
 
 from cli.reaper import TOKEN_ENV, carriers
 
+pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parent.parent
+AGENTS = ("ray::DashboardAgent", "ray::RuntimeEnvAgent")
 
 
 def _processes() -> dict[int, tuple[int, str]]:
@@ -57,7 +65,18 @@ def _token_of(pid: int) -> str:
     raise AssertionError(f"process {pid} carries no {TOKEN_ENV}")
 
 
-def test_kill_9_during_a_step_leaves_no_prefect_server_or_ray(tmp_path: Path) -> None:
+def _listing(pids: dict[int, str]) -> str:
+    table = _processes()
+    return "\n".join(f"{p} (ppid {table.get(p, (0,))[0]}) {c[:120]}" for p, c in pids.items())
+
+
+def _env(tmp_path: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("PREFECT_API_URL", TOKEN_ENV)}  # ephemeral: ours
+    env.update(PREFECT_HOME=str(tmp_path / "prefect"), HF_HUB_OFFLINE="1", RAY_USAGE_STATS_ENABLED="0")
+    return env
+
+
+def _start_run(tmp_path: Path) -> subprocess.Popen[str]:
     spec = tmp_path / "spec.yaml"
     spec.write_text(
         yaml.safe_dump(
@@ -71,33 +90,118 @@ def test_kill_9_during_a_step_leaves_no_prefect_server_or_ray(tmp_path: Path) ->
                 "trial": {"steps": 400, "workers": 2, "seq_len": 32, "micro_batch": 2},
             }
         )
-    )  # step 5 runs on Ray
-    env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}  # the ephemeral server, ours
-    env.update(PREFECT_HOME=str(tmp_path / "prefect"), HF_HUB_OFFLINE="1", RAY_USAGE_STATS_ENABLED="0")
-    cli = subprocess.Popen(
-        [sys.executable, "-m", "cli", "run", str(spec)],
-        cwd=REPO,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    deadline, before = time.monotonic() + 240, {}
-    try:
-        while time.monotonic() < deadline and cli.poll() is None:
-            before = _tree(cli.pid)
-            text = "\n".join(before.values())
-            if "uvicorn" in text and "raylet" in text:  # the server is up and step 2 started Ray
-                break
-            time.sleep(0.5)
-        assert cli.poll() is None, "the run ended before it could be killed"
-        text = "\n".join(f"{pid} {cmd[:120]}" for pid, cmd in before.items())
-        assert "uvicorn" in text and "raylet" in text, f"no Prefect server and Ray in the tree:\n{text}"
-        token = _token_of(next(pid for pid, cmd in before.items() if "uvicorn" in cmd))
-    finally:
-        os.kill(cli.pid, signal.SIGKILL)
-        cli.wait()
-    deadline = time.monotonic() + 20
+    )  # step 5 trains on Ray for minutes: it is still running when killed
+    return _start([sys.executable, "-m", "cli", "run", str(spec)], tmp_path)
+
+
+def _start(argv: list[str], tmp_path: Path) -> subprocess.Popen[str]:
+    log = (tmp_path / "cli.log").open("w")
+    return subprocess.Popen(argv, cwd=REPO, env=_env(tmp_path), stdout=log, stderr=subprocess.STDOUT, text=True)
+
+
+def _wait_for(cli: subprocess.Popen[str], needles: tuple[str, ...], timeout_s: float = 300) -> dict[int, str]:
+    """The CLI's process tree once every needle is in some command line in it."""
+    deadline, tree = time.monotonic() + timeout_s, {}
+    while time.monotonic() < deadline and cli.poll() is None:
+        tree = _tree(cli.pid)
+        if all(any(n in cmd for cmd in tree.values()) for n in needles):
+            time.sleep(1.0)  # let the processes started with them come up too
+            return _tree(cli.pid)
+        time.sleep(0.5)
+    cli.kill()
+    cli.wait()
+    raise AssertionError(f"never saw {needles} (exit {cli.returncode}); its tree:\n{_listing(tree)}")
+
+
+def _left_after(before: dict[int, str], token: str, timeout_s: float = 25) -> dict[int, str]:
+    """What of `before` (or carrying `token`) is still running once `timeout_s` passed or none is."""
+    deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline and (_alive(before) or carriers(token)):
         time.sleep(0.5)
-    left = {**_alive(before), **{pid: "(carries the run's token)" for pid in carriers(token)}}
-    assert not left, "still running after kill -9:\n" + "\n".join(f"{p} {c[:120]}" for p, c in left.items())
+    return {**_alive(before), **{pid: "(carries the run's token)" for pid in carriers(token)}}
+
+
+def _attempts(tmp_path: Path) -> list[list[dict]]:
+    """The attempts as manifest.json (the view people read) has them."""
+    return json.loads(next((tmp_path / "store").rglob("manifest.json")).read_text())["attempts"]
+
+
+def _run_token(tree: dict[int, str]) -> str:
+    return _token_of(next(pid for pid, cmd in tree.items() if "uvicorn" in cmd))
+
+
+def test_kill_9_during_the_trial_leaves_nothing_and_the_manifest_says_what_ran(tmp_path: Path) -> None:
+    cli = _start_run(tmp_path)
+    before = _wait_for(cli, ("uvicorn", "raylet", "RayTrainWorker", *AGENTS))
+    token = _run_token(before)
+    os.kill(cli.pid, signal.SIGKILL)
+    cli.wait()
+    left = _left_after(before, token)
+    assert not left, "still running after kill -9 of day0 run:\n" + _listing(left)
+    (attempt,) = _attempts(tmp_path)
+    ran = [(r["step"], r["status"]) for r in attempt]
+    assert ran == [
+        ("analyze", "executed"),
+        ("parallel", "executed"),
+        ("optimize", "executed"),
+        ("trial", "interrupted"),
+    ]
+
+
+def test_sigterm_during_the_trial_exits_130_and_records_the_trial_as_interrupted(tmp_path: Path) -> None:
+    cli = _start_run(tmp_path)
+    before = _wait_for(cli, ("uvicorn", "raylet", "RayTrainWorker"))
+    token = _run_token(before)
+    os.kill(cli.pid, signal.SIGTERM)
+    try:
+        rc = cli.wait(timeout=120)
+    finally:
+        cli.kill()
+    log = (tmp_path / "cli.log").read_text()
+    assert rc == 130, f"exit {rc}, expected 130:\n{log[-3000:]}"
+    assert log.rstrip().endswith("interrupted"), log[-2000:]
+    assert "SIGTERM received" not in log, "Ray's C++ handler took the signal (it aborts the driver: -6)"
+    left = _left_after(before, token)
+    assert not left, "still running after day0 run ended on SIGTERM:\n" + _listing(left)
+    (attempt,) = _attempts(tmp_path)
+    assert [(r["step"], r["status"]) for r in attempt][:3] == [
+        (s, "executed") for s in ("analyze", "parallel", "optimize")
+    ]
+    trial = attempt[-1]
+    assert (trial["step"], trial["status"]) == ("trial", "interrupted"), attempt
+    assert trial["seconds"] > 1.0 and trial["error"].startswith("interrupted ("), trial
+
+
+def test_kill_9_of_calibrate_leaves_no_ray(tmp_path: Path) -> None:
+    cli = _start([sys.executable, "-m", "cli", "calibrate", "cpu", "--store", f"file://{tmp_path}/store"], tmp_path)
+    before = _wait_for(cli, ("cli.reaper", "raylet", *AGENTS))
+    token = _token_of(next(pid for pid, cmd in before.items() if "gcs_server" in cmd))
+    os.kill(cli.pid, signal.SIGKILL)
+    cli.wait()
+    left = _left_after(before, token)
+    assert not left, "still running after kill -9 of day0 calibrate:\n" + _listing(left)
+
+
+def test_kill_9_of_run_and_its_watcher_is_swept_by_the_next_watcher(tmp_path: Path) -> None:
+    """Nothing of ours runs once both are killed: the Prefect server (started by Prefect from any of
+    its threads, so no PR_SET_PDEATHSIG can be set on it) and Ray's agents stay until the next
+    watcher on this machine starts (the next `day0 run` or `day0 calibrate`) and stops them."""
+    cli = _start_run(tmp_path)
+    before = _wait_for(cli, ("uvicorn", "raylet", *AGENTS))
+    token = _run_token(before)
+    watcher = next(pid for pid, cmd in before.items() if "cli.reaper" in cmd)
+    os.kill(watcher, signal.SIGKILL)
+    os.kill(cli.pid, signal.SIGKILL)
+    cli.wait()
+    time.sleep(3)
+    left = _alive(before)
+    print("left by kill -9 of day0 run and its watcher:\n" + _listing(left))  # the Prefect server, agents
+    nxt = subprocess.run(
+        [sys.executable, "-c", "import time; from cli.reaper import start_reaper; start_reaper(); time.sleep(2)"],
+        cwd=REPO,
+        env=_env(tmp_path),
+        timeout=60,
+    )
+    assert nxt.returncode == 0
+    left = _left_after(before, token)
+    assert not left, "the next watcher left these running:\n" + _listing(left)

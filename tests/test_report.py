@@ -150,3 +150,89 @@ def test_latency_and_loss_plots_give_each_quantity_its_own_axis(recorded, monkey
     tolerance = 100 * trained.alignment.loss_threshold
     assert any(b.high[0] == pytest.approx(tolerance) and b.low[0] == pytest.approx(-tolerance) for b in relative.bands)
     assert loss.ylabel == "loss" and "%" in relative.ylabel, "the band is drawn on the difference's own scale"
+
+
+# --- spec text never becomes a file reference (issue 9) ------------------------------------------
+
+
+def _store_with_other_run(tmp_path: Path, name: str) -> tuple[RunContext, bytes]:
+    """A run whose platform is called `name`, beside another run of the same spec name whose
+    folder holds a plot (recognisable bytes) at runs/<spec name>/other-run/analyze/params.png."""
+    platform = {
+        "name": name,
+        "device_type": "cpu",
+        "hardware": {"memory_gib": 1, "bf16_tflops": 1, "intra_node_bandwidth_gbps": 1, "inter_node_bandwidth_gbps": 1},
+    }
+    spec = spec_from_dict(
+        {
+            "metadata": {"name": "img"},
+            "model": "tiny-deepseek-v3",
+            "platform": platform,
+            "storage": f"file://{tmp_path}/s",
+        }
+    )
+    ctx = RunContext.create(spec)
+    ctx.begin_attempt()
+    secret = b"\x89PNG another run's plot"
+    ctx.store().put_bytes(f"{ctx.prefix.rsplit('/', 1)[0]}/other-run/analyze/params.png", secret)
+    (tmp_path / "outside.png").write_bytes(secret)
+    return ctx, secret
+
+
+@pytest.mark.parametrize(
+    "link",
+    [
+        "../other-run/analyze/params.png",
+        "../../../../outside.png",
+        "/etc/x.png",
+        "analyze/../../other-run/analyze/params.png",
+    ],
+    ids=["another-run", "outside-the-store", "absolute", "dotdot-inside"],
+)
+def test_an_image_link_in_spec_text_is_shown_as_text(tmp_path: Path, link: str) -> None:
+    """The run table names the platform: `![a](...)` in its name stays text, whatever the path."""
+    import base64
+
+    ctx, secret = _store_with_other_run(tmp_path, f"cpu ![a]({link}) [b]({link})")
+    urls = write_report(ctx, 0.0, ["analyze"])  # a path out of the store made this raise (exit 2)
+    markdown, page = _markdown(urls), Path(urls["html"].removeprefix("file://")).read_text()
+    assert base64.b64encode(secret).decode() not in page, "another run's plot embedded"
+    assert not re.search(r"<img|<a href", page), "a link or image made from spec text"
+    assert f"![a]({link})" in page.replace("<wbr>", ""), "the name is shown as written"
+    assert not re.search(r"!\[[^\]]*\]\(", markdown.replace(f"`cpu ![a]({link}) [b]({link})`", "")), markdown
+
+
+def test_an_image_link_in_a_step_reason_stays_text_and_the_steps_plots_embed(recorded, tmp_path: Path) -> None:
+    """Spec text a step repeats in its result.md (its reasons) cannot embed a file: only a line the
+    step wrote as its own plot is one, and only from its own folder."""
+    import base64
+
+    ctx, steps, wall_s = recorded
+    store = ctx.store()
+    secret = b"\x89PNG another run's plot"
+    other = f"{ctx.prefix.rsplit('/', 1)[0]}/other-run/analyze/params.png"
+    store.put_bytes(other, secret)
+    key = ctx.key("trial", "result.md")
+    saved = store.get_bytes(key)
+    lure = "\n".join(
+        [
+            "- note: ![a](../../other-run/analyze/params.png) from the spec's dataset name",
+            "![a](../other-run/analyze/params.png)",
+            "![b](../../../../../../etc/x.png)",
+            "![c](/etc/x.png)",
+        ]
+    )
+    store.put_bytes(key, saved + f"\n{lure}\n".encode())
+    try:
+        urls = write_report(ctx, wall_s, steps)
+    finally:
+        store.put_bytes(key, saved)
+        (Path(store.url(other).removeprefix("file://"))).unlink()
+    markdown, page = _markdown(urls), Path(urls["html"].removeprefix("file://")).read_text()
+    assert base64.b64encode(secret).decode() not in page, "another run's plot embedded"
+    links = re.findall(r"!\[[^\]]*\]\(([^)\s]+)\)", markdown)
+    own = r"(analyze|operators|parallel|optimize|trial|inference)/[\w.-]+\.png"
+    assert links and all(re.fullmatch(own, x) for x in links), links
+    assert "trial/loss.png" in links, "the step's own plot is still embedded"
+    assert page.count("<img") == len(links), "every image is a step's own plot"
+    assert "![a](../../other-run/analyze/params.png)" in page.replace("<wbr>", ""), "shown as written"

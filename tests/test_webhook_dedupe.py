@@ -1,7 +1,8 @@
 """The dedupe claim is create-if-absent under contention, on both stores: of 20 concurrent claims of
-one repo+sha exactly one wins (file: O_CREAT|O_EXCL; S3: conditional PUT on versitygw), the record
-keeps the run id, a released claim can be taken again, and a new store object (a restarted
-receiver) sees the old claims."""
+one repo+sha exactly one wins (file: a hard link into place; S3: conditional PUT on versitygw), the
+record keeps the run id, a released claim can be taken again, a new store object (a restarted
+receiver) sees the old claims, and the queue of accepted releases lists what was queued and not
+yet dequeued."""
 
 from __future__ import annotations
 
@@ -24,12 +25,24 @@ def _contend(store: ArtifactStore) -> None:
     restarted = DedupeStore(open_store(store.uri))
     assert restarted.claim("org/model", sha) is False
     assert restarted.read("org/model", sha) == {"repo": "org/model", "sha": sha, "flow_run_id": "run-1"}
-    assert restarted.stale("org/model", sha, after_s=0) is False, "a recorded run is never stale"
     assert restarted.claim("org/model", "cd" * 20) is True  # another sha is another claim
-    assert restarted.stale("org/model", "cd" * 20, after_s=3600) is False
-    assert restarted.stale("org/model", "cd" * 20, after_s=0) is True
+    pending = restarted.read("org/model", "cd" * 20)
+    assert pending is not None and pending["flow_run_id"] is None
     restarted.release("org/model", sha)
+    assert restarted.read("org/model", sha) is None
     assert restarted.claim("org/model", sha) is True
+    assert restarted.queued() == []
+    for repo, s in (("org/model", sha), ("org/model", "cd" * 20), ("other/m.v2", sha)):
+        restarted.enqueue(repo, s)
+    restarted.enqueue("org/model", sha)  # idempotent
+    assert sorted(DedupeStore(open_store(store.uri)).queued()) == [
+        ("org/model", sha),
+        ("org/model", "cd" * 20),
+        ("other/m.v2", sha),
+    ]
+    restarted.dequeue("org/model", sha)
+    restarted.dequeue("org/model", sha)  # already gone: no error
+    assert sorted(restarted.queued()) == [("org/model", "cd" * 20), ("other/m.v2", sha)]
 
 
 def test_file_store_claims_once(tmp_path: Path) -> None:

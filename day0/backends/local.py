@@ -4,13 +4,17 @@ Contract: `connect` is idempotent; it starts Ray only when none is running in th
 token authentication off (`RAY_AUTH_MODE=disabled`, unless the environment says otherwise), no
 dashboard, and the driver's log forwarding off so step logs stay readable. A `host:port` address
 where nothing listens fails at once with `ConnectionError`: `ray.init` itself would retry for about
-15 minutes (Ray 2.60: 20 tries of about 45 s each).
+15 minutes (Ray 2.60: 20 tries of about 45 s each). A SIGTERM handler of the caller's (`day0 run`'s:
+interrupted, exit 130) stays in place: `ray.init` replaces it with its own and a C++ one that makes
+the driver abort (exit -6) as it exits.
 """
 
 from __future__ import annotations
 
 import os
+import signal
 import socket
+import threading
 
 __all__ = ["connect"]
 
@@ -20,6 +24,7 @@ def connect(address: str | None = None, *, num_cpus: int | None = None, namespac
     import ray
 
     if not ray.is_initialized():
+        caller_sigterm = signal.getsignal(signal.SIGTERM)
         os.environ.setdefault("RAY_AUTH_MODE", "disabled")
         if address is None:
             # "local" always starts a private instance; a bare ray.init() would join any cluster
@@ -35,6 +40,8 @@ def connect(address: str | None = None, *, num_cpus: int | None = None, namespac
         else:
             _check_listening(address)
             ray.init(address=address, namespace=namespace, log_to_driver=False)
+        if callable(caller_sigterm) and threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, caller_sigterm)
     return ray.get_runtime_context().gcs_address
 
 

@@ -14,7 +14,6 @@ never from the spec's source again.
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Any
@@ -23,7 +22,7 @@ from pydantic import BaseModel, Field
 
 from day0.errors import ModelError
 from day0.paths import CONFIGS_DIR
-from day0.settings import HubSettings, LimitsSettings
+from day0.settings import HubSettings
 from day0.spec import ModelSpec, hub_reference
 
 __all__ = [
@@ -129,15 +128,12 @@ def resolve_model_source(source: str, settings: HubSettings | None = None) -> Re
     config_path = directory / "config.json"
     if not config_path.exists():
         raise ModelError(source, "config.json", f"no config.json in {directory}")
-    limit = LimitsSettings().max_file_bytes
-    if not config_path.is_file() or config_path.stat().st_size > limit:
-        raise ModelError(source, "config.json", f"not a file of at most {limit} bytes (DAY0_LIMITS_MAX_FILE_BYTES)")
+    from day0.yamlio import read_user_json
+
     try:
-        config = json.loads(config_path.read_bytes().decode("utf-8"))
-    except UnicodeDecodeError as exc:
-        raise ModelError(source, "config.json", f"not UTF-8 text (offset {exc.start})") from None
-    except json.JSONDecodeError as exc:
-        raise ModelError(source, "config.json", f"malformed JSON: {exc}") from None
+        config = read_user_json(config_path)
+    except ValueError as exc:  # too big, not UTF-8, too deep, malformed: named by the reader
+        raise ModelError(source, "config.json", str(exc)) from None
     if not isinstance(config, dict):
         raise ModelError(source, "config.json", "expected a JSON object")
     return ResolvedModel(

@@ -3,7 +3,10 @@
 Contract: `check_config(source, config)` raises `ModelError` naming the field, the bound and the
 value, so a config with 10^9 layers, zero experts or top-k above the expert count is refused in
 microseconds instead of building forever or crashing inside transformers. The bounds are generous
-(several times the largest published model) and only catch nonsense.
+(several times the largest published model) and only catch nonsense. The shapes must also fit
+together as every attention implementation needs: heads split the hidden size evenly (unless the
+config gives `head_dim`, or uses MLA's own widths), K/V heads split the attention heads evenly; a
+dtype is one torch has; `rope_scaling`/`rope_parameters`/`text_config` are mappings when present.
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ from typing import Any
 
 from day0.errors import ModelError, shorten
 
-__all__ = ["BOUNDS", "EXPERT_KEYS", "TOP_K_KEYS", "check_config"]
+__all__ = ["BOUNDS", "DTYPE_NAMES", "EXPERT_KEYS", "MAPPING_KEYS", "TOP_K_KEYS", "check_config"]
 
 # field -> (least, most). Largest published figures for scale: 126 layers (Llama 3.1 405B),
 # hidden 16384, 384 routed experts (Kimi K2), vocabularies around 256k.
@@ -29,6 +32,12 @@ BOUNDS: dict[str, tuple[int, int]] = {
 EXPERT_KEYS = ("n_routed_experts", "num_experts", "num_local_experts")
 TOP_K_KEYS = ("num_experts_per_tok", "moe_topk")
 _MOST_EXPERTS = 65_536
+# What config.json's `torch_dtype` / `dtype` may name: torch's floating dtypes (transformers reads
+# the name as `getattr(torch, name)`), and "auto".
+DTYPE_NAMES = frozenset(
+    {"auto", "float32", "float", "float16", "half", "bfloat16", "float64", "double", "float8_e4m3fn", "float8_e5m2"}
+)
+MAPPING_KEYS = ("rope_scaling", "rope_parameters", "text_config", "quantization_config")
 
 
 def _integer(source: str, key: str, value: Any, least: int, most: int) -> int:
@@ -52,3 +61,28 @@ def check_config(source: str, config: dict[str, Any]) -> None:
         if experts is not None and isinstance(config[key], int) and config[key] > most:
             raise ModelError(source, key, f"top-k {config[key]} is above the {most} experts ({experts[0]})")
         _integer(source, key, config[key], 1, most)
+    _check_shapes(source, config)
+    for key in ("torch_dtype", "dtype"):
+        value = config.get(key)
+        if value is not None and (not isinstance(value, str) or value not in DTYPE_NAMES):
+            raise ModelError(source, key, f"expected one of {sorted(DTYPE_NAMES)}, got {shorten(value, 40)}")
+    for key in MAPPING_KEYS:
+        if config.get(key) is not None and not isinstance(config[key], dict):
+            raise ModelError(source, key, f"expected a mapping or null, got {shorten(config[key], 40)}")
+    if isinstance(config.get("text_config"), dict):
+        check_config(source, config["text_config"])
+
+
+def _check_shapes(source: str, config: dict[str, Any]) -> None:
+    """Heads split the hidden size, K/V heads the heads (bounds already checked: ints or absent)."""
+    hidden, heads = config.get("hidden_size"), config.get("num_attention_heads")
+    kv = config.get("num_key_value_heads")
+    own_widths = config.get("head_dim") is not None or config.get("kv_lora_rank") is not None
+    if isinstance(hidden, int) and isinstance(heads, int) and not own_widths and hidden % heads:
+        raise ModelError(
+            source,
+            "num_attention_heads",
+            f"{heads} heads do not split hidden_size {hidden} evenly (and the config gives no head_dim)",
+        )
+    if isinstance(heads, int) and isinstance(kv, int) and heads % kv:
+        raise ModelError(source, "num_key_value_heads", f"{kv} K/V heads do not split the {heads} attention heads")

@@ -1,7 +1,9 @@
-"""Webhook receiver scaffolding for tests and benchmarks: realistic hub payloads, and the receiver
-as a real `day0 webhook serve` subprocess on a free loopback port (restartable, own process group).
+"""Webhook receiver scaffolding for tests and benchmarks: realistic hub payloads, the receiver as a
+real `day0 webhook serve` subprocess on a free loopback port (restartable, killable with SIGKILL, own
+process group), and `SilentServer`, a real TCP server that accepts connections and never answers (a
+hung Prefect API).
 
-    with Receiver(secret="s", watch=watch_yaml, store="file:///tmp/store", env=env) as rx:
+    with Receiver(secret="s" * 16, watch=watch_yaml, store="file:///tmp/store", env=env) as rx:
         httpx.post(rx.url + "/webhook", json=hub_payload("org/m", sha), headers=rx.headers)
 """
 
@@ -12,6 +14,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from types import TracebackType
@@ -19,7 +22,7 @@ from typing import Any
 
 import httpx
 
-__all__ = ["Receiver", "hub_payload"]
+__all__ = ["Receiver", "SilentServer", "hub_payload"]
 
 
 def hub_payload(
@@ -62,7 +65,7 @@ class Receiver:
         self.secret, self.watch, self.store, self.env, self.log = secret, watch, store, env, log
         self.port = _free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self.headers = {"X-Webhook-Secret": secret}
+        self.headers: dict[str, str | bytes] = {"X-Webhook-Secret": secret.encode()}  # the bytes, as the hub sends
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self, timeout_s: float = 120) -> None:
@@ -92,6 +95,13 @@ class Receiver:
                 self.proc.wait(5)
         self.proc = None
 
+    def kill(self) -> None:
+        """SIGKILL the receiver's process group (no shutdown code runs) and reap it."""
+        if self.proc and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(15)
+        self.proc = None
+
     def restart(self) -> None:
         self.stop()
         self.start()
@@ -102,3 +112,36 @@ class Receiver:
 
     def __exit__(self, *exc: type[BaseException] | BaseException | TracebackType | None) -> None:
         self.stop()
+
+
+class SilentServer:
+    """A TCP server on a free loopback port that accepts every connection, reads what arrives and never
+    answers: what a hung Prefect server looks like to its clients. `url` is an API URL for it."""
+
+    def __init__(self) -> None:
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(128)
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}/api"
+        self.accepted = 0
+        self.conns: list[socket.socket] = []
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:  # closed
+                return
+            self.accepted += 1
+            self.conns.append(conn)
+
+    def __enter__(self) -> SilentServer:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: type[BaseException] | BaseException | TracebackType | None) -> None:
+        self.sock.close()
+        for conn in self.conns:
+            conn.close()
+        self.thread.join(5)

@@ -2,7 +2,8 @@
 
 Contract: `HubPayload` validates what the hub sends (unknown fields are allowed, since the hub adds
 fields over time; the ones we read are typed and required). `decide(payload, watch)` is pure: it says
-whether the delivery starts an adaptation run (repo name + sha) or why it starts nothing.
+whether the delivery starts an adaptation run (repo name + sha) or why it starts nothing; a reason
+quotes input only escaped and cut (`day0.webhook.safe.clean`), and names at most three refs.
 huggingface_hub's own payload model drops `repo.headSha`, which is the one thing we pin.
 """
 
@@ -14,11 +15,14 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from day0.webhook.safe import clean
+
 __all__ = ["Decision", "HubPayload", "WatchList", "decide"]
 
 _REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}/[A-Za-z0-9][A-Za-z0-9._-]{0,95}$")
 _SHA = r"^[0-9a-f]{40}$"
 _MAIN_REFS = ("refs/heads/main",)
+_REFS_SHOWN = 3  # a reason names at most this many refs (a delivery may carry thousands)
 
 
 class _HubModel(BaseModel):
@@ -103,7 +107,9 @@ def decide(payload: HubPayload, watch: WatchList) -> Decision:
     if event.scope == "repo.content" and event.action == "update":
         sha = _main_sha(payload)
         if sha is None:
-            refs = ", ".join(r.ref for r in payload.updatedRefs) or "none"
+            refs = ", ".join(clean(r.ref, 80) for r in payload.updatedRefs[:_REFS_SHOWN]) or "none"
+            if len(payload.updatedRefs) > _REFS_SHOWN:
+                refs += f" and {len(payload.updatedRefs) - _REFS_SHOWN} more"
             return ignore("not_main", f"no new commit on main (updated refs: {refs})")
         return start("new_commit", "new commit on main", sha)
     return ignore("other_event", f"{event.scope} {event.action} events start nothing")

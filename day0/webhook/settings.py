@@ -1,37 +1,66 @@
-"""The receiver's settings (`DAY0_WEBHOOK_*`) and its watch configuration (configs/webhook/watch.yaml)."""
+"""The receiver's settings (`DAY0_WEBHOOK_*`) and its watch configuration (configs/webhook/watch.yaml).
+
+Contract: `WebhookSettings` refuses a secret shorter than `MIN_SECRET_BYTES` bytes (UTF-8), so an empty
+or unset secret (a Helm Secret made from an unset variable) can never turn authentication off; the
+message names DAY0_WEBHOOK_SECRET and never shows the value. `load_watch(path)` reads the watch file
+and its spec template through `day0.yamlio.read_user_yaml` (bounded, duplicate keys refused) and raises
+`SpecError` (exit 2) naming the file and field for anything that is not a usable config, including a
+template that is not a mapping; the template is read once, at start-up.
+"""
 
 from __future__ import annotations
 
+import copy
 import re
 from pathlib import Path
 from typing import Any
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, SecretStr, ValidationError, field_validator
 
 from day0.errors import SpecError, SpecIssue
 from day0.paths import CONFIGS_DIR
 from day0.settings import EnvSettings
 from day0.webhook.payload import WatchList
+from day0.yamlio import read_user_yaml
 
-__all__ = ["WatchConfig", "WebhookSettings", "load_watch"]
+__all__ = ["MIN_SECRET_BYTES", "WatchConfig", "WebhookSettings", "load_watch"]
+
+MIN_SECRET_BYTES = 16
 
 
 class WebhookSettings(EnvSettings):
     env_prefix = "DAY0_WEBHOOK_"
 
-    secret: SecretStr = Field(description="Shared secret the hub sends verbatim in X-Webhook-Secret.")
-    watch: Path = Field(CONFIGS_DIR / "webhook" / "watch.yaml", description="Watch config YAML.")
-    store: str = Field("file://.day0", description="Artifact store URI holding the dedupe records.")
-    max_body_bytes: int = Field(256 * 1024, gt=0, description="Bodies above this get 413, unread beyond it.")
-    stale_claim_s: float = Field(
-        120, gt=0, description="A claim with no run id after this long is retried (its receiver died)."
+    secret: SecretStr = Field(
+        description=f"Shared secret the hub sends verbatim in X-Webhook-Secret; at least {MIN_SECRET_BYTES} bytes."
     )
+    watch: Path = Field(CONFIGS_DIR / "webhook" / "watch.yaml", description="Watch config YAML.")
+    store: str = Field("file://.day0", description="Artifact store URI holding the claims and the queue.")
+    max_body_bytes: int = Field(256 * 1024, gt=0, description="Bodies above this get 413, unread beyond it.")
+    body_timeout_s: float = Field(10, gt=0, description="A body not fully received within this gets 408.")
+    store_timeout_s: float = Field(10, gt=0, description="A store call slower than this answers 503.")
+    store_threads: int = Field(16, ge=1, description="Threads running blocking store calls off the event loop.")
+    trigger_timeout_s: float = Field(30, gt=0, description="A Prefect call slower than this is retried later.")
     max_concurrent_triggers: int = Field(
         4, ge=1, description="Flow runs created at once; more wait (a SQLite Prefect server locks when flooded)."
     )
+    retry_max_s: float = Field(60, gt=0, description="Longest wait between two tries of a failed trigger.")
+    rescan_s: float = Field(
+        60, gt=0, description="How often the store's queue is rescanned for entries another receiver left."
+    )
     host: str = "127.0.0.1"
     port: int = Field(8765, ge=0, le=65535)
+
+    @field_validator("secret")
+    @classmethod
+    def _long_enough(cls, secret: SecretStr) -> SecretStr:
+        size = len(secret.get_secret_value().encode())
+        if size < MIN_SECRET_BYTES:
+            raise ValueError(
+                f"must be at least {MIN_SECRET_BYTES} bytes, got {size}: an empty or short secret would let "
+                "anyone trigger runs"
+            )
+        return secret
 
 
 class WatchConfig(BaseModel):
@@ -40,22 +69,50 @@ class WatchConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     watch: WatchList
-    deployment: str = Field("adapt/release", description="'flow/deployment' run for each new model commit.")
+    deployment: str = Field(
+        "adapt/release", pattern=r"^[^/]+/[^/]+$", description="'flow/deployment' run for each new model commit."
+    )
     template: Path = Field(description="Spec template (YAML); model.source is set to hf://org/name@sha.")
+    _spec: dict[str, Any] | None = PrivateAttr(None)
+
+    def template_spec(self) -> dict[str, Any]:
+        """The template's mapping, read (and checked) once."""
+        if self._spec is None:
+            self._spec = _read_template(self.template)
+        return self._spec
 
     def build_spec(self, repo: str, sha: str) -> dict[str, Any]:
         """The template with the model pinned to the commit and a name saying which commit it is."""
-        spec = dict(yaml.safe_load(self.template.read_text()))
-        model = dict(spec.get("model") or {})
+        spec = copy.deepcopy(self.template_spec())
+        model = spec.get("model")
+        model = {"source": model} if isinstance(model, str) else dict(model or {})
         model["source"] = f"hf://{repo}@{sha}"
         slug = re.sub(r"[^a-z0-9]+", "-", repo.lower()).strip("-")[:50].rstrip("-")
         name = f"{slug}-{sha[:12]}"  # a DNS label: at most 63 characters
         return spec | {"model": model, "metadata": {**(spec.get("metadata") or {}), "name": name}}
 
 
+def _read_template(path: Path) -> dict[str, Any]:
+    raw = read_user_yaml(path)
+    if not isinstance(raw, dict):
+        raise SpecError(str(path), [SpecIssue("", f"expected a spec mapping, got {type(raw).__name__}")])
+    shapes: list[tuple[str, tuple[type, ...], str]] = [
+        ("model", (dict, str), "a mapping or a source string"),
+        ("metadata", (dict,), "a mapping"),
+    ]
+    issues = [
+        SpecIssue(field, f"expected {what}, got {type(raw[field]).__name__}")
+        for field, types, what in shapes
+        if raw.get(field) is not None and not isinstance(raw[field], types)
+    ]
+    if issues:
+        raise SpecError(str(path), issues)
+    return raw
+
+
 def load_watch(path: Path) -> WatchConfig:
-    raw = yaml.safe_load(path.read_text())
-    if isinstance(raw, dict) and "template" in raw:
+    raw = read_user_yaml(path)
+    if isinstance(raw, dict) and isinstance(raw.get("template"), str):
         raw["template"] = (path.parent / raw["template"]).resolve()
     try:
         config = WatchConfig.model_validate(raw)
@@ -63,4 +120,5 @@ def load_watch(path: Path) -> WatchConfig:
         raise SpecError(str(path), [SpecIssue.from_pydantic(dict(e)) for e in exc.errors()]) from None
     if not config.template.is_file():
         raise SpecError(str(path), [SpecIssue("template", f"{config.template} does not exist")])
+    config.template_spec()
     return config

@@ -259,7 +259,9 @@ def test_install_upgrade_uninstall(api: Any, namespace: str, tmp_path: Path, mon
     from kubernetes import client
 
     core, rbac = client.CoreV1Api(api), client.RbacAuthorizationV1Api(api)
-    core.create_namespaced_secret(namespace, {"metadata": {"name": "day0-e2e-webhook"}, "stringData": {"secret": "s"}})
+    core.create_namespaced_secret(
+        namespace, {"metadata": {"name": "day0-e2e-webhook"}, "stringData": {"secret": "s-e2e-webhook-secret"}}
+    )
     release = "r"
     helm("install", release, str(CHART), "-n", namespace, "-f", str(E2E_VALUES), "--wait", "--timeout", "180s")
     _wait_for_rollout(namespace, release)
@@ -445,7 +447,7 @@ def test_the_webhook_really_runs_and_answers_through_its_service(api: Any, names
     from day0.testing.pod_runner import PodRunner, Pool
 
     client.CoreV1Api(api).create_namespaced_secret(
-        namespace, {"metadata": {"name": "day0-e2e-webhook"}, "stringData": {"secret": "s"}}
+        namespace, {"metadata": {"name": "day0-e2e-webhook"}, "stringData": {"secret": "s-e2e-webhook-secret"}}
     )
     pool, taint = f"{namespace}-run", {"key": "day0.io/helm-test", "operator": "Exists", "effect": "NoSchedule"}
     with socket.socket() as s:

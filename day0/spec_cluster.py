@@ -1,0 +1,221 @@
+"""Where a pipeline runs: the platform descriptor (`configs/platforms/`) and the cluster
+(`configs/clusters/`), as the user writes them (`day0.spec` re-exports every model here).
+
+Contract: `UserModel` rules (`day0.spec_base`); every figure within a plausibility bound named in
+its description (per-accelerator memory, peak TFLOP/s, bandwidths, node and accelerator counts,
+timeouts), so nonsense is refused by `day0 validate`, never met by a step.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from day0.core.precision import DType
+from day0.spec_base import BANDWIDTH_GBPS, MAX_ACCELERATORS, MAX_TIMEOUT_S, MEMORY_GIB, TFLOPS, UserModel
+
+__all__ = [
+    "Accelerator",
+    "ClusterSpec",
+    "ElasticRange",
+    "HardwareSpec",
+    "HeadSpec",
+    "NodePool",
+    "OperatorSupport",
+    "PlatformSpec",
+    "PodEnvVar",
+    "Toleration",
+]
+
+
+class OperatorSupport(UserModel):
+    op: str = Field(description="aten operator, e.g. 'aten::mm' or 'aten::_grouped_mm'.")
+    dtypes: list[DType] | None = Field(None, description="Supported dtypes; omitted means all.")
+
+
+class HardwareSpec(UserModel):
+    """Per-accelerator figures, each within the bounds of `day0.spec_base` (named in each description)."""
+
+    memory_gib: float = Field(
+        ge=MEMORY_GIB[0], le=MEMORY_GIB[1], description="Memory per accelerator, GiB (1 MiB to 64 TiB)."
+    )
+    bf16_tflops: float = Field(
+        ge=TFLOPS[0], le=TFLOPS[1], description="Dense bf16 peak per accelerator, TFLOP/s (0.001 to 100,000)."
+    )
+    fp8_tflops: float | None = Field(
+        None, ge=TFLOPS[0], le=TFLOPS[1], description="Dense fp8 peak per accelerator, TFLOP/s (0.001 to 100,000)."
+    )
+    intra_node_bandwidth_gbps: float = Field(
+        ge=BANDWIDTH_GBPS[0],
+        le=BANDWIDTH_GBPS[1],
+        description="Per-accelerator intra-node bandwidth, GB/s (0.1, a gigabit link, to 100,000).",
+    )
+    inter_node_bandwidth_gbps: float = Field(
+        ge=BANDWIDTH_GBPS[0],
+        le=BANDWIDTH_GBPS[1],
+        description="Per-accelerator inter-node bandwidth, GB/s (0.1, a gigabit link, to 100,000).",
+    )
+    kernel_launch_us: float = Field(
+        10.0,
+        ge=0,
+        le=100_000,
+        description="Host time per op of eager training (dispatcher, autograd, launch), microseconds "
+        "(PyTorch eager: ~5-10 on GPUs, ~10-30 on CPUs; at most 0.1 s).",
+    )
+    launch_async: bool = Field(
+        True, description="Kernels run asynchronously to the host (GPUs, NPUs): op dispatch hides behind device work."
+    )
+
+
+class PlatformSpec(UserModel):
+    name: str = Field(description="Platform name, shown in reports.")
+    device_type: str = Field(description="torch device type: cpu, cuda, npu, musa ...")
+    distributed_backend: Literal["gloo", "nccl", "hccl", "mccl", "xccl"] = Field(
+        "gloo", description="torch.distributed backend on this platform."
+    )
+    vendor_plugin: str | None = Field(
+        None, description="Entry point in group 'day0.platforms' that registers the device (e.g. torch_npu)."
+    )
+    hardware: HardwareSpec = Field(description="Per-accelerator figures the cost model uses.")
+    operator_library: Literal["probe"] | list[OperatorSupport] = Field(
+        "probe",
+        description="'probe' asks the dispatcher for kernels on the device; or a declared list of supported operators.",
+    )
+
+
+class Accelerator(UserModel):
+    resource: str = Field("nvidia.com/gpu", description="Kubernetes extended resource name.")
+    per_node: int = Field(ge=1, le=1024, description="Accelerators per node.")
+    memory_gib: float = Field(
+        ge=MEMORY_GIB[0], le=MEMORY_GIB[1], description="Memory per accelerator, GiB (1 MiB to 64 TiB)."
+    )
+
+
+class ElasticRange(UserModel):
+    min: int = Field(0, ge=0, le=1_000_000, description="Fewest nodes the autoscaler keeps.")
+    max: int = Field(ge=1, le=1_000_000, description="Most nodes the autoscaler may add.")
+
+    @model_validator(mode="after")
+    def _ordered(self) -> ElasticRange:
+        if self.min > self.max:
+            raise ValueError(f"elastic.min ({self.min}) must be <= elastic.max ({self.max})")
+        return self
+
+
+class Toleration(UserModel):
+    key: str | None = Field(None, description="Taint key to tolerate (omit with operator Exists for all).")
+    operator: Literal["Exists", "Equal"] = Field("Equal", description="Exists or Equal.")
+    value: str | None = Field(None, description="Taint value (operator Equal).")
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = Field(
+        None, description="Taint effect to tolerate (omit for all)."
+    )
+
+
+class NodePool(UserModel):
+    name: str = Field(
+        pattern=r"^[a-z0-9]([a-z0-9-]{0,40}[a-z0-9])?$",
+        description="Pool name (a DNS label): the RayCluster worker group's name.",
+    )
+    accelerator: Accelerator = Field(description="The accelerator each node carries.")
+    nodes: int | None = Field(None, ge=0, le=1_000_000, description="Fixed node count (omit for elastic pools).")
+    elastic: ElasticRange | None = Field(None, description="Elastic pool range, scaled by the Ray autoscaler.")
+    cpus_per_node: int = Field(16, ge=1, le=65_536, description="CPUs per node (at most 65,536).")
+    memory_gib_per_node: float = Field(
+        256, ge=MEMORY_GIB[0], le=MEMORY_GIB[1], description="Host memory per node, GiB (1 MiB to 64 TiB)."
+    )
+    node_selector: dict[str, str] = Field(
+        default_factory=dict, description="Kubernetes nodeSelector for the pool's pods."
+    )
+    tolerations: list[Toleration] = Field(
+        default_factory=list, description="Kubernetes tolerations for the pool's pods (e.g. tainted elastic nodes)."
+    )
+    ray_start_params: dict[str, str] = Field(
+        default_factory=dict,
+        description="Extra `ray start` flags of this pool's workers (KubeRay rayStartParams), over the cluster's.",
+    )
+
+    @model_validator(mode="after")
+    def _sized(self) -> NodePool:
+        if (self.nodes is None) == (self.elastic is None):
+            raise ValueError("set exactly one of 'nodes' (fixed pool) or 'elastic' (elastic pool)")
+        return self
+
+    @property
+    def max_nodes(self) -> int:
+        if self.nodes is not None:
+            return self.nodes
+        assert self.elastic is not None  # _sized: exactly one of the two is set
+        return self.elastic.max
+
+
+class PodEnvVar(UserModel):
+    """One environment variable of the Ray containers: a value, or a field of the pod (downward API)."""
+
+    name: str = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", description="Variable name.")
+    value: str | None = Field(None, description="Literal value; `$(VAR)` names an earlier variable.")
+    field_path: str | None = Field(
+        None, description="Pod field instead of a value (Kubernetes fieldRef), e.g. status.podIP or metadata.name."
+    )
+
+    @model_validator(mode="after")
+    def _one_source(self) -> PodEnvVar:
+        if (self.value is None) == (self.field_path is None):
+            raise ValueError("set exactly one of 'value' or 'field_path'")
+        return self
+
+
+class HeadSpec(UserModel):
+    """Where the RayCluster's head pod runs (it takes no accelerator work: `num-cpus: 0`)."""
+
+    node_selector: dict[str, str] = Field(default_factory=dict, description="Kubernetes nodeSelector of the head pod.")
+    tolerations: list[Toleration] = Field(default_factory=list, description="Tolerations of the head pod.")
+    cpus: int = Field(2, ge=1, le=65_536, description="CPUs requested by the head pod.")
+    memory_gib: int = Field(8, ge=1, le=65_536, description="Memory requested by the head pod, GiB.")
+
+
+class ClusterSpec(UserModel):
+    backend: Literal["local", "kuberay"] = Field(
+        "local", description="'local' (Ray on this machine) or 'kuberay' (a RayCluster on Kubernetes)."
+    )
+    namespace: str = Field("day0", description="Kubernetes namespace of the run's RayCluster (kuberay).")
+    address: str | None = Field(None, description="Existing Ray cluster address (local backend).")
+    keep_cluster: bool = Field(False, description="Keep the RayCluster after the run (kuberay).")
+    node_pools: list[NodePool] = Field(
+        default_factory=list,
+        description="Accelerator node pools, fixed or elastic (kuberay, and the planner's cluster size).",
+    )
+    ready_timeout_s: float = Field(
+        600, gt=0, le=MAX_TIMEOUT_S, description="Seconds to wait for the RayCluster to become ready (at most a week)."
+    )
+    head: HeadSpec = Field(default_factory=HeadSpec, description="The RayCluster's head pod (kuberay).")
+    dashboard_via: Literal["service", "pod-ip"] = Field(
+        "service",
+        description="How the flow reaches the head's job API (kuberay): the head Service's DNS name (the flow "
+        "runs in the cluster), or the head pod's IP (the flow's host routes to pod IPs).",
+    )
+    job_timeout_s: float = Field(
+        7200,
+        gt=0,
+        le=MAX_TIMEOUT_S,
+        description="Longest a step's Ray job may run before it is stopped (a week at most).",
+    )
+    ray_start_params: dict[str, str] = Field(
+        default_factory=dict,
+        description="Extra `ray start` flags of the head and every worker group (KubeRay rayStartParams, "
+        "e.g. {node-ip-address: $(MY_POD_IP)} where Ray must advertise the pod's address); a pool's own win.",
+    )
+    pod_env: list[PodEnvVar] = Field(
+        default_factory=list,
+        description="Environment of every Ray container (head, workers, autoscaler), e.g. MY_POD_IP from status.podIP.",
+    )
+
+    @model_validator(mode="after")
+    def _plausible_size(self) -> ClusterSpec:
+        total = sum(p.max_nodes * p.accelerator.per_node for p in self.node_pools)
+        if total > MAX_ACCELERATORS:
+            raise ValueError(
+                f"node_pools hold {total:,} accelerators at most; the largest cluster day0 plans for has "
+                f"{MAX_ACCELERATORS:,} (the largest reported training clusters have ~200,000)"
+            )
+        return self

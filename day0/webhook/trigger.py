@@ -1,0 +1,69 @@
+"""Creating the flow run of a release on the Prefect server at PREFECT_API_URL.
+
+Contract: `prefect_api_url()` is the configured API URL (environment or Prefect profile) or None; the
+receiver refuses to start without one, so it never starts a temporary Prefect server of its own
+(which would hold no deployment and outlive a killed receiver). `PrefectTrigger` keeps one client
+for the process and caches each deployment's id (dropped when Prefect says it is gone), so a trigger is
+one API call: `create_flow_run_from_deployment(..., idempotency_key=repo@sha)`, which returns the
+existing run for a key already used.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING, Any
+from uuid import UUID
+
+if TYPE_CHECKING:
+    from prefect.client.orchestration import PrefectClient
+
+__all__ = ["PrefectTrigger", "prefect_api_url"]
+
+
+def prefect_api_url() -> str | None:
+    from prefect.settings import PREFECT_API_URL
+
+    value = PREFECT_API_URL.value()
+    return str(value) if value else None
+
+
+class PrefectTrigger:
+    def __init__(self) -> None:
+        self.client: PrefectClient | None = None
+        self.deployments: dict[str, UUID] = {}
+        self.opening = asyncio.Lock()
+
+    async def _client(self) -> PrefectClient:
+        async with self.opening:  # concurrent first calls share one client
+            if self.client is None:
+                from prefect.client.orchestration import get_client
+
+                if prefect_api_url() is None:  # never the ephemeral server: see the module contract
+                    raise RuntimeError("PREFECT_API_URL is not set")
+                client = get_client()
+                await client.__aenter__()
+                self.client = client
+            return self.client
+
+    async def __call__(self, deployment: str, parameters: dict[str, Any], idempotency_key: str) -> str:
+        from prefect.exceptions import ObjectNotFound
+
+        client = await self._client()
+        if deployment not in self.deployments:
+            try:
+                self.deployments[deployment] = (await client.read_deployment_by_name(deployment)).id
+            except ObjectNotFound:
+                raise LookupError(f"no deployment {deployment!r} on {prefect_api_url()}") from None
+        try:
+            run = await client.create_flow_run_from_deployment(
+                self.deployments[deployment], parameters=parameters, idempotency_key=idempotency_key
+            )
+        except ObjectNotFound:
+            self.deployments.pop(deployment, None)  # deleted (or re-created under a new id) since cached
+            raise
+        return str(run.id)
+
+    async def aclose(self) -> None:
+        if self.client is not None:
+            client, self.client = self.client, None
+            await client.__aexit__(None, None, None)
