@@ -22,7 +22,7 @@ from pydantic import BaseModel, Field
 
 from day0.errors import ModelError
 from day0.paths import CONFIGS_DIR
-from day0.settings import HubSettings
+from day0.settings import HubSettings, LimitsSettings
 from day0.spec import ModelSpec, hub_reference
 
 __all__ = [
@@ -130,6 +130,9 @@ def resolve_model_source(source: str, settings: HubSettings | None = None) -> Re
         raise ModelError(source, "config.json", f"no config.json in {directory}")
     from day0.yamlio import read_user_json
 
+    limit = LimitsSettings().max_file_bytes
+    if not config_path.is_file() or config_path.stat().st_size > limit:
+        raise ModelError(source, "config.json", f"not a file of at most {limit} bytes (DAY0_LIMITS_MAX_FILE_BYTES)")
     try:
         config = read_user_json(config_path)
     except ValueError as exc:  # too big, not UTF-8, too deep, malformed: named by the reader
