@@ -19,11 +19,10 @@ from typing import Any
 
 import httpx
 import pytest
-import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from day0.testing.webhook import Receiver, hub_payload
-from tests._webhook_helpers import runs_of, wait_runs
+from tests._webhook_helpers import runs_of, wait_runs, write_watch
 
 pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parent.parent
@@ -82,16 +81,7 @@ def served(api_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[N
 @pytest.fixture(scope="module")
 def receiver(api_url: str, served: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Receiver]:
     root = tmp_path_factory.mktemp("webhook")
-    template = {
-        "metadata": {"name": "release"},
-        "model": {"source": "hf://placeholder/placeholder"},
-        "platform": "cpu",
-        "steps": ["analyze"],
-        "storage": f"file://{root}/runs",
-    }
-    (root / "template.yaml").write_text(yaml.safe_dump(template))
-    watch = {"watch": {"orgs": [ORG], "patterns": ["other-org/Watched-*"]}, "template": "template.yaml"}
-    (root / "watch.yaml").write_text(yaml.safe_dump(watch))
+    write_watch(root, [ORG], patterns=["other-org/Watched-*"])
     rx = Receiver(SECRET, root / "watch.yaml", f"file://{root}/store", {"PREFECT_API_URL": api_url}, root / "rx.log")
     with rx:
         yield rx
