@@ -12,8 +12,8 @@ MODELS = ["deepseek-v3", "kimi-k2", "qwen3-30b-a3b", "mixtral-8x7b", "llama-3-8b
 
 
 def run() -> dict:
-    from day0.analysis.step import analyze_model
     from day0.spec import ModelSpec, load_platform
+    from day0.steps.analyze.run import analyze_model
 
     results: dict[str, dict] = {}
     for name in MODELS:

@@ -20,11 +20,11 @@ MODEL = "tiny-deepseek-v3"
 
 
 def run() -> dict[str, Any]:
-    from day0.analysis.step import analyze_model
-    from day0.numerics.layers import WholeModel
-    from day0.numerics.step import run_operators
     from day0.paths import CONFIGS_DIR
     from day0.spec import ModelSpec, PlatformSpec, ValidationSpec, load_yaml
+    from day0.steps.analyze.run import analyze_model
+    from day0.steps.operators.checks import run_operators
+    from day0.steps.operators.layers import WholeModel
 
     cpu = PlatformSpec.model_validate(load_yaml(CONFIGS_DIR / "platforms" / "cpu.yaml"))
     analyzed = analyze_model(ModelSpec(source=MODEL), cpu, "fp32")
@@ -55,11 +55,11 @@ def run() -> dict[str, Any]:
 def _big(name: str) -> dict[str, Any]:
     """The 671B model's inventory (captured on meta) checked with the per-call element cap: the
     step stays bounded; the whole-model check is skipped by its parameter cap on this host."""
-    from day0.analysis.step import analyze_model
-    from day0.numerics.layers import WholeModel
-    from day0.numerics.step import run_operators
     from day0.paths import CONFIGS_DIR
     from day0.spec import ModelSpec, PlatformSpec, load_yaml
+    from day0.steps.analyze.run import analyze_model
+    from day0.steps.operators.checks import run_operators
+    from day0.steps.operators.layers import WholeModel
 
     spec = PlatformSpec.model_validate(load_yaml(CONFIGS_DIR / "platforms" / "cpu.yaml"))
     analyzed = analyze_model(ModelSpec(source=name), spec, "bf16")

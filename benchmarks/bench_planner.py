@@ -35,9 +35,9 @@ DATA = ROOT / "tests" / "data" / "planner"
 
 
 def _structure(name: str):
-    from day0.analysis.structure import analyze_structure
     from day0.core.model_source import resolve_model_source
     from day0.core.modeling import build_meta_model, load_hf_config
+    from day0.core.structure import analyze_structure
 
     return analyze_structure(build_meta_model(load_hf_config(resolve_model_source(name)), name), name)
 
@@ -57,7 +57,7 @@ def published_errors() -> dict:
     """Predicted vs published step time of every run in the table, with the mean and worst error."""
     import yaml
 
-    from day0.analysis.structure import ModelStructure
+    from day0.core.structure import ModelStructure
     from day0.planner.published import PublishedHardware, PublishedRun, predict_run
 
     table = yaml.safe_load((DATA / "published_runs.yaml").read_text())

@@ -2,7 +2,7 @@
 
     python -m benchmarks.run serving
 
-1. Ceiling: requests/s the async streaming client (`day0.serving.client`) sustains against a
+1. Ceiling: requests/s the async streaming client (`day0.steps.inference.client`) sustains against a
    trivial OpenAI-compatible stub (FastAPI on uvicorn, in its own process, streaming 16 chunks and
    usage with no model behind it), side by side with a simple sequential client (one blocking
    httpx stream after another) in the same run. The stub shares the machine's cores, so the
@@ -30,10 +30,10 @@ from fastapi import FastAPI
 from fastapi.responses import StreamingResponse
 
 from day0.core.ports import free_port
-from day0.serving.client import LoadRequest, LoadSettings, run_load
-from day0.serving.metrics import summarize
-from day0.serving.model import ServedModel, build_model, held_out_text, write_model_dir
-from day0.serving.server import EngineConfig, serve
+from day0.steps.inference.client import LoadRequest, LoadSettings, run_load
+from day0.steps.inference.metrics import summarize
+from day0.steps.inference.model import ServedModel, build_model, held_out_text, write_model_dir
+from day0.steps.inference.server import EngineConfig, serve
 
 STUB_CHUNKS = 16
 CEILING_REQUESTS, CEILING_CONCURRENCY, SEQUENTIAL_REQUESTS = 2000, 64, 300
@@ -110,8 +110,8 @@ def client_ceiling() -> dict:
 def served_curve() -> list[dict]:
     from day0.core.model_source import resolve_model_source
     from day0.spec import TrialScale
-    from day0.trial.data import prepare_data
-    from day0.trial.model import scale_config
+    from day0.steps.trial.data import prepare_data
+    from day0.steps.trial.model import scale_config
 
     data = prepare_data(None, 512)
     config = scale_config(resolve_model_source("tiny-qwen3-moe").config, TrialScale(), vocab_size=data.vocab_size,

@@ -29,10 +29,10 @@ import torch.nn.functional as F
 
 from day0.core.model_source import resolve_model_source
 from day0.spec import TrialScale
+from day0.steps.trial.data import batch_for_step, prepare_data
+from day0.steps.trial.loop import LoopConfig
+from day0.steps.trial.model import build_model, scale_config
 from day0.testing.faults import TrialFaults
-from day0.trial.data import batch_for_step, prepare_data
-from day0.trial.loop import LoopConfig
-from day0.trial.model import build_model, scale_config
 
 STEPS, SEQ, BATCH = 40, 64, 8
 COST_STEPS, COST_SPEC = 30, "configs/pipelines/tiny-local.yaml"
@@ -82,8 +82,8 @@ def bare_pytorch(loop: LoopConfig, tokens) -> dict:
 
 def day0_ray(loop: LoopConfig, tokens, storage: str) -> dict:
     from day0.backends.local import connect
-    from day0.trial.results import steady_tokens_per_s
-    from day0.trial.run import run_training
+    from day0.steps.trial.ray_train import run_training
+    from day0.steps.trial.result import steady_tokens_per_s
 
     connect(num_cpus=2)
     t0 = time.time()
@@ -101,8 +101,8 @@ def recovery(loop: LoopConfig, tokens, storage: str) -> dict:
     import ray
     from ray.cluster_utils import Cluster
 
+    from day0.steps.trial.result import recoveries
     from day0.testing.chaos import run_with_node_kill
-    from day0.trial.results import recoveries
 
     ray.shutdown()
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
@@ -135,7 +135,7 @@ def recovery(loop: LoopConfig, tokens, storage: str) -> dict:
 def _candidate(data):
     """The default pipeline's candidate loop and its scaled config (as step 5 builds them)."""
     from day0.spec import load_spec
-    from day0.trial.step import TrialPlan, candidate_loop
+    from day0.steps.trial.train import TrialPlan, candidate_loop
 
     spec = load_spec(COST_SPEC)
     source = resolve_model_source(spec.model.source)
@@ -160,10 +160,10 @@ def cost_check(data, storage: str, store_uri: str) -> dict:
     """Calibrate, train the candidate, predict it from the datasheet and the profile (see the module doc)."""
     from day0.calibration import calibrate
     from day0.spec import load_platform
+    from day0.steps.trial.ray_train import run_training
+    from day0.steps.trial.result import steady_tokens_per_s
+    from day0.steps.trial.train import TrialPlan
     from day0.store import open_store
-    from day0.trial.results import steady_tokens_per_s
-    from day0.trial.run import run_training
-    from day0.trial.step import TrialPlan
     from tasks.trial import PlannerMemoryEstimate
 
     spec, cfg, loop = _candidate(data)

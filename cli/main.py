@@ -72,8 +72,8 @@ def cmd_schema(args: argparse.Namespace) -> int:
 def cmd_analyze(args: argparse.Namespace) -> int:
     from rich.table import Table
 
-    from day0.analysis.step import analyze_model
     from day0.spec import ModelSpec
+    from day0.steps.analyze.run import analyze_model
 
     platform = load_platform(args.platform, "--platform")
     try:

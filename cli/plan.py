@@ -32,8 +32,8 @@ from pathlib import Path
 
 import day0
 from cli.preflight import positive_int
-from day0.analysis.structure import ModelStructure
 from day0.core.model_source import ResolvedModel, resolve_model
+from day0.core.structure import ModelStructure
 from day0.errors import StoreUnavailable, UsageError
 from day0.spec import PipelineSpec, load_spec
 from day0.store import ArtifactStore, open_store, write_atomically
@@ -59,7 +59,7 @@ def structure_cache_key(resolved: ResolvedModel) -> str:
     from day0.provenance import code_digest
 
     blob = json.dumps(resolved.config, sort_keys=True, default=str).encode()
-    blob += "".join(code_digest(m) for m in ("day0.analysis.structure", "day0.core.modeling")).encode()
+    blob += "".join(code_digest(m) for m in ("day0.core.structure", "day0.core.modeling")).encode()
     return f"structures/{hashlib.sha256(blob).hexdigest()[:16]}.json"
 
 
@@ -80,8 +80,8 @@ def cached_structure(store: ArtifactStore, spec: PipelineSpec) -> tuple[ModelStr
 
 def build_structure(resolved: ResolvedModel) -> ModelStructure:
     """Step 1's structure analysis alone (the meta-device build, no operator capture)."""
-    from day0.analysis.structure import analyze_structure
     from day0.core.modeling import build_meta_model, load_hf_config
+    from day0.core.structure import analyze_structure
 
     meta = build_meta_model(load_hf_config(resolved), resolved.source, trust_remote_code=resolved.trust_remote_code)
     return analyze_structure(meta, resolved.source)

@@ -19,10 +19,10 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from day0.numerics.results import OperatorsResult
+from day0.steps.operators.result import OperatorsResult
+from day0.steps.trial.alignment import relative_errors
+from day0.steps.trial.result import TrialResult
 from day0.store import ArtifactStore
-from day0.trial.alignment import relative_errors
-from day0.trial.results import TrialResult
 
 __all__ = [
     "Baseline",

@@ -139,7 +139,7 @@ class TrialScale(UserModel):
 
 
 class TrialTolerance(UserModel):
-    """When two loss curves are aligned (the one model: `day0.trial.alignment` judges by it).
+    """When two loss curves are aligned (the one model: `day0.steps.trial.alignment` judges by it).
     Limits follow public practice (mean relative error < 2% from step 21 on); the thresholds
     judged are tighter when the reference's own seed-to-seed spread says so (`noise_fraction`)."""
 

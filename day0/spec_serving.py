@@ -17,7 +17,7 @@ from day0.spec_base import MAX_TIMEOUT_S, UserModel
 
 __all__ = ["ENGINES", "SLO", "BenchmarkSpec", "InferenceSpec", "QualityTolerance"]
 
-# The serving engines day0 can start today, and the device types they serve on (day0.serving).
+# The serving engines day0 can start today, and the device types they serve on (day0.steps.inference).
 ENGINES: dict[str, tuple[str, ...]] = {"auto": ("cpu", "cuda"), "transformers": ("cpu", "cuda")}
 
 

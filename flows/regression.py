@@ -28,7 +28,6 @@ from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from pydantic import BaseModel, ConfigDict, Field
 
 from day0.errors import RunFailed
-from day0.numerics.results import OperatorsResult
 from day0.regression import (
     RegressionStore,
     RegressionTolerance,
@@ -40,8 +39,9 @@ from day0.regression import (
 )
 from day0.runs import RunSummary
 from day0.spec import load_yaml, spec_from_dict
+from day0.steps.operators.result import OperatorsResult
+from day0.steps.trial.result import TrialResult
 from day0.store import open_store
-from day0.trial.results import TrialResult
 from flows.adapt import adapt
 
 __all__ = ["RegressionFailed", "RegressionWatch", "regression"]

@@ -5,9 +5,9 @@ from __future__ import annotations
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from day0.analysis.results import AnalyzeResult
-from day0.analysis.step import analyze_model
 from day0.runs import RunContext
+from day0.steps.analyze.result import AnalyzeResult
+from day0.steps.analyze.run import analyze_model
 from tasks._step import run_step, step_logger
 
 __all__ = ["analyze"]

@@ -4,7 +4,7 @@ benchmark against the SLO.
 The served model is step 5's trained candidate checkpoint when step 5 ran, else the same
 scaled-down model the trial would build (step 1's config scaled by `trial.scale`, initialised from
 `trial.seed`), with the trial's tokenizer. This task composes those values from the trial's code,
-so `day0.serving` takes plain data and never imports another step's internals.
+so `day0.steps.inference` takes plain data and never imports another step's internals.
 """
 
 from __future__ import annotations
@@ -12,17 +12,17 @@ from __future__ import annotations
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from day0.analysis.results import AnalyzeResult
 from day0.backends.session import backend_for
 from day0.runs import RunContext
-from day0.serving import FullModel, InferenceRequest, InferenceResult
-from day0.serving.__main__ import JOB
-from day0.serving.model import ServedModel
 from day0.spec import PipelineSpec
-from day0.trial.data import prepare_data
-from day0.trial.model import scale_config
-from day0.trial.results import TrialResult
-from day0.trial.step import TRIAL_VOCAB
+from day0.steps.analyze.result import AnalyzeResult
+from day0.steps.inference import FullModel, InferenceRequest, InferenceResult
+from day0.steps.inference.job import JOB
+from day0.steps.inference.model import ServedModel
+from day0.steps.trial.data import prepare_data
+from day0.steps.trial.model import scale_config
+from day0.steps.trial.result import TrialResult
+from day0.steps.trial.train import TRIAL_VOCAB
 from tasks._step import run_step, step_logger
 
 __all__ = ["inference", "served_model"]

@@ -8,12 +8,12 @@ from prefect import task
 from prefect.artifacts import create_table_artifact
 from prefect.cache_policies import NO_CACHE
 
-from day0.analysis.results import AnalyzeResult
 from day0.backends.session import backend_for
-from day0.numerics.layers import WholeModel
-from day0.numerics.ray_job import JOB, OperatorsRequest
-from day0.numerics.results import OperatorsResult
 from day0.runs import RunContext
+from day0.steps.analyze.result import AnalyzeResult
+from day0.steps.operators.job import JOB, OperatorsRequest
+from day0.steps.operators.layers import WholeModel
+from day0.steps.operators.result import OperatorsResult
 from tasks._step import in_prefect_run, run_step, step_logger
 
 __all__ = ["operators"]

@@ -6,11 +6,11 @@ from __future__ import annotations
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from day0.analysis.results import AnalyzeResult
 from day0.planner.optimize import OptimizationReport
 from day0.planner.results import PlanReport
 from day0.planner.step import optimize_for_spec
 from day0.runs import RunContext
+from day0.steps.analyze.result import AnalyzeResult
 from tasks._step import run_step
 
 __all__ = ["optimize"]

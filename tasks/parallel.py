@@ -7,7 +7,6 @@ from __future__ import annotations
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from day0.analysis.results import AnalyzeResult
 from day0.backends.session import backend_for
 from day0.calibration.job import JOB as CALIBRATE
 from day0.calibration.job import CalibrationRequest
@@ -15,6 +14,7 @@ from day0.planner.profile import load_profile
 from day0.planner.results import PlanReport
 from day0.planner.step import plan_for_spec
 from day0.runs import RunContext
+from day0.steps.analyze.result import AnalyzeResult
 from tasks._step import run_step, step_logger
 
 __all__ = ["parallel"]

@@ -13,20 +13,20 @@ from typing import Any
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from day0.analysis.results import AnalyzeResult
 from day0.backends.session import backend_for
-from day0.numerics.results import OperatorsResult
 from day0.planner.optimize import OptimizationReport
 from day0.planner.profile import CalibratedProfile, load_profile
 from day0.planner.results import PlanReport
 from day0.planner.trial_estimate import TrialPrediction, predict_trial
 from day0.runs import RunContext
 from day0.spec import HardwareSpec, PipelineSpec
+from day0.steps.analyze.result import AnalyzeResult
+from day0.steps.operators.result import OperatorsResult
+from day0.steps.trial.job import JOB, TrialRequest
+from day0.steps.trial.loop import LoopConfig
+from day0.steps.trial.result import TrialResult
+from day0.steps.trial.train import TrialPlan, candidate_loop
 from day0.testing.faults import TestingSettings
-from day0.trial.job import JOB, TrialRequest
-from day0.trial.loop import LoopConfig
-from day0.trial.results import TrialResult
-from day0.trial.step import TrialPlan, candidate_loop
 from tasks._step import run_step, step_logger
 
 __all__ = ["PlannerMemoryEstimate", "calibrate_command", "checkpoint_uri", "plan_from_results", "trial"]
@@ -70,9 +70,9 @@ class PlannerMemoryEstimate:
         backward of the model's first layers), which only the step time needs."""
         from transformers import AutoConfig
 
-        from day0.analysis.structure import analyze_structure
         from day0.core.modeling import build_meta_model
-        from day0.trial.traffic import eager_traffic_bytes
+        from day0.core.structure import analyze_structure
+        from day0.steps.trial.traffic import eager_traffic_bytes
 
         structure = analyze_structure(build_meta_model(AutoConfig.for_model(**config), "trial", "fp32"), "trial")
         eager = (

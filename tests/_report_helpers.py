@@ -17,15 +17,15 @@ from pathlib import Path
 
 import yaml
 
-from day0.analysis.results import AnalyzeResult
 from day0.core.result import StepResult
-from day0.numerics.results import OperatorsResult
 from day0.planner.optimize import OptimizationReport
 from day0.planner.results import PlanReport
 from day0.runs import RunContext, StepRecord
-from day0.serving.results import InferenceResult
 from day0.spec import spec_from_dict
-from day0.trial.results import TrialResult
+from day0.steps.analyze.result import AnalyzeResult
+from day0.steps.inference.result import InferenceResult
+from day0.steps.operators.result import OperatorsResult
+from day0.steps.trial.result import TrialResult
 
 REPO = Path(__file__).resolve().parent.parent
 DATA = REPO / "tests/data/report/tiny-local.jsonl"

@@ -6,9 +6,9 @@ from functools import lru_cache
 
 from day0.core.model_source import resolve_model_source
 from day0.spec import TrialScale
-from day0.trial.data import TokenData, prepare_data
-from day0.trial.loop import LoopConfig
-from day0.trial.model import scale_config
+from day0.steps.trial.data import TokenData, prepare_data
+from day0.steps.trial.loop import LoopConfig
+from day0.steps.trial.model import scale_config
 
 TINY = TrialScale(layers=2, hidden=64, experts=4)
 

@@ -53,7 +53,14 @@ def runs_of(deployment: str, sha: str | None = None) -> list[Any]:
             return found
 
     runs = asyncio.run(read())
-    return [r for r in runs if sha is None or r.parameters["spec"]["model"]["source"].endswith("@" + sha)]
+    return [r for r in runs if sha is None or pinned_source(r.parameters).endswith("@" + sha)]
+
+
+def pinned_source(parameters: dict[str, Any]) -> str:
+    """The model source of a run's inline spec; "" for a run given a spec path (other tests on the
+    shared server start those, and they pin no commit)."""
+    spec = parameters.get("spec")
+    return spec.get("model", {}).get("source", "") if isinstance(spec, dict) else ""
 
 
 def wait_runs(deployment: str, sha: str, timeout_s: float = 60, settle_s: float = 1.0) -> list[Any]:

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from day0.analysis.coverage import diff_declared, probe_device
-from day0.analysis.inventory import capture_operators
-from day0.analysis.structure import analyze_structure
 from day0.core.model_source import resolve_model_source
 from day0.core.modeling import build_meta_model, load_hf_config
 from day0.core.ops import OpInventory, OpRecord
+from day0.core.structure import analyze_structure
 from day0.spec import OperatorSupport, spec_from_dict
+from day0.steps.analyze.coverage import diff_declared, probe_device
+from day0.steps.analyze.inventory import capture_operators
 
 
 @pytest.fixture(scope="module")

@@ -3,7 +3,7 @@ it is labelled with and localised there (the op, the step where the curves part,
 clean runs over 3 seeds raise no alarm; faults of the same kinds that are not in the catalogue are
 caught too; and step 5 end to end, through Ray Train, fails on a catalogue vendor plugin.
 
-Budget: the trainings run `day0.trial.loop.run_steps` (the body of the Ray Train worker function)
+Budget: the trainings run `day0.steps.trial.loop.run_steps` (the body of the Ray Train worker function)
 in-process on a tiny scaled model for 30 steps (in two spawned gloo processes for faults in the
 gradient all-reduce), not as Ray Train runs; one end-to-end check goes through `run_trial`.
 """
@@ -121,11 +121,11 @@ def test_catalogue_vendor_plugin_fails_step_5_through_ray_train(plugins: list[st
     from day0.core.model_source import resolve_model
     from day0.paths import CONFIGS_DIR
     from day0.spec import spec_from_dict
-    from day0.trial.data import prepare_data
-    from day0.trial.loop import StepRecord, run_steps
-    from day0.trial.model import scale_config
-    from day0.trial.results import TrialCurve
-    from day0.trial.step import TRIAL_VOCAB, TrialPlan, candidate_loop, run_trial
+    from day0.steps.trial.data import prepare_data
+    from day0.steps.trial.loop import StepRecord, run_steps
+    from day0.steps.trial.model import scale_config
+    from day0.steps.trial.result import TrialCurve
+    from day0.steps.trial.train import TRIAL_VOCAB, TrialPlan, candidate_loop, run_trial
 
     raw = load_yaml(CONFIGS_DIR / "pipelines" / "tiny-local.yaml")
     platform = load_yaml(CONFIGS_DIR / "platforms" / "cpu.yaml")

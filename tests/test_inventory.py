@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from day0.analysis.inventory import _Recorder, capture_operators
-from day0.analysis.structure import analyze_structure
 from day0.core.model_source import resolve_model_source
 from day0.core.modeling import build_meta_model, load_hf_config
 from day0.core.ops import OpInventory
+from day0.core.structure import analyze_structure
+from day0.steps.analyze.inventory import _Recorder, capture_operators
 
 
 def inventory(name: str, dtype: str) -> OpInventory:

@@ -119,5 +119,5 @@ def test_no_import_cycles() -> None:
 def test_the_rules_see_a_violation(tmp_path: Path) -> None:
     """The checker itself: a backwards import is found (guards against a walker that sees nothing)."""
     path = tmp_path / "bad.py"
-    path.write_text("from flows.adapt import adapt\nimport day0.trial.loop\n")
-    assert _imports("day0.numerics.bad", path) >= {"flows.adapt", "day0.trial.loop"}
+    path.write_text("from flows.adapt import adapt\nimport day0.steps.trial.loop\n")
+    assert _imports("day0.steps.operators.bad", path) >= {"flows.adapt", "day0.steps.trial.loop"}

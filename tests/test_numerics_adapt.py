@@ -9,12 +9,12 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent / "data" / "numerics"))
 from numerics_fixtures import cpu_spec, entry_point, faulty_platform, tiny_inventory, whole_model
 
-from day0.numerics.adapt import adapt_report
-from day0.numerics.layers import build_model, compare_layers
-from day0.numerics.opcheck import check_inventory
-from day0.numerics.step import run_operators
 from day0.platforms.kernels import Platform, load_plugin_kernels
 from day0.spec import OperatorSupport, ValidationSpec
+from day0.steps.operators.adapt import adapt_report
+from day0.steps.operators.checks import run_operators
+from day0.steps.operators.layers import build_model, compare_layers
+from day0.steps.operators.opcheck import check_inventory
 
 V = ValidationSpec(seeds=2)
 SOFTMAX_OPS = ["aten::_safe_softmax", "aten::_softmax_backward_data", "aten::_grouped_mm", "aten::scatter_add"]
@@ -162,7 +162,7 @@ def test_emulated_vendor_library_runs_whole_model_after_adaptation() -> None:
 def test_adapted_in_place_ops_stay_in_place() -> None:
     import torch
 
-    from day0.numerics.adapt import make_kernel
+    from day0.steps.operators.adapt import make_kernel
 
     platform = Platform("cpu")
     idx, vals = torch.tensor([0, 2]), torch.tensor([1.5, 2.5], dtype=torch.bfloat16)

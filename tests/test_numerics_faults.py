@@ -11,11 +11,11 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent / "data" / "numerics"))
 from numerics_fixtures import faulty_platform, tiny_inventory, whole_model
 
-from day0.numerics.layers import build_model, compare_layers
-from day0.numerics.opcheck import check_inventory
-from day0.numerics.results import LayerReport
 from day0.platforms.kernels import Platform
 from day0.spec import ValidationSpec
+from day0.steps.operators.layers import build_model, compare_layers
+from day0.steps.operators.opcheck import check_inventory
+from day0.steps.operators.result import LayerReport
 
 FAULTS = ("softmax_without_max", "rmsnorm_wrong_eps", "matmul_low_precision", "sigmoid_wrong_fp32")
 
@@ -77,7 +77,7 @@ def test_softmax_fault_named_at_the_layer_with_large_logits(model) -> None:
 
 
 def test_clean_platform_against_fp64_reference(model) -> None:
-    from day0.numerics.step import run_operators
+    from day0.steps.operators.checks import run_operators
 
     v = ValidationSpec(reference_dtype="fp64", seeds=2)
     result = run_operators(tiny_inventory("fp32"), Platform("cpu"), v, "bf16", whole_model=whole_model())

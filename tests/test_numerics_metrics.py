@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from day0.numerics.metrics import compare, default_thresholds, ulp_error, verdict
+from day0.steps.operators.metrics import compare, default_thresholds, ulp_error, verdict
 
 BF16, FP32 = default_thresholds("bf16"), default_thresholds("fp32")
 

@@ -14,11 +14,11 @@ sys.path.insert(0, str(Path(__file__).parent / "data" / "numerics"))
 from numerics_fixtures import tiny_inventory
 
 from day0.core.ops import build_call, example_numel
-from day0.numerics.inputs import shrink_example
-from day0.numerics.op_policy import classify
-from day0.numerics.opcheck import check_inventory, check_op
 from day0.platforms.kernels import Platform
 from day0.spec import ValidationSpec
+from day0.steps.operators.inputs import shrink_example
+from day0.steps.operators.op_policy import classify
+from day0.steps.operators.opcheck import check_inventory, check_op
 
 
 def test_classify() -> None:
@@ -130,7 +130,7 @@ def test_foreach_calls_are_rebuilt_and_compared_on_what_they_write() -> None:
 
 
 def test_adapted_foreach_kernel_writes_back_into_the_lists() -> None:
-    from day0.numerics.opcheck import upcast_kernel
+    from day0.steps.operators.opcheck import upcast_kernel
 
     xs = [torch.ones(3, dtype=torch.bfloat16), torch.ones(2, dtype=torch.bfloat16)]
     upcast_kernel(torch.ops.aten._foreach_mul_.Scalar)(xs, 3.0)

@@ -13,13 +13,13 @@ from numerics_fixtures import faulty_platform, tiny_inventory
 
 from day0.core.ops import OpRecord
 from day0.core.precision import host_compute_dtype, kept_dtype
-from day0.numerics.metrics import ErrorMetrics, verdict
-from day0.numerics.op_policy import op_thresholds, thresholds_for
-from day0.numerics.opcheck import check_op
-from day0.numerics.results import Adaptation, OpCheck, OpCheckReport, OperatorsResult
-from day0.numerics.step import run_operators
 from day0.platforms.kernels import Platform
 from day0.spec import ValidationSpec
+from day0.steps.operators.checks import run_operators
+from day0.steps.operators.metrics import ErrorMetrics, verdict
+from day0.steps.operators.op_policy import op_thresholds, thresholds_for
+from day0.steps.operators.opcheck import check_op
+from day0.steps.operators.result import Adaptation, OpCheck, OpCheckReport, OperatorsResult
 
 V64 = ValidationSpec(reference_dtype="fp64")
 

@@ -85,7 +85,7 @@ def test_wired_into_day0_cli(tmp_path: Path) -> None:
 def test_parallel_and_optimize_tasks_store_results_and_resume(tmp_path: Path, prefect_server: None) -> None:
     from pydantic import BaseModel
 
-    from day0.analysis.structure import ModelStructure
+    from day0.core.structure import ModelStructure
     from day0.paths import CONFIGS_DIR
     from day0.runs import RunContext
     from day0.spec import load_yaml, spec_from_dict
@@ -114,8 +114,8 @@ def test_parallel_and_optimize_tasks_store_results_and_resume(tmp_path: Path, pr
 def _spec_in(tmp_path: Path, storage: str | None = None) -> Path:
     """deepseek-v3-8-h800 with its store under tmp_path, holding the model's structure (no meta build)."""
     from cli.plan import remember_structure
-    from day0.analysis.structure import ModelStructure
     from day0.core.model_source import resolve_model
+    from day0.core.structure import ModelStructure
     from day0.spec import load_spec
     from day0.store import open_store
 
@@ -173,7 +173,7 @@ def test_unreachable_store_plans_to_out_only(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     from cli import plan as plan_cli
-    from day0.analysis.structure import ModelStructure
+    from day0.core.structure import ModelStructure
     from day0.errors import StoreUnavailable
 
     for name, value in {
@@ -205,7 +205,5 @@ def test_the_structure_cache_is_keyed_by_the_code_that_counts_it(monkeypatch: py
     before = structure_cache_key(resolved)
     assert structure_cache_key(resolved) == before, "stable for the same code"
     real = day0.provenance.code_digest
-    monkeypatch.setattr(
-        day0.provenance, "code_digest", lambda m: "changed" if m == "day0.analysis.structure" else real(m)
-    )
+    monkeypatch.setattr(day0.provenance, "code_digest", lambda m: "changed" if m == "day0.core.structure" else real(m))
     assert structure_cache_key(resolved) != before

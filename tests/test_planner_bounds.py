@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from day0.analysis.structure import ModelStructure
+from day0.core.structure import ModelStructure
 from day0.paths import CONFIGS_DIR
 from day0.planner import PlannerOptions, cluster_figures
 from day0.planner import step_time as st

@@ -13,8 +13,8 @@ import pytest
 import yaml
 
 from cli.plan import remember_structure
-from day0.analysis.structure import ModelStructure
 from day0.core.model_source import resolve_model
+from day0.core.structure import ModelStructure
 from day0.errors import UsageError
 from day0.planner.inputs import PlannerOptions
 from day0.planner.profile import CalibratedProfile, CollectivePoint, GemmPoint, profile_key

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from day0.analysis.structure import ModelStructure
+from day0.core.structure import ModelStructure
 from day0.planner.evaluate import PlanContext
 from day0.planner.inputs import PlannerOptions, cluster_figures
 from day0.planner.memory import (
@@ -126,8 +126,8 @@ def _tiny_llama():
 
 
 def _analyze(cfg, name: str) -> ModelStructure:
-    from day0.analysis.structure import analyze_structure
     from day0.core.modeling import build_meta_model
+    from day0.core.structure import analyze_structure
 
     return analyze_structure(build_meta_model(cfg, name), name)
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from day0.analysis.structure import ModelStructure
+from day0.core.structure import ModelStructure
 from day0.paths import CONFIGS_DIR
 from day0.planner import PlannerOptions, cluster_figures, plan_parallelism
 from day0.spec import ParallelConstraints, PlatformSpec, TrainingSpec, load_yaml

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from day0.analysis.results import ModelStructure
+from day0.core.structure import ModelStructure
 from day0.planner.inputs import PlannerOptions, costs_for
 from day0.planner.memory import activation_bytes_per_token
 from day0.planner.published import PublishedHardware, PublishedRun, RunPrediction, predict_run

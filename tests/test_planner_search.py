@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from day0.analysis.structure import ModelStructure
+from day0.core.structure import ModelStructure
 from day0.paths import CONFIGS_DIR
 from day0.planner import PlannerOptions, brute_force, cluster_figures, cluster_from_spec, plan_parallelism
 from day0.planner.bounds import static_lower_bound

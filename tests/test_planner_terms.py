@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from day0.analysis.structure import ModelStructure
+from day0.core.structure import ModelStructure
 from day0.planner import timing as tm
 from day0.planner.inputs import PlannerOptions, costs_for
 from day0.planner.memory import dualpipe_weight_bytes, zero3_unit_params

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from day0.analysis.structure import ModelStructure
+from day0.core.structure import ModelStructure
 from day0.paths import CONFIGS_DIR
 from day0.planner import PlanReport, cluster_figures, plan_parallelism
 from day0.planner.optimize import OptimizationReport, choose_optimizations

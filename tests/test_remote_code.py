@@ -13,10 +13,10 @@ import pytest
 import yaml
 from test_source import make_hub_cache
 
-from day0.analysis.step import analyze_model
-from day0.numerics.layers import WholeModel
-from day0.numerics.step import run_operators
 from day0.spec import ModelSpec, load_platform
+from day0.steps.analyze.run import analyze_model
+from day0.steps.operators.checks import run_operators
+from day0.steps.operators.layers import WholeModel
 
 REPO = Path(__file__).resolve().parent.parent
 SOURCE = "hf://acme/tiny-remote@main"

@@ -14,9 +14,9 @@ import pytest
 
 from day0.report import SCORECARD, write_report
 from day0.runs import RunContext
-from day0.serving.results import InferenceResult
 from day0.spec import spec_from_dict
-from day0.trial.results import TrialResult
+from day0.steps.inference.result import InferenceResult
+from day0.steps.trial.result import TrialResult
 from tests._report_helpers import recorded_run
 
 SCRIPT = "<script>alert(1)</script>"
@@ -127,7 +127,7 @@ def test_a_plot_the_store_lacks_is_named_never_linked(recorded, tmp_path: Path) 
 def test_latency_and_loss_plots_give_each_quantity_its_own_axis(recorded, monkeypatch: pytest.MonkeyPatch) -> None:
     ctx, _, _ = recorded
     import day0.plots
-    import day0.trial.plot
+    import day0.steps.trial.plot
 
     drawn: dict[str, list] = {}
 
@@ -136,7 +136,7 @@ def test_latency_and_loss_plots_give_each_quantity_its_own_axis(recorded, monkey
         return b"\x89PNG"
 
     monkeypatch.setattr(day0.plots, "panels", capture)
-    monkeypatch.setattr(day0.trial.plot, "panels", capture)
+    monkeypatch.setattr(day0.steps.trial.plot, "panels", capture)
     store = ctx.store()
     served = InferenceResult.model_validate(store.get_json(ctx.key("inference", "result.json")))
     trained = TrialResult.model_validate(store.get_json(ctx.key("trial", "result.json")))

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from day0.serving.kv_budget import kv_budget, kv_bytes_per_token, kv_layout, serving_tensor_parallel
+from day0.steps.inference.kv_budget import kv_budget, kv_bytes_per_token, kv_layout, serving_tensor_parallel
 from tests.conftest import REPO
 
 

@@ -7,8 +7,8 @@ import statistics
 
 import pytest
 
-from day0.serving.client import arrival_gaps
-from day0.serving.metrics import RequestRecord, distribution, percentile, summarize, tpot_s
+from day0.steps.inference.client import arrival_gaps
+from day0.steps.inference.metrics import RequestRecord, distribution, percentile, summarize, tpot_s
 
 
 def test_percentile_interpolates_like_numpy() -> None:
@@ -74,7 +74,7 @@ def test_gamma_arrivals_have_the_asked_rate_and_burstiness() -> None:
 
 
 def test_only_chunks_with_text_count_the_role_chunk_does_not() -> None:
-    from day0.serving.client import LoadRequest, _payload, _text
+    from day0.steps.inference.client import LoadRequest, _payload, _text
 
     assert _text({"index": 0, "delta": {"role": "assistant"}}) == ""  # chat's role chunk, sent before prefill
     assert _text({"index": 0, "delta": {"content": "Hi"}}) == "Hi"

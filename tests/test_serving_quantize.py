@@ -7,11 +7,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from day0.serving.model import build_model, held_out_text, load_tokenizer
-from day0.serving.quality import compare_quality, windows
-from day0.serving.quantize import Int8PerChannel, quantize_model
-from day0.serving.results import InferenceResult
 from day0.spec import SLO, QualityTolerance
+from day0.steps.inference.model import build_model, held_out_text, load_tokenizer
+from day0.steps.inference.quality import compare_quality, windows
+from day0.steps.inference.quantize import Int8PerChannel, quantize_model
+from day0.steps.inference.result import InferenceResult
 from tests._serving_helpers import served
 
 

@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from day0.serving import InferenceRequest, InferenceResult, run_inference
-from day0.serving.__main__ import main
-from day0.serving.client import LoadRequest, LoadSettings, run_load
-from day0.serving.metrics import summarize
-from day0.serving.model import build_model, held_out_text, load_tokenizer, write_model_dir
-from day0.serving.server import EngineConfig, ServingError, serve
+from day0.steps.inference import InferenceRequest, InferenceResult, run_inference
+from day0.steps.inference.client import LoadRequest, LoadSettings, run_load
+from day0.steps.inference.job import main
+from day0.steps.inference.metrics import summarize
+from day0.steps.inference.model import build_model, held_out_text, load_tokenizer, write_model_dir
+from day0.steps.inference.server import EngineConfig, ServingError, serve
 from tests._serving_helpers import cpu, quick_inference, served
 
 pytestmark = pytest.mark.integration
@@ -89,7 +89,7 @@ def test_mla_model_is_served_through_the_fallback_with_the_engines_error(tmp_pat
         platform=cpu(),
         work_dir=tmp_path,
     )  # fmt: skip
-    # through the job entrypoint (`python -m day0.serving REQUEST RESULT`), as a cluster runs it
+    # through the job entrypoint (`python -m day0.steps.inference.job REQUEST RESULT`), as a cluster runs it
     (tmp_path / "request.json").write_text(request.model_dump_json())
     assert main([str(tmp_path / "request.json"), str(tmp_path / "result.json")]) == 0
     result = InferenceResult.model_validate_json((tmp_path / "result.json").read_text())

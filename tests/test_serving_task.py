@@ -11,8 +11,8 @@ import torch
 
 from day0.core.model_source import resolve_model_source
 from day0.errors import UsageError
-from day0.serving.model import build_model
 from day0.spec import spec_from_dict
+from day0.steps.inference.model import build_model
 
 
 def _spec():  # type: ignore[no-untyped-def]

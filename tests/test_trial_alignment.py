@@ -7,7 +7,7 @@ import math
 import pytest
 
 from day0.spec import TrialTolerance
-from day0.trial.alignment import compare_curves, relative_errors
+from day0.steps.trial.alignment import compare_curves, relative_errors
 
 REF = [6.0 * math.exp(-0.02 * t) + 2.0 for t in range(60)]
 

@@ -10,9 +10,9 @@ import torch
 from day0.core.model_source import resolve_model_source
 from day0.planner.profile import CalibratedProfile
 from day0.spec import load_spec
-from day0.trial.loop import run_steps
-from day0.trial.model import build_model, scale_config
-from day0.trial.step import TrialPlan, candidate_loop
+from day0.steps.trial.loop import run_steps
+from day0.steps.trial.model import build_model, scale_config
+from day0.steps.trial.train import TrialPlan, candidate_loop
 from tasks.trial import PlannerMemoryEstimate
 
 SPEC = "configs/pipelines/tiny-local.yaml"
@@ -77,7 +77,7 @@ def test_eager_traffic_counted_per_layer_kind_matches_the_whole_model(candidate)
     is many times the fused kernels' accounting step 3 plans with."""
     from day0.core.scopes import module_scopes
     from day0.core.training import forward_loss
-    from day0.trial.traffic import _ByteCounter, eager_traffic_bytes
+    from day0.steps.trial.traffic import _ByteCounter, eager_traffic_bytes
 
     _, cfg, loop = candidate
     kinds = ["mla+dense", "mla+moe", "mla+moe"]
@@ -97,8 +97,8 @@ def test_eager_traffic_counted_per_layer_kind_matches_the_whole_model(candidate)
 def test_eager_traffic_and_ddp_buckets_add_to_the_prediction(candidate) -> None:
     from transformers import AutoConfig
 
-    from day0.analysis.structure import analyze_structure
     from day0.core.modeling import build_meta_model
+    from day0.core.structure import analyze_structure
     from day0.planner.trial_estimate import ddp_bucket_seconds, eager_seconds, predict_trial
 
     spec, cfg, loop = candidate

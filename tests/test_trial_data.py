@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from day0.errors import UsageError
-from day0.trial.data import DEFAULT_DATASET, batch_for_step, load_text, prepare_data
+from day0.steps.trial.data import DEFAULT_DATASET, batch_for_step, load_text, prepare_data
 
 
 def test_default_text_is_the_python_docs() -> None:

@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 
 from day0.spec import TrialTolerance
+from day0.steps.trial.alignment import compare_curves
+from day0.steps.trial.loop import StepRecord, lr_at, run_steps
 from day0.testing.faults import TrialFaults
-from day0.trial.alignment import compare_curves
-from day0.trial.loop import StepRecord, lr_at, run_steps
 from tests._trial_helpers import tiny_data, tiny_loop
 
 STEPS = 24

@@ -8,7 +8,7 @@ import torch
 from day0.core.model_source import resolve_model_source
 from day0.errors import ModelError
 from day0.spec import TrialScale
-from day0.trial.model import build_model, count_parameters, scale_config
+from day0.steps.trial.model import build_model, count_parameters, scale_config
 
 SMALL = TrialScale(layers=2, hidden=64, experts=4)
 

@@ -12,8 +12,8 @@ import torch
 
 from day0.paths import CONFIGS_DIR
 from day0.spec import PlatformSpec, load_yaml
+from day0.steps.trial.loop import StepRecord, run_steps
 from day0.testing.fault_matrix import Fault, install_plugins
-from day0.trial.loop import StepRecord, run_steps
 from tests._trial_helpers import tiny_data, tiny_loop
 
 DATA = Path(__file__).parent / "data"
@@ -40,8 +40,8 @@ def _train(**update) -> list[StepRecord]:
 
 
 def test_candidate_runs_the_vendor_kernels_and_step_2s_adaptations(vendor: PlatformSpec) -> None:
-    from day0.numerics.step import run_operators
-    from day0.trial.step import adapted_kernels
+    from day0.steps.operators.checks import run_operators
+    from day0.steps.trial.train import adapted_kernels
     from tests.data.numerics.numerics_fixtures import tiny_inventory
 
     stock = _train()
@@ -71,7 +71,7 @@ def test_cuda_platform_trains_the_candidate_on_the_gpu(tmp_path: Path) -> None:
     from day0.backends.local import connect
     from day0.core.model_source import resolve_model
     from day0.spec import spec_from_dict
-    from day0.trial.step import run_trial
+    from day0.steps.trial.train import run_trial
 
     raw = load_yaml(CONFIGS_DIR / "pipelines" / "tiny-local.yaml")
     raw |= {
@@ -105,8 +105,8 @@ def ascend_checked():
     """Step 2 on the emulated Ascend 910B (declared operator library, no device here) with the whole
     reduced-depth model: its op checks, layer comparison and training step."""
     from day0.core.model_source import resolve_model_source
-    from day0.numerics.layers import WholeModel
-    from day0.numerics.step import run_operators
+    from day0.steps.operators.checks import run_operators
+    from day0.steps.operators.layers import WholeModel
     from tests.data.numerics.numerics_fixtures import tiny_inventory
 
     spec = PlatformSpec.model_validate(load_yaml(CONFIGS_DIR / "platforms" / "ascend-910b.yaml"))
@@ -117,7 +117,7 @@ def ascend_checked():
 
 def test_step_2s_training_step_meets_what_the_capture_cannot_see(ascend_checked) -> None:
     from day0.platforms.kernels import MissingKernelError
-    from day0.trial.step import adapted_kernels
+    from day0.steps.trial.train import adapted_kernels
 
     spec, checked = ascend_checked
     step = checked.training_step
@@ -143,8 +143,8 @@ def test_a_kernel_wrong_only_at_trainings_dtype_fails_step_2s_training_step(tmp_
     """The bf16 model's capture runs the embedding at bf16, so the op checks pass a vendor embedding
     wrong at fp32; the trial's fp32 weights call exactly that kernel, and the training step sees it."""
     from day0.core.model_source import resolve_model_source
-    from day0.numerics.layers import WholeModel
-    from day0.numerics.step import run_operators
+    from day0.steps.operators.checks import run_operators
+    from day0.steps.operators.layers import WholeModel
     from tests.data.numerics.numerics_fixtures import tiny_inventory
 
     fault = Fault(
@@ -179,8 +179,8 @@ def test_emulated_ascend_candidate_trains_on_two_workers(
 ) -> None:
     """The candidate on 2 Ray Train workers, DDP and FSDP2, every aten call through the platform's dispatch
     mode with step 2's adaptations: it trains, and its losses are the stock kernels' within bf16 rounding."""
-    from day0.trial.run import run_training
-    from day0.trial.step import adapted_kernels
+    from day0.steps.trial.ray_train import run_training
+    from day0.steps.trial.train import adapted_kernels
 
     spec, checked = ascend_checked
     stock = _train(compute_dtype="bf16", micro_batch=2)

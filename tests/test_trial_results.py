@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 import math
 
-from day0.trial.alignment import compare_curves
-from day0.trial.results import RunSummary, TrialCurve, TrialResult
+from day0.steps.trial.alignment import compare_curves
+from day0.steps.trial.result import RunSummary, TrialCurve, TrialResult
 
 REF = [6.0 * math.exp(-0.03 * t) + 2.0 for t in range(40)]
 
@@ -93,7 +93,7 @@ def test_diverged_curve_fails_and_round_trips_through_result_json() -> None:
 
 
 def test_cost_check_labels_datasheet_figures_with_the_calibrated_figures_command() -> None:
-    from day0.trial.cost_check import CostCheck
+    from day0.steps.trial.cost_check import CostCheck
 
     figures = dict(predicted_step_s=0.025, measured_step_s=0.083, predicted_peak_bytes=2**20, measured_peak_bytes=2**20)
     how = "`day0 calibrate cpu`, then `day0 run SPEC --fresh`"

@@ -14,8 +14,8 @@ from day0.core.model_source import resolve_model
 from day0.paths import CONFIGS_DIR
 from day0.runs import RunContext
 from day0.spec import load_yaml, spec_from_dict
-from day0.trial.loop import StepRecord, run_steps
-from day0.trial.results import TrialCurve, TrialResult
+from day0.steps.trial.loop import StepRecord, run_steps
+from day0.steps.trial.result import TrialCurve, TrialResult
 from tests._trial_helpers import tiny_data, tiny_loop
 
 pytestmark = pytest.mark.integration
@@ -39,7 +39,7 @@ def _spec(storage: str, **trial: Any):
 
 
 def test_aligned_trial_two_workers(local_ray, tmp_path: Path) -> None:
-    from day0.trial.step import run_trial
+    from day0.steps.trial.train import run_trial
     from tasks.trial import PlannerMemoryEstimate
 
     spec = _spec(f"file://{tmp_path}", workers=2)
@@ -74,9 +74,9 @@ def test_aligned_trial_two_workers(local_ray, tmp_path: Path) -> None:
 def test_task_rerun_resumes_from_s3_checkpoint(
     local_ray, s3_server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from day0.analysis.step import analyze_model
     from day0.planner.step import optimize_for_spec, plan_for_spec
-    from day0.trial.step import TrialTrainingError
+    from day0.steps.analyze.run import analyze_model
+    from day0.steps.trial.train import TrialTrainingError
     from tasks.trial import trial
 
     # The reference: a stored curve (public API: trial.reference = a URI), made here by the bare loop.

@@ -11,8 +11,8 @@ import pytest
 from day0.errors import UsageError
 from day0.paths import CONFIGS_DIR
 from day0.spec import load_spec
+from day0.steps.trial.train import TrialPlan
 from day0.testing.faults import TestingSettings, TrialFaults
-from day0.trial.step import TrialPlan
 from tests._trial_helpers import tiny_loop
 
 

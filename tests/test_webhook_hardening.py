@@ -25,7 +25,7 @@ import httpx
 import pytest
 
 from day0.testing.webhook import Receiver, SilentServer, hub_payload
-from tests._webhook_helpers import delta, metrics, new_sha, runs_of, wait_runs, write_watch
+from tests._webhook_helpers import delta, metrics, new_sha, pinned_source, runs_of, wait_runs, write_watch
 
 pytestmark = pytest.mark.integration
 SECRET = "clé-secrète-ü-0123456789"  # non-ASCII: compared as UTF-8 bytes
@@ -250,10 +250,10 @@ def test_a_hundred_distinct_releases_are_answered_fast_and_run_once(receiver: Re
     slowest = max(dt for _, dt in answers)
     assert slowest < 5, f"slowest answer {slowest:.2f} s"  # was ~30 s with Prefect on the request path
     deadline = time.monotonic() + 120
-    while len({r.parameters["spec"]["model"]["source"] for r in runs_of(DEPLOYMENT)} & _sources(shas)) < 100:
+    while len({pinned_source(r.parameters) for r in runs_of(DEPLOYMENT)} & _sources(shas)) < 100:
         assert time.monotonic() < deadline, "not every release got its flow run within 120 s"
         time.sleep(1)
-    pinned = [r.parameters["spec"]["model"]["source"] for r in runs_of(DEPLOYMENT)]
+    pinned = [pinned_source(r.parameters) for r in runs_of(DEPLOYMENT)]
     assert all(pinned.count(source) == 1 for source in _sources(shas))
 
 

@@ -16,7 +16,7 @@ from day0.planner.model import ActivationPolicy, ModelCosts, model_costs
 from day0.spec import HardwareSpec, PipelineSpec
 
 if TYPE_CHECKING:
-    from day0.analysis.results import ModelStructure
+    from day0.core.structure import ModelStructure
 
 __all__ = [
     "GIB",

@@ -27,7 +27,7 @@ from day0.spec import TrainingSpec
 from day0.yamlio import safe_dump
 
 if TYPE_CHECKING:
-    from day0.analysis.results import ModelStructure
+    from day0.core.structure import ModelStructure
 
 __all__ = ["OptimizationReport", "TechniqueChoice", "TechniqueOption", "choose_optimizations"]
 

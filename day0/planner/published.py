@@ -20,7 +20,7 @@ from day0.planner.step_time import model_flops_per_step
 from day0.spec import HardwareSpec, ParallelConstraints, Precision, TrainingSpec
 
 if TYPE_CHECKING:
-    from day0.analysis.results import ModelStructure
+    from day0.core.structure import ModelStructure
 
 __all__ = [
     "HBM_FRACTION",

@@ -27,7 +27,7 @@ from day0.planner.values import OFFLOADS, RECOMPUTES, Degrees, MemoryKnobs
 from day0.spec import ParallelConstraints, TrainingSpec
 
 if TYPE_CHECKING:
-    from day0.analysis.results import ModelStructure
+    from day0.core.structure import ModelStructure
 
 __all__ = ["best_knobs", "brute_force", "min_accelerators", "plan_parallelism"]
 

@@ -22,7 +22,7 @@ from day0.planner.search import plan_parallelism
 from day0.spec import PipelineSpec
 
 if TYPE_CHECKING:
-    from day0.analysis.results import ModelStructure
+    from day0.core.structure import ModelStructure
 
 __all__ = ["optimize_for_spec", "plan_for_spec", "planner_inputs"]
 

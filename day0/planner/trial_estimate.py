@@ -8,7 +8,7 @@ checks the model step 3 trusts, host dispatch of every op included. On a synchro
 CPU) the gradient all-reduce is not overlapped: the cores that would hide it are the ones reducing.
 
 The trial runs Hugging Face modules eagerly, not the fused kernels step 3 plans for: given the bytes
-its eager ops move (`day0.trial.traffic`), what they move beyond the fused accounting is added at the
+its eager ops move (`day0.steps.trial.traffic`), what they move beyond the fused accounting is added at the
 memory bandwidth (`eager_seconds`). Under DDP its gradients pass through torch's flat buckets
 (`ddp_bucket_seconds`) and the loop all-reduces the step's loss: one collective latency more.
 """
@@ -25,7 +25,7 @@ from day0.planner.values import Degrees, MemoryKnobs
 from day0.spec import HardwareSpec, Precision, TrainingSpec
 
 if TYPE_CHECKING:
-    from day0.analysis.results import ModelStructure
+    from day0.core.structure import ModelStructure
 
 __all__ = ["TrialPrediction", "ddp_bucket_seconds", "eager_seconds", "predict_trial"]
 

@@ -2,5 +2,5 @@
 on them): the kernel table and the dispatch mode that routes aten calls through it (`kernels`),
 and the adapted kernels step 2 registers and hands on as data (`adapted`).
 
-Contract: nothing here imports a step package; `day0.numerics` and `day0.trial` both import this.
+Contract: nothing here imports a step package; `day0.steps.operators` and `day0.steps.trial` both import this.
 """

@@ -1,5 +1,5 @@
 """Kernels that adapt an op a platform lacks or gets wrong, built from data: step 2 makes them while
-it checks (`day0.numerics.adapt`), the trial rebuilds the same ones from step 2's result so the
+it checks (`day0.steps.operators.adapt`), the trial rebuilds the same ones from step 2's result so the
 candidate trains on what step 2 verified (`AdaptedKernel`, `apply_adaptations`).
 
 Strategies, cheapest first (`STRATEGIES`):

@@ -13,8 +13,8 @@ import threading
 import time
 from typing import Any
 
-from day0.trial.loop import LoopConfig, LoopHooks
-from day0.trial.run import TrainingRun, event_log, run_training
+from day0.steps.trial.loop import LoopConfig, LoopHooks
+from day0.steps.trial.ray_train import TrainingRun, event_log, run_training
 
 __all__ = ["run_with_node_kill"]
 

@@ -3,12 +3,12 @@ layer caught it, where it was localised and by what margin; clean runs over seve
 false-alarm rate. For tests and the benchmark only (`tests/test_fault_matrix.py`, `make bench`).
 
 Why in-process: a full Ray Train run costs about a minute here; the layers judge the numbers a run
-produces, not how it was scheduled, so each training runs `day0.trial.loop.run_steps` (the body of
+produces, not how it was scheduled, so each training runs `day0.steps.trial.loop.run_steps` (the body of
 the Ray Train worker function) on a tiny scaled model for a few dozen steps: in this process for one
 worker, in two spawned gloo processes for faults that live in the gradient all-reduce.
 
 Layers, each the library's own judgement:
-- numerical: step 2's per-op check (`day0.numerics.opcheck.check_inventory`, at step 2's shape cap)
+- numerical: step 2's per-op check (`day0.steps.operators.opcheck.check_inventory`, at step 2's shape cap)
   of the inventory ops the faulty platform serves with its own kernels; every other op runs the
   stock kernel, which the clean platform's check of the whole inventory covers (once, at a smaller
   shape cap: 87 ops in ~3 s instead of ~55 s). Caught = an op with wrong numbers (a missing or
@@ -16,7 +16,7 @@ Layers, each the library's own judgement:
   its worst metric is over its bound (RMS error or max relative error over rtol, 1 - cosine over
   1 - min cosine; NaN/Inf = infinite). A size-dependent fault needs the real cap: the bf16-
   accumulated norm passes on 64k-element shapes and fails on step 2's;
-- convergence: step 5's alignment (`day0.trial.alignment.compare_curves`, thresholds from the
+- convergence: step 5's alignment (`day0.steps.trial.alignment.compare_curves`, thresholds from the
   reference's noise) of the candidate (bf16 autocast, the platform's kernels, the faults) against
   the stock fp32 reference; localised at the step where the curves part; margin = the failing
   figure over its threshold;
@@ -51,8 +51,8 @@ from day0.core.ops import resolve_op
 from day0.core.ports import free_port
 from day0.platforms.kernels import ENTRY_POINT_GROUP, Platform
 from day0.spec import PlatformSpec, TrialScale, TrialTolerance, ValidationSpec
+from day0.steps.trial.loop import LoopConfig, StepRecord
 from day0.testing.faults import TrialFaults
-from day0.trial.loop import LoopConfig, StepRecord
 
 __all__ = [
     "Catalogue",
@@ -189,8 +189,8 @@ def _platform(name: str | None) -> PlatformSpec | None:
 
 @cache
 def _tokens() -> torch.Tensor:
-    from day0.trial.data import prepare_data
-    from day0.trial.step import TRIAL_VOCAB
+    from day0.steps.trial.data import prepare_data
+    from day0.steps.trial.train import TRIAL_VOCAB
 
     return torch.as_tensor(prepare_data(None, TRIAL_VOCAB).tokens)
 
@@ -198,9 +198,9 @@ def _tokens() -> torch.Tensor:
 @cache
 def _model_config() -> dict[str, Any]:
     from day0.core.model_source import resolve_model_source
-    from day0.trial.data import prepare_data
-    from day0.trial.model import scale_config
-    from day0.trial.step import TRIAL_VOCAB
+    from day0.steps.trial.data import prepare_data
+    from day0.steps.trial.model import scale_config
+    from day0.steps.trial.train import TRIAL_VOCAB
 
     data = prepare_data(None, TRIAL_VOCAB)
     return scale_config(
@@ -231,7 +231,7 @@ def _rank(rank: int, world: int, port: int, cfg: dict[str, Any], hooks: TrialFau
     """One spawned gloo rank of a 2-worker run (what a Ray Train worker does, without Ray)."""
     import torch.distributed as dist
 
-    from day0.trial.loop import run_steps
+    from day0.steps.trial.loop import run_steps
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=world)
@@ -247,7 +247,7 @@ def _rank(rank: int, world: int, port: int, cfg: dict[str, Any], hooks: TrialFau
 
 def train(cfg: LoopConfig, workers: int = 1, hooks: TrialFaults | None = None) -> list[StepRecord]:
     """The loop on `workers` ranks: in this process for one, spawned gloo processes for two."""
-    from day0.trial.loop import run_steps
+    from day0.steps.trial.loop import run_steps
 
     if workers == 1:
         return [StepRecord.model_validate(h) for h in run_steps(cfg, _tokens(), hooks=hooks)]
@@ -278,8 +278,8 @@ def train(cfg: LoopConfig, workers: int = 1, hooks: TrialFaults | None = None) -
 def numerical(platform: Platform, clean_failing: set[str], dtype: str = "bf16") -> Detection:
     """Step 2's per-op check on `platform` (the clean CPU: every op; else the ops its table serves):
     ops with wrong numbers here and not on the clean platform."""
-    from day0.numerics.op_policy import thresholds_for
-    from day0.numerics.opcheck import check_inventory
+    from day0.steps.operators.op_policy import thresholds_for
+    from day0.steps.operators.opcheck import check_inventory
 
     validation = ValidationSpec(seeds=2)
     inventory = _inventory()
@@ -315,10 +315,10 @@ def numerical(platform: Platform, clean_failing: set[str], dtype: str = "bf16") 
 
 @cache
 def _inventory():
-    from day0.analysis.inventory import capture_operators
-    from day0.analysis.structure import analyze_structure
     from day0.core.model_source import resolve_model_source
     from day0.core.modeling import build_meta_model, load_hf_config
+    from day0.core.structure import analyze_structure
+    from day0.steps.analyze.inventory import capture_operators
 
     model = build_meta_model(load_hf_config(resolve_model_source("tiny-deepseek-v3")), "tiny-deepseek-v3", "fp32")
     return capture_operators(model, analyze_structure(model, "tiny-deepseek-v3").attention_kind, "fp32")
@@ -326,7 +326,7 @@ def _inventory():
 
 def convergence(reference: list[StepRecord], candidate: list[StepRecord]) -> Detection:
     """Step 5's alignment with thresholds from the reference's own noise."""
-    from day0.trial.alignment import compare_curves, reference_noise
+    from day0.steps.trial.alignment import compare_curves, reference_noise
 
     ref_loss, ref_grad = [h.loss for h in reference], [h.grad_norm for h in reference]
     a = compare_curves(

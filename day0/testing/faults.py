@@ -3,7 +3,7 @@ delay, exercise resume and recovery).
 
     DAY0_TESTING_TRIAL_FAULTS='{"nan_at_step": 5}' day0 run configs/pipelines/tiny-local.yaml  # step 5 fails
 
-Contract: `TrialFaults` is a `day0.trial.loop.LoopHooks`, so it reaches the Ray Train workers with
+Contract: `TrialFaults` is a `day0.steps.trial.loop.LoopHooks`, so it reaches the Ray Train workers with
 the loop. `TestingSettings` reads `DAY0_TESTING_*`; the trial task applies `trial_faults` only when
 the variable is set, and the trial result's notes then say so.
 """
@@ -17,7 +17,7 @@ import torch
 from pydantic import BaseModel, ConfigDict, Field, Json
 
 from day0.settings import EnvSettings
-from day0.trial.loop import LoopHooks
+from day0.steps.trial.loop import LoopHooks
 
 __all__ = ["TestingSettings", "TrialFaults"]
 

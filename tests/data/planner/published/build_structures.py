@@ -30,8 +30,8 @@ def structure(name: str):
     """Step 1's structure of one GPT of the table."""
     from transformers import Starcoder2Config
 
-    from day0.analysis.structure import analyze_structure
     from day0.core.modeling import build_meta_model
+    from day0.core.structure import analyze_structure
 
     heads, hidden, layers = GPT[name]
     cfg = Starcoder2Config(

@@ -1,10 +1,10 @@
 """Per-operator checks: each inventory op, at the compute dtype on the platform, against the CPU
 reference with identical seeded inputs; gradients too for differentiable ops.
 
-Ops are classified first (`day0.numerics.op_policy`), because comparing everything numerically is
+Ops are classified first (`day0.steps.operators.op_policy`), because comparing everything numerically is
 wrong for some of them: layout ops (views) are checked exactly and cheaply, ops that allocate
 uninitialised memory or draw random numbers are only checked for shape and dtype (their values
-mean nothing), everything else is compared with the metrics of `day0.numerics.metrics` against
+mean nothing), everything else is compared with the metrics of `day0.steps.operators.metrics` against
 per-dtype thresholds.
 """
 
@@ -30,18 +30,18 @@ from day0.core.ops import (
     op_name,
     resolve_op,
 )
-from day0.numerics.inputs import call_numel, shrink_example
-from day0.numerics.metrics import (
+from day0.platforms.adapted import upcast_kernel
+from day0.platforms.kernels import MissingKernelError, Platform
+from day0.spec import ValidationSpec
+from day0.steps.operators.inputs import call_numel, shrink_example
+from day0.steps.operators.metrics import (
     ErrorMetrics,
     Thresholds,
     compare,
     verdict,
 )
-from day0.numerics.op_policy import classify, norm_terms, op_thresholds, thresholds_for
-from day0.numerics.results import Kind, OpCheck, OpCheckReport
-from day0.platforms.adapted import upcast_kernel
-from day0.platforms.kernels import MissingKernelError, Platform
-from day0.spec import ValidationSpec
+from day0.steps.operators.op_policy import classify, norm_terms, op_thresholds, thresholds_for
+from day0.steps.operators.result import Kind, OpCheck, OpCheckReport
 
 __all__ = ["ReferenceMode", "check_inventory", "check_op"]
 

@@ -22,10 +22,10 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_map
 
-from day0.analysis.structure import _decoder_layers, layer_kinds
 from day0.core.dtypes import DTYPES, dtype_name
 from day0.core.ops import DtypeConstraint, OpInventory, OpRecord, describe_call, op_name
 from day0.core.scopes import module_scopes
+from day0.core.structure import _decoder_layers, layer_kinds
 from day0.core.training import (
     GRAD_CLIP_NORM,
     LEARNING_RATE,

@@ -19,16 +19,17 @@ from pydantic import BaseModel, Field
 from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from day0.analysis.results import AnalyzeResult, ModelStructure
 from day0.core.dtypes import DTYPES
 from day0.core.model_source import ResolvedModel
 from day0.core.modeling import load_hf_config
-from day0.numerics.metrics import ErrorMetrics, Thresholds, compare, verdict
-from day0.numerics.op_policy import thresholds_for
-from day0.numerics.opcheck import ReferenceMode
-from day0.numerics.results import LayerReport, LayerRow
+from day0.core.structure import ModelStructure
 from day0.platforms.kernels import MissingKernelError, Platform
 from day0.spec import ValidationSpec
+from day0.steps.analyze.result import AnalyzeResult
+from day0.steps.operators.metrics import ErrorMetrics, Thresholds, compare, verdict
+from day0.steps.operators.op_policy import thresholds_for
+from day0.steps.operators.opcheck import ReferenceMode
+from day0.steps.operators.result import LayerReport, LayerRow
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel

@@ -16,10 +16,10 @@ from typing import Any, ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from day0.core.result import Judgement, StepResult
-from day0.trial.alignment import AlignmentReport
-from day0.trial.cost_check import CostCheck
-from day0.trial.loop import StepRecord
-from day0.trial.run import RunEvent, TrainingRun
+from day0.steps.trial.alignment import AlignmentReport
+from day0.steps.trial.cost_check import CostCheck
+from day0.steps.trial.loop import StepRecord
+from day0.steps.trial.ray_train import RunEvent, TrainingRun
 
 __all__ = [
     "CostCheck",
@@ -239,7 +239,7 @@ class TrialResult(StepResult):
 
     def files(self) -> dict[str, bytes]:
         """loss.png: both curves with the tolerance band, and their relative difference against it."""
-        from day0.trial.plot import loss_plot
+        from day0.steps.trial.plot import loss_plot
 
         return {"loss.png": loss_plot(self)}
 

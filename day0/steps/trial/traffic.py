@@ -26,7 +26,7 @@ from torch.utils._pytree import tree_leaves
 from day0.core.dtypes import DTYPES
 from day0.core.scopes import module_scopes
 from day0.core.training import forward_loss
-from day0.trial.model import build_model
+from day0.steps.trial.model import build_model
 
 __all__ = ["eager_traffic_bytes"]
 

@@ -1,5 +1,5 @@
 """Which kind each operator is, and the thresholds its numbers are judged by: the policy of step 2's
-per-operator checks (`day0.numerics.opcheck`), the layer comparison and the training-step check.
+per-operator checks (`day0.steps.operators.opcheck`), the layer comparison and the training-step check.
 
 Layout ops (views) are compared exactly, ops that allocate uninitialised memory or draw random
 numbers only for shape and dtype, everything else numerically; only accumulating ops (matmuls,
@@ -16,9 +16,9 @@ from torch.utils._pytree import tree_leaves
 from day0.core.dtypes import DTYPES
 from day0.core.ops import Call
 from day0.core.precision import COMPUTE_DTYPES
-from day0.numerics.metrics import Thresholds, default_thresholds
-from day0.numerics.results import Kind
 from day0.spec import ValidationSpec
+from day0.steps.operators.metrics import Thresholds, default_thresholds
+from day0.steps.operators.result import Kind
 
 __all__ = ["accumulates", "classify", "norm_terms", "op_thresholds", "thresholds_for"]
 

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from day0.plots import Band, Panel, panels
 
 if TYPE_CHECKING:
-    from day0.trial.results import TrialResult
+    from day0.steps.trial.result import TrialResult
 
 __all__ = ["loss_plot"]
 

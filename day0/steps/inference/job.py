@@ -1,6 +1,6 @@
 """Step 6 as a job: read an `InferenceRequest`, serve and benchmark, write the `InferenceResult`.
 
-    python -m day0.serving REQUEST_URL RESULT_URL   # store URLs (s3://..., file://...) or paths
+    python -m day0.steps.inference.job REQUEST_URL RESULT_URL   # store URLs (s3://..., file://...) or paths
 
 Exit 0 with the result written (whatever its verdict), 2 for bad arguments, 1 when the work raised.
 """
@@ -10,12 +10,12 @@ from __future__ import annotations
 import sys
 
 from day0.backends.jobs import StepJob
-from day0.serving.results import InferenceResult
-from day0.serving.step import InferenceRequest, run_inference
+from day0.steps.inference.result import InferenceResult
+from day0.steps.inference.serve import InferenceRequest, run_inference
 
 __all__ = ["JOB", "main"]
 
-JOB = StepJob("day0.serving", InferenceRequest, InferenceResult, run_inference)
+JOB = StepJob("day0.steps.inference.job", InferenceRequest, InferenceResult, run_inference)
 main = JOB.main
 
 if __name__ == "__main__":

@@ -7,7 +7,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
 from day0.core.result import Judgement, StepResult, Verdict
-from day0.numerics.metrics import ErrorMetrics, worst_figures
+from day0.steps.operators.metrics import ErrorMetrics, worst_figures
 
 __all__ = [
     "Adaptation",

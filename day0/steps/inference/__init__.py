@@ -2,11 +2,11 @@
 with continuous batching (and its fallback), and a load benchmark against the SLO.
 
 Contract: `run_inference(InferenceRequest) -> InferenceResult`, plain data in and out, so the same
-call runs in the flow's process or as `python -m day0.serving REQUEST_URL RESULT_URL` on a cluster.
-Other steps reach this package only through `day0.serving.results`.
+call runs in the flow's process or as `python -m day0.steps.inference.job REQUEST_URL RESULT_URL` on a cluster.
+Other steps reach this package only through `day0.steps.inference.result`.
 """
 
-from day0.serving.results import InferenceResult
-from day0.serving.step import FullModel, InferenceRequest, run_inference
+from day0.steps.inference.result import InferenceResult
+from day0.steps.inference.serve import FullModel, InferenceRequest, run_inference
 
 __all__ = ["FullModel", "InferenceRequest", "InferenceResult", "run_inference"]

@@ -6,7 +6,7 @@ scheduling. The task asks for one accelerator of the platform's kind (`day0.back
 `num_gpus` for NVIDIA pools, else the custom resource the KubeRay backend advertises (the last part
 of the Kubernetes resource name, e.g. `Ascend910`).
 
-    python -m day0.numerics.ray_job REQUEST_URL RESULT_URL   # as a submitted Ray job
+    python -m day0.steps.operators.job REQUEST_URL RESULT_URL   # as a submitted Ray job
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ from pydantic import BaseModel, Field
 from day0.backends.jobs import StepJob
 from day0.backends.resources import task_options
 from day0.core.ops import OpInventory
-from day0.numerics.layers import WholeModel
-from day0.numerics.results import OperatorsResult
 from day0.spec import ClusterSpec, PlatformSpec, ValidationSpec
+from day0.steps.operators.layers import WholeModel
+from day0.steps.operators.result import OperatorsResult
 
 __all__ = ["JOB", "OperatorsRequest", "main", "run_job_request", "run_operators_on_ray", "run_request"]
 
@@ -40,7 +40,7 @@ class OperatorsRequest(BaseModel):
 
 def run_request(request: OperatorsRequest, progress: Callable[[str], None] | None = None) -> OperatorsResult:
     """Step 2 for `request`, in this process: what the Ray task and the local backend both run."""
-    from day0.numerics.step import run_operators
+    from day0.steps.operators.checks import run_operators
 
     return run_operators(
         request.inventory,
@@ -77,7 +77,7 @@ def run_job_request(request: OperatorsRequest, progress: Callable[[str], None] |
     return run_request(request, progress)
 
 
-JOB = StepJob("day0.numerics.ray_job", OperatorsRequest, OperatorsResult, run_job_request)
+JOB = StepJob("day0.steps.operators.job", OperatorsRequest, OperatorsResult, run_job_request)
 main = JOB.main
 
 

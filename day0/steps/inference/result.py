@@ -14,12 +14,12 @@ from typing import TYPE_CHECKING, ClassVar
 from pydantic import BaseModel, Field
 
 from day0.core.result import Judgement, StepResult, Verdict
-from day0.serving.kv_budget import KVBudget
-from day0.serving.metrics import LoadSummary
-from day0.serving.quality import QualityReport
-from day0.serving.quantize import QuantizationReport
-from day0.serving.server import EngineFinding
 from day0.spec import SLO
+from day0.steps.inference.kv_budget import KVBudget
+from day0.steps.inference.metrics import LoadSummary
+from day0.steps.inference.quality import QualityReport
+from day0.steps.inference.quantize import QuantizationReport
+from day0.steps.inference.server import EngineFinding
 
 if TYPE_CHECKING:
     from day0.plots import Panel

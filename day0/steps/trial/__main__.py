@@ -1,7 +1,7 @@
 """Run step 5 (trial training) for a spec, outside Prefect: the entrypoint Ray jobs execute.
 
-    python -m day0.trial configs/pipelines/tiny-local.yaml
-    python -m day0.trial SPEC --steps 20 --workers 2 --address ray://head:10001
+    python -m day0.steps.trial configs/pipelines/tiny-local.yaml
+    python -m day0.steps.trial SPEC --steps 20 --workers 2 --address ray://head:10001
 
 Writes result.json, result.md and loss.png under the spec's store (runs/<name>/<run id>/trial/),
 keeps checkpoints beside them, and resumes from them when run again. Exit 0 when the verdict passes
@@ -21,9 +21,9 @@ def main(argv: list[str] | None = None) -> int:
     from day0.core.model_source import resolve_model
     from day0.runs import RunContext
     from day0.spec import load_spec
-    from day0.trial.step import run_trial
+    from day0.steps.trial.train import run_trial
 
-    parser = argparse.ArgumentParser(prog="python -m day0.trial", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m day0.steps.trial", description=__doc__.splitlines()[0])
     parser.add_argument("spec")
     parser.add_argument("--steps", type=int, help="override trial.steps")
     parser.add_argument("--workers", type=int, help="override trial.workers")

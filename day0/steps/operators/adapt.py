@@ -14,11 +14,11 @@ import torch
 
 from day0.core.dtypes import DTYPE_BYTES, DTYPES
 from day0.core.ops import OpInventory, OpRecord, build_call, resolve_op
-from day0.numerics.opcheck import check_op
-from day0.numerics.results import Adaptation, OpCheck, OpCheckReport
 from day0.platforms.adapted import STRATEGIES, make_kernel
 from day0.platforms.kernels import KernelTable, Platform
 from day0.spec import ValidationSpec
+from day0.steps.operators.opcheck import check_op
+from day0.steps.operators.result import Adaptation, OpCheck, OpCheckReport
 
 __all__ = ["HOST_LINK_GBPS", "STRATEGIES", "adapt_op", "adapt_report", "make_kernel"]
 

@@ -11,10 +11,10 @@ Modules import torch/ray lazily where they can; import this package's submodules
 the maths are needed.
 """
 
-from day0.trial.alignment import AlignmentReport, compare_curves
-from day0.trial.loop import LoopConfig, LoopHooks
-from day0.trial.results import TrialCurve, TrialResult
-from day0.trial.step import MemoryEstimate, TrialPlan, TrialTrainingError, run_trial
+from day0.steps.trial.alignment import AlignmentReport, compare_curves
+from day0.steps.trial.loop import LoopConfig, LoopHooks
+from day0.steps.trial.result import TrialCurve, TrialResult
+from day0.steps.trial.train import MemoryEstimate, TrialPlan, TrialTrainingError, run_trial
 
 __all__ = [
     "AlignmentReport",

@@ -2,11 +2,11 @@
 cache, serve it with continuous batching (falling back when the engine cannot), and benchmark it
 over a concurrency sweep against the SLO.
 
-    from day0.serving import InferenceRequest, run_inference
+    from day0.steps.inference import InferenceRequest, run_inference
     result = run_inference(InferenceRequest(served=ServedModel(...), inference=spec.inference,
                                             platform=spec.platform))
 
-Contract: the request is plain data (it travels as JSON to `python -m day0.serving REQUEST RESULT`
+Contract: the request is plain data (it travels as JSON to `python -m day0.steps.inference.job REQUEST RESULT`
 on a cluster); the server is a real process on 127.0.0.1 and is stopped on every path; an engine
 that cannot serve gives a failed result with its error, never an exception; bad input raises
 `UsageError` naming the field.
@@ -25,15 +25,15 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from day0.errors import UsageError
-from day0.serving.client import LoadRequest, LoadSettings, run_load
-from day0.serving.kv_budget import KVBudget, kv_budget, kv_bytes_per_token, kv_layout, serving_tensor_parallel
-from day0.serving.metrics import summarize
-from day0.serving.model import ServedModel, build_model, held_out_text, load_tokenizer, write_model_dir
-from day0.serving.quality import QualityReport, compare_quality, windows
-from day0.serving.quantize import ExpertCodec, QuantizationReport, quantize_model, state_dict_bytes
-from day0.serving.results import EngineCache, InferenceResult, SweepPoint
-from day0.serving.server import ENGINE, EngineConfig, EngineFinding, Server, ServingError, serve
 from day0.spec import InferenceSpec, PlatformSpec
+from day0.steps.inference.client import LoadRequest, LoadSettings, run_load
+from day0.steps.inference.kv_budget import KVBudget, kv_budget, kv_bytes_per_token, kv_layout, serving_tensor_parallel
+from day0.steps.inference.metrics import summarize
+from day0.steps.inference.model import ServedModel, build_model, held_out_text, load_tokenizer, write_model_dir
+from day0.steps.inference.quality import QualityReport, compare_quality, windows
+from day0.steps.inference.quantize import ExpertCodec, QuantizationReport, quantize_model, state_dict_bytes
+from day0.steps.inference.result import EngineCache, InferenceResult, SweepPoint
+from day0.steps.inference.server import ENGINE, EngineConfig, EngineFinding, Server, ServingError, serve
 
 __all__ = ["FullModel", "InferenceRequest", "run_inference"]
 

@@ -1,7 +1,7 @@
 """Step 5 as a job (`JOB`): `run_trial` from a plain-data request, in the flow's process or as a Ray
 job on the run's cluster, where the Train workers land on the accelerator pools.
 
-    python -m day0.trial.job REQUEST_URL RESULT_URL   # as a submitted Ray job
+    python -m day0.steps.trial.job REQUEST_URL RESULT_URL   # as a submitted Ray job
 
 The request carries what the task gathered from other steps (step 1's resolved model, the plan's
 knobs, step 2's adaptations) and the test-only faults as data; the memory estimate, which needs step 3's cost model, is
@@ -17,11 +17,11 @@ from pydantic import BaseModel, Field
 from day0.backends.jobs import StepJob
 from day0.backends.resources import train_worker_resources
 from day0.core.model_source import ResolvedModel
-from day0.numerics.results import Adaptation
 from day0.spec import PipelineSpec
+from day0.steps.operators.result import Adaptation
+from day0.steps.trial.result import TrialResult
+from day0.steps.trial.train import TrialPlan, run_trial
 from day0.testing.faults import TrialFaults
-from day0.trial.results import TrialResult
-from day0.trial.step import TrialPlan, run_trial
 
 __all__ = ["JOB", "TrialRequest", "main", "run_request"]
 
@@ -55,7 +55,7 @@ def run_request(request: TrialRequest, progress: Callable[[str], None] | None = 
     )
 
 
-JOB = StepJob("day0.trial.job", TrialRequest, TrialResult, run_request)
+JOB = StepJob("day0.steps.trial.job", TrialRequest, TrialResult, run_request)
 main = JOB.main
 
 if __name__ == "__main__":

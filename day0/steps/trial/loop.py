@@ -35,9 +35,9 @@ from day0.core.training import GRAD_CLIP_NORM, WEIGHT_DECAY, clip_gradients, for
 from day0.platforms.adapted import AdaptedKernel, apply_adaptations
 from day0.platforms.kernels import Platform, PlatformMode, load_plugin_kernels
 from day0.spec import PlatformSpec
-from day0.trial.data import batch_for_step
-from day0.trial.memory import SavedActivations, TrainingState, state_bytes
-from day0.trial.model import build_model
+from day0.steps.trial.data import batch_for_step
+from day0.steps.trial.memory import SavedActivations, TrainingState, state_bytes
+from day0.steps.trial.model import build_model
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
@@ -197,7 +197,7 @@ def _import_model_code(config: dict[str, Any]) -> None:
     """Build the model once on the meta device so its modelling code is imported (no memory)."""
     from transformers import AutoModelForCausalLM
 
-    from day0.trial.model import _hf_config
+    from day0.steps.trial.model import _hf_config
 
     with torch.device("meta"):
         AutoModelForCausalLM.from_config(_hf_config(config))

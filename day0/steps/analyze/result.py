@@ -3,14 +3,14 @@ inventory and the coverage diff) and its verdict."""
 
 from __future__ import annotations
 
-from day0.analysis.coverage import CoverageReport
-from day0.analysis.inventory import OpInventory
-from day0.analysis.structure import LayerKind, ModelStructure
 from day0.core.model_source import ResolvedModel
 from day0.core.result import Judgement, StepResult
+from day0.core.structure import ModelStructure
 from day0.core.training import MASTER_DTYPE
+from day0.steps.analyze.coverage import CoverageReport
+from day0.steps.analyze.inventory import OpInventory
 
-__all__ = ["AnalyzeResult", "LayerKind", "ModelStructure", "OpInventory"]  # the types later steps read
+__all__ = ["AnalyzeResult"]
 
 
 class AnalyzeResult(StepResult):

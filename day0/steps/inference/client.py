@@ -1,5 +1,5 @@
 """The load benchmark client: async, streaming, tokenizer-free, with vLLM `bench serve`'s arrival
-process and metric definitions (see `day0.serving.metrics`). aiohttp, not httpx: against a local
+process and metric definitions (see `day0.steps.inference.metrics`). aiohttp, not httpx: against a local
 stub it sustained 2-3x httpx's request rate here, and the client must never be the bottleneck.
 
     requests = [LoadRequest(prompt="...", max_tokens=32)] * 16
@@ -24,7 +24,7 @@ from typing import Literal
 import aiohttp
 from pydantic import BaseModel, Field
 
-from day0.serving.metrics import RequestRecord
+from day0.steps.inference.metrics import RequestRecord
 
 __all__ = ["LoadRequest", "LoadRun", "LoadSettings", "arrival_gaps", "run_load"]
 

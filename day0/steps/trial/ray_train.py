@@ -18,7 +18,7 @@ from urllib.parse import urlparse
 from pydantic import BaseModel, Field
 
 from day0.settings import StoreSettings
-from day0.trial.loop import LoopConfig, LoopHooks, StepRecord, train_loop
+from day0.steps.trial.loop import LoopConfig, LoopHooks, StepRecord, train_loop
 
 if TYPE_CHECKING:
     from pyarrow.fs import FileSystem

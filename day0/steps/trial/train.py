@@ -1,7 +1,7 @@
 """Step 5 end to end: scale step 1's model, run the reference and the candidate through Ray Train
 with the same data order and seeds, compare the curves, and collect checkpoints, recoveries and memory.
 
-    from day0.trial import run_trial, TrialPlan
+    from day0.steps.trial import run_trial, TrialPlan
     result = run_trial(spec, analyzed.model, checkpoint_uri="file://.day0/runs/<name>/<id>/trial/checkpoints",
                        plan=TrialPlan(recompute="selective", sharding="fsdp"))
 
@@ -30,15 +30,16 @@ from day0.backends.resources import accelerator_resource, train_worker_resources
 from day0.core.model_source import ResolvedModel
 from day0.core.precision import host_compute_dtype
 from day0.errors import UsageError
-from day0.numerics.results import Adaptation
 from day0.platforms.adapted import AdaptedKernel
 from day0.settings import StoreSettings
 from day0.spec import PipelineSpec
-from day0.trial.alignment import compare_curves, reference_noise
-from day0.trial.data import TokenData, prepare_data
-from day0.trial.loop import LoopConfig, LoopHooks, StepRecord, TrainDtype, platform_mode
-from day0.trial.model import EXPERT_KEYS, scale_config
-from day0.trial.results import (
+from day0.steps.operators.result import Adaptation
+from day0.steps.trial.alignment import compare_curves, reference_noise
+from day0.steps.trial.data import TokenData, prepare_data
+from day0.steps.trial.loop import LoopConfig, LoopHooks, StepRecord, TrainDtype, platform_mode
+from day0.steps.trial.model import EXPERT_KEYS, scale_config
+from day0.steps.trial.ray_train import TrainingRun, event_log, run_training
+from day0.steps.trial.result import (
     MemoryComparison,
     RunSummary,
     TrialCurve,
@@ -47,7 +48,6 @@ from day0.trial.results import (
     steady_tokens_per_s,
     summarize_run,
 )
-from day0.trial.run import TrainingRun, event_log, run_training
 
 __all__ = [
     "TRIAL_VOCAB",
@@ -144,7 +144,7 @@ def _scaled_summary(cfg: dict[str, Any], data: TokenData) -> dict[str, int | Non
     import torch
     from transformers import AutoModelForCausalLM
 
-    from day0.trial.model import _hf_config, count_parameters
+    from day0.steps.trial.model import _hf_config, count_parameters
 
     with torch.device("meta"):
         params = count_parameters(AutoModelForCausalLM.from_config(_hf_config(cfg)))

@@ -2,12 +2,12 @@
 whole reduced-depth model compared layer by layer, then one step of the trial's own recipe on the
 platform (`training_step`), so the ops the candidate meets at run time are adapted here first.
 
-    from day0.numerics.step import run_operators
+    from day0.steps.operators.checks import run_operators
     result = run_operators(analyzed.inventory, spec.platform, spec.validation, "bf16",
                            whole_model=WholeModel.from_analysis(analyzed))
 
 Pure of side effects except reading the model config; the same function runs in-process (local
-backend) and inside a Ray task on an accelerator worker (`day0.numerics.ray_job`).
+backend) and inside a Ray task on an accelerator worker (`day0.steps.operators.job`).
 """
 
 from __future__ import annotations
@@ -21,13 +21,13 @@ from typing import TypeVar
 from day0.core.dtypes import DTYPES
 from day0.core.ops import OpInventory, OpRecord
 from day0.core.precision import host_compute_dtype
-from day0.numerics.adapt import adapt_op, adapt_report
-from day0.numerics.layers import WholeModel, build_model, compare_layers, reduced_params
-from day0.numerics.opcheck import check_inventory
-from day0.numerics.results import LayerReport, OpCheck, OpCheckReport, OperatorsResult, TrainingStepCheck
-from day0.numerics.training_step import check_training_step
 from day0.platforms.kernels import ENTRY_POINT_GROUP, KernelTable, MissingKernelError, Platform, load_plugin_kernels
 from day0.spec import PlatformSpec, ValidationSpec
+from day0.steps.operators.adapt import adapt_op, adapt_report
+from day0.steps.operators.layers import WholeModel, build_model, compare_layers, reduced_params
+from day0.steps.operators.opcheck import check_inventory
+from day0.steps.operators.result import LayerReport, OpCheck, OpCheckReport, OperatorsResult, TrainingStepCheck
+from day0.steps.operators.training_step import check_training_step
 
 __all__ = ["MAX_MODEL_PARAMS", "run_operators"]
 

@@ -9,14 +9,14 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from day0.analysis.coverage import diff_declared, probe_device
-from day0.analysis.inventory import capture_operators
-from day0.analysis.results import AnalyzeResult
-from day0.analysis.structure import analyze_structure
 from day0.core.model_source import resolve_model
 from day0.core.modeling import build_meta_model, load_hf_config
 from day0.core.precision import host_compute_dtype
+from day0.core.structure import analyze_structure
 from day0.spec import ModelSpec, PlatformSpec
+from day0.steps.analyze.coverage import diff_declared, probe_device
+from day0.steps.analyze.inventory import capture_operators
+from day0.steps.analyze.result import AnalyzeResult
 
 __all__ = ["analyze_model"]
 
