@@ -30,9 +30,9 @@ import torch.nn.functional as F
 from day0.core.model_source import resolve_model_source
 from day0.spec import TrialScale
 from day0.steps.trial.data import batch_for_step, prepare_data
+from day0.steps.trial.faults import TrialFaults
 from day0.steps.trial.loop import LoopConfig
 from day0.steps.trial.model import build_model, scale_config
-from day0.testing.faults import TrialFaults
 
 STEPS, SEQ, BATCH = 40, 64, 8
 COST_STEPS, COST_SPEC = 30, "configs/pipelines/tiny-local.yaml"

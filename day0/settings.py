@@ -46,7 +46,7 @@ class EnvSettings(BaseModel):
 
 
 def _where(variables: dict[str, str], loc: tuple[int | str, ...]) -> str:
-    """The variable, and inside a JSON value the path to the bad entry (`DAY0_TESTING_TRIAL_FAULTS.nan_at_stp`)."""
+    """The variable, and inside a JSON value the path to the bad entry (`DAY0_TRIAL_FAULTS.nan_at_stp`)."""
     return ".".join([variables[str(loc[0])], *map(str, loc[1:])])
 
 

@@ -2,8 +2,8 @@
 
 Reads step 1's resolved model, step 4's plan (else step 3's best) for recompute/sharding, and composes
 step 3's cost model with the trial's own configuration for the memory estimate: what the trial
-library takes as values, so it never imports another step's code. When `DAY0_TESTING_TRIAL_FAULTS`
-is set (tests only, see `day0.testing.faults`), its faults are injected into the candidate's training.
+library takes as values, so it never imports another step's code. When `DAY0_TRIAL_FAULTS`
+is set (tests only, see `day0.steps.trial.faults`), its faults are injected into the candidate's training.
 """
 
 from __future__ import annotations
@@ -22,11 +22,11 @@ from day0.runs import RunContext
 from day0.spec import HardwareSpec, PipelineSpec
 from day0.steps.analyze.result import AnalyzeResult
 from day0.steps.operators.result import OperatorsResult
+from day0.steps.trial.faults import FaultDrillSettings
 from day0.steps.trial.job import JOB, TrialRequest
 from day0.steps.trial.loop import LoopConfig
 from day0.steps.trial.result import TrialResult
 from day0.steps.trial.train import TrialPlan, candidate_loop
-from day0.testing.faults import TestingSettings
 from tasks._step import run_step, step_logger
 
 __all__ = ["PlannerMemoryEstimate", "calibrate_command", "checkpoint_uri", "plan_from_results", "trial"]
@@ -117,9 +117,9 @@ def trial(
     when step 2 ran and passed, its adaptations in the candidate's platform kernels, as a job on the
     run's backend; then put step 3's prediction beside the measured step time and peaks."""
     log, spec = step_logger(), ctx.spec
-    faults = TestingSettings().trial_faults
+    faults = FaultDrillSettings().trial_faults
     if faults is not None:
-        log.warning("trial: injecting test-only faults from DAY0_TESTING_TRIAL_FAULTS: %s", faults.describe())
+        log.warning("trial: injecting test-only faults from DAY0_TRIAL_FAULTS: %s", faults.describe())
 
     def compute() -> TrialResult:
         plan = plan_from_results(optimized, planned)

@@ -77,9 +77,12 @@ def test_job_env_carries_the_store_and_never_unrelated_settings(monkeypatch: pyt
     monkeypatch.setenv("DAY0_STORE_ENDPOINT_URL", "http://127.0.0.1:9")
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "k")
     monkeypatch.setenv("HOME_SECRET_UNRELATED", "x")
+    monkeypatch.setenv("DAY0_TRIAL_FAULTS", '{"nan_at_step": 1}')  # a drill travels in the trial's request
+    monkeypatch.setenv("DAY0_TESTING_ANYTHING", "1")
     env = job_env()
     assert env["DAY0_STORE_ENDPOINT_URL"] == "http://127.0.0.1:9" and env["AWS_ACCESS_KEY_ID"] == "k"
     assert "HOME_SECRET_UNRELATED" not in env and env["PYTHONUNBUFFERED"] == "1"
+    assert not [name for name in env if name.startswith(("DAY0_TRIAL_", "DAY0_TESTING_"))]
 
 
 class _Req(BaseModel):

@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 
 from day0.spec import load_yaml
+from day0.steps.trial.faults import TrialFaults
 from day0.testing.fault_matrix import Catalogue, Fault, FaultMatrix, install_plugins, run_matrix
-from day0.testing.faults import TrialFaults
 
 pytestmark = pytest.mark.integration  # real Ray clusters / day0 run processes
 

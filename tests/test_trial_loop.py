@@ -7,8 +7,8 @@ import pytest
 
 from day0.spec import TrialTolerance
 from day0.steps.trial.alignment import compare_curves
+from day0.steps.trial.faults import TrialFaults
 from day0.steps.trial.loop import StepRecord, lr_at, run_steps
-from day0.testing.faults import TrialFaults
 from tests._trial_helpers import tiny_data, tiny_loop
 
 STEPS = 24

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from day0.steps.trial.faults import TrialFaults
 from day0.steps.trial.loop import StepRecord, run_steps
 from day0.steps.trial.result import recoveries
-from day0.testing.faults import TrialFaults
 from tests._trial_helpers import tiny_data, tiny_loop
 
 pytestmark = pytest.mark.integration

@@ -103,13 +103,13 @@ def test_task_rerun_resumes_from_s3_checkpoint(
     ctx = RunContext.create(spec)
     ctx.begin_attempt()
 
-    monkeypatch.setenv("DAY0_TESTING_TRIAL_FAULTS", '{"crash_at_step": 7}')  # reaches the Ray Train worker
+    monkeypatch.setenv("DAY0_TRIAL_FAULTS", '{"crash_at_step": 7}')  # reaches the Ray Train worker
     with pytest.raises(TrialTrainingError, match=r"injected crash at step 7.*rerun the same spec to resume"):
         trial.fn(ctx, analyzed, planned, optimized, max_failures=0)
     keys = [o["Key"] for o in s3_server.client().list_objects_v2(Bucket=s3_server.bucket)["Contents"]]
     assert any("/trial/checkpoints/candidate/step_000005/model.pt" in k for k in keys), keys
 
-    monkeypatch.setenv("DAY0_TESTING_TRIAL_FAULTS", '{"step_delay_s": 0.01}')  # harmless: shows up in the notes
+    monkeypatch.setenv("DAY0_TRIAL_FAULTS", '{"step_delay_s": 0.01}')  # harmless: shows up in the notes
     ctx.begin_attempt()
     result = trial.fn(ctx, analyzed, planned, optimized)
     [run] = result.runs

@@ -1,6 +1,6 @@
 """What the trial task composes from other steps and the environment (no training): the plan's
 knobs from step 4 (else step 3), step 3's cost model applied to the trial configuration, and
-test-only faults read from `DAY0_TESTING_TRIAL_FAULTS`."""
+test-only faults read from `DAY0_TRIAL_FAULTS`."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import pytest
 from day0.errors import UsageError
 from day0.paths import CONFIGS_DIR
 from day0.spec import load_spec
+from day0.steps.trial.faults import FaultDrillSettings, TrialFaults
 from day0.steps.trial.train import TrialPlan
-from day0.testing.faults import TestingSettings, TrialFaults
 from tests._trial_helpers import tiny_loop
 
 
@@ -45,12 +45,12 @@ def test_planner_memory_estimate_of_the_trial_configuration() -> None:
 
 
 def test_faults_come_from_the_environment_only_when_set(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("DAY0_TESTING_TRIAL_FAULTS", raising=False)
-    assert TestingSettings().trial_faults is None
-    monkeypatch.setenv("DAY0_TESTING_TRIAL_FAULTS", '{"nan_at_step": 5, "lr_multiplier": 10}')
-    faults = TestingSettings().trial_faults
+    monkeypatch.delenv("DAY0_TRIAL_FAULTS", raising=False)
+    assert FaultDrillSettings().trial_faults is None
+    monkeypatch.setenv("DAY0_TRIAL_FAULTS", '{"nan_at_step": 5, "lr_multiplier": 10}')
+    faults = FaultDrillSettings().trial_faults
     assert faults == TrialFaults(nan_at_step=5, lr_multiplier=10.0)
     assert faults.describe() == "TrialFaults(lr_multiplier=10.0, nan_at_step=5)"
-    monkeypatch.setenv("DAY0_TESTING_TRIAL_FAULTS", '{"nan_at_stp": 5}')
-    with pytest.raises(UsageError, match=r"DAY0_TESTING_TRIAL_FAULTS\.nan_at_stp: Extra inputs"):
-        TestingSettings()
+    monkeypatch.setenv("DAY0_TRIAL_FAULTS", '{"nan_at_stp": 5}')
+    with pytest.raises(UsageError, match=r"DAY0_TRIAL_FAULTS\.nan_at_stp: Extra inputs"):
+        FaultDrillSettings()

@@ -147,9 +147,7 @@ def test_catalogue_platform_fault_passes_step_2_and_fails_the_run_at_step_5(tmp_
 
 def test_injected_training_fault_fails_step_5(tmp_path: Path, api_url: str) -> None:
     spec = _spec(tmp_path, "trial-fault", trial=TRIAL_SMALL, steps=["analyze", "parallel", "optimize", "trial"])
-    proc = _day0(
-        tmp_path, api_url, "run", str(spec), "--json", DAY0_TESTING_TRIAL_FAULTS=json.dumps({"lr_multiplier": 30.0})
-    )
+    proc = _day0(tmp_path, api_url, "run", str(spec), "--json", DAY0_TRIAL_FAULTS=json.dumps({"lr_multiplier": 30.0}))
     assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
     summary = _summary(proc)
     assert summary["verdicts"]["trial"] == "fail" and list(summary["failed"]) == ["trial"]

@@ -53,7 +53,7 @@ Res = TypeVar("Res", bound=BaseModel)
 
 # Environment a job needs on the cluster: the store's endpoint and credentials, offline mode, and
 # test-only fault injection (never set in production).
-_JOB_ENV_PREFIXES = ("DAY0_STORE_", "AWS_", "DAY0_TESTING_")
+_JOB_ENV_PREFIXES = ("DAY0_STORE_", "AWS_")
 _JOB_ENV_NAMES = ("HF_HUB_OFFLINE", "RAY_AUTH_MODE")
 
 

@@ -1,7 +1,7 @@
 """Test scaffolding, **for tests only** (like `prefect.testing`): nothing in day0 imports it.
 
-- `faults`: training bugs injected on purpose (`TrialFaults`), and `TestingSettings`, which lets a
-  test reach a whole `day0 run` subprocess through the environment (`DAY0_TESTING_TRIAL_FAULTS`).
+- `faults`: training bugs injected on purpose (`TrialFaults`), and `FaultDrillSettings`, which lets a
+  test reach a whole `day0 run` subprocess through the environment (`DAY0_TRIAL_FAULTS`).
 - `fault_matrix`: every catalogued fault (tests/data/faults/) through every validation layer, with
   clean runs for the false-alarm rate: the detection power `tests/test_fault_matrix.py` checks and
   `benchmarks/bench_faults.py` records.

@@ -51,8 +51,8 @@ from day0.core.ops import resolve_op
 from day0.core.ports import free_port
 from day0.platforms.kernels import ENTRY_POINT_GROUP, Platform
 from day0.spec import PlatformSpec, TrialScale, TrialTolerance, ValidationSpec
+from day0.steps.trial.faults import TrialFaults
 from day0.steps.trial.loop import LoopConfig, StepRecord
-from day0.testing.faults import TrialFaults
 
 __all__ = [
     "Catalogue",

@@ -155,7 +155,7 @@ def test_a_node_lost_mid_trial_resumes_from_its_checkpoint_on_a_replacement_pod(
     s3, name = s3_server.client(), raw["metadata"]["name"]
     checkpoints = f"{name}/runs/{name}/{run_id}/trial/checkpoints/candidate/"
     faults = json.dumps({"step_delay_s": 2.0})  # slow steps: the node goes while the candidate trains
-    with day0_run(tmp_path, raw, run_id, api_url, api, DAY0_TESTING_TRIAL_FAULTS=faults) as run:
+    with day0_run(tmp_path, raw, run_id, api_url, api, DAY0_TRIAL_FAULTS=faults) as run:
         run.wait_for(
             "a candidate checkpoint",
             lambda: any(

@@ -5,8 +5,8 @@ entry point; `model` is step 1's `ResolvedModel`, and what other steps decide (t
 estimate) comes in as values, so this package imports no other step's code. It returns a
 `TrialResult` (a `StepResult`: verdict, `to_markdown()`, `files()` -> the loss overlay PNG). The
 alignment maths (`alignment`) are pure and judge by the spec's `TrialTolerance`; the loop (`loop`)
-runs per Ray Train worker, is deterministic, and exposes `LoopHooks` (test faults live in
-`day0.testing`); runs (`run`) resume from their last checkpoint under the same (storage URI, name).
+runs per Ray Train worker, is deterministic, and exposes `LoopHooks` (fault drills live in
+`faults`); runs (`ray_train`) resume from their last checkpoint under the same (storage URI, name).
 Modules import torch/ray lazily where they can; import this package's submodules directly when only
 the maths are needed.
 """

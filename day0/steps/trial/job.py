@@ -19,9 +19,9 @@ from day0.backends.resources import train_worker_resources
 from day0.core.model_source import ResolvedModel
 from day0.spec import PipelineSpec
 from day0.steps.operators.result import Adaptation
+from day0.steps.trial.faults import TrialFaults
 from day0.steps.trial.result import TrialResult
 from day0.steps.trial.train import TrialPlan, run_trial
-from day0.testing.faults import TrialFaults
 
 __all__ = ["JOB", "TrialRequest", "main", "run_request"]
 

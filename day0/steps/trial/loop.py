@@ -52,7 +52,7 @@ _EXTRA_KEYS = ("tokens", "event_log", "hooks")  # train_loop's config entries th
 class LoopHooks:
     """Points where a caller may observe or alter a step; the defaults change nothing.
 
-    The library never sets any: `day0.testing.faults.TrialFaults` uses them to inject training bugs.
+    The loop sets none itself: fault drills (`faults.TrialFaults`) use them to inject training bugs.
     A hooks object travels to the Ray Train workers with the loop, so it must pickle.
     """
 

@@ -1,17 +1,17 @@
-"""Injected training bugs, for tests only: each one must make step 5 fail (or, for the crash and the
-delay, exercise resume and recovery).
+"""Fault drills for step 5: training bugs injected on purpose, to prove that the trial's checks
+catch them (each must make step 5 fail) and that crashes and node loss resume from a checkpoint.
 
-    DAY0_TESTING_TRIAL_FAULTS='{"nan_at_step": 5}' day0 run configs/pipelines/tiny-local.yaml  # step 5 fails
+    DAY0_TRIAL_FAULTS='{"nan_at_step": 5}' day0 run configs/pipelines/tiny-local.yaml  # step 5 fails
 
 Contract: `TrialFaults` is a `day0.steps.trial.loop.LoopHooks`, so it reaches the Ray Train workers with
-the loop. `TestingSettings` reads `DAY0_TESTING_*`; the trial task applies `trial_faults` only when
-the variable is set, and the trial result's notes then say so.
+the loop, as data inside the trial's request (the variable itself never reaches a cluster job).
+`FaultDrillSettings` reads `DAY0_TRIAL_FAULTS` in the flow's process only; a drilled run's trial result
+says so in its notes, and its result is never reused by a run without the same drill.
 """
 
 from __future__ import annotations
 
 import time
-from typing import ClassVar
 
 import torch
 from pydantic import BaseModel, ConfigDict, Field, Json
@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, Json
 from day0.settings import EnvSettings
 from day0.steps.trial.loop import LoopHooks
 
-__all__ = ["TestingSettings", "TrialFaults"]
+__all__ = ["FaultDrillSettings", "TrialFaults"]
 
 
 class TrialFaults(BaseModel, LoopHooks):
@@ -63,11 +63,10 @@ class TrialFaults(BaseModel, LoopHooks):
             time.sleep(self.step_delay_s)
 
 
-class TestingSettings(EnvSettings):
-    """Test-only switches from the environment (`DAY0_TESTING_<FIELD>`, JSON for models)."""
+class FaultDrillSettings(EnvSettings):
+    """A fault drill from the environment (`DAY0_TRIAL_FAULTS`, JSON)."""
 
-    env_prefix = "DAY0_TESTING_"
-    __test__: ClassVar[bool] = False  # not a pytest test class, despite the name
+    env_prefix = "DAY0_"
 
     trial_faults: Json[TrialFaults] | None = Field(
         None, description="Faults the trial task injects into the candidate's training, e.g. '{\"nan_at_step\": 5}'."
