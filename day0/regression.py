@@ -19,8 +19,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from day0.core.curves import relative_errors
 from day0.steps.operators.result import OperatorsResult
-from day0.steps.trial.alignment import relative_errors
 from day0.steps.trial.result import TrialResult
 from day0.store import ArtifactStore
 

@@ -16,16 +16,12 @@ from markdown_it import MarkdownIt
 from day0.core.result import worst
 from day0.report_text import inert
 from day0.runs import StepRecord
+from day0.steps.registry import scorecard
 
 __all__ = ["GLANCE", "MARK", "SCORECARD", "Row", "badge", "outcome", "rows", "scorecard_html", "scorecard_markdown"]
 
 # (row, the steps behind it): numerical, plan, convergence, application, in pipeline order.
-SCORECARD: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("numerical (steps 1-2)", ("analyze", "operators")),
-    ("plan (steps 3-4)", ("parallel", "optimize")),
-    ("convergence (step 5)", ("trial",)),
-    ("application (step 6)", ("inference",)),
-)
+SCORECARD: tuple[tuple[str, tuple[str, ...]], ...] = scorecard()
 GLANCE = 2  # figures per step shown at a glance
 MARK = {
     "pass": "PASS",

@@ -15,6 +15,7 @@ from typing import Any, Literal, get_args
 
 from pydantic import Field, ValidationError, field_validator
 
+from day0.core.model_source import hub_reference
 from day0.core.precision import COMPUTE_DTYPES, DEFAULT_TOLERANCES, DType
 from day0.errors import SpecError, SpecIssue, StoreError, shorten
 from day0.paths import CONFIGS_DIR, config_dirs
@@ -64,7 +65,6 @@ __all__ = [
     "TrialSpec",
     "TrialTolerance",
     "ValidationSpec",
-    "hub_reference",
     "load_platform",
     "load_spec",
     "load_yaml",
@@ -185,6 +185,9 @@ class TrialSpec(UserModel):
         le=1,
         description="Peak learning rate (AdamW, linear warm-up); at most 1 (published AdamW peaks are 1e-5 to 1e-2).",
     )
+    max_failures: int = Field(
+        2, ge=0, le=100, description="Worker failures a training run recovers from (from its last checkpoint)."
+    )
     checkpoint_every: int = Field(
         10, ge=1, le=10_000_000, description="Steps between checkpoints (resume and recovery points)."
     )
@@ -268,17 +271,6 @@ class PipelineSpec(UserModel):
 # A configs/ name: no path separators, no leading dot (so no '..'), bounded.
 _CONFIG_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
 # huggingface_hub's repo-id rules (no '--' or '..'), and a bounded revision.
-_HUB_REF = re.compile(r"^hf://([A-Za-z0-9][\w.-]{0,95}/[A-Za-z0-9][\w.-]{0,95})(?:@([\w][\w./-]{0,199}))?$")
-
-
-def hub_reference(source: str) -> tuple[str, str]:
-    """(repo_id, revision) of `hf://org/name[@revision]`; ValueError saying the form otherwise."""
-    match = _HUB_REF.match(source)
-    if not match or "--" in match[1] or ".." in source:
-        raise ValueError("expected hf://org/name[@revision] (org and name of letters, digits, '-', '_', '.')")
-    return match[1], match[2] or "main"
-
-
 # --- loading -----------------------------------------------------------------------------------
 
 

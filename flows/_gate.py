@@ -10,11 +10,12 @@ one line, a bug with its traceback.
 from __future__ import annotations
 
 import datetime as dt
-from typing import Any, get_type_hints
+from typing import Any
 
 from day0.core.result import StepResult
 from day0.errors import Day0Error
 from day0.runs import RunContext, StepRecord
+from day0.steps.registry import needs
 from tasks._step import one_line, step_logger
 
 __all__ = ["StepGate"]
@@ -49,23 +50,24 @@ class StepGate:
             StepRecord(step=step, status="failed", started_at=started, seconds=seconds, error=one_line(exc))
         )
 
-    def run(self, task: Any, ctx: RunContext, **needs: StepResult | None) -> Any:
-        """`task(ctx, **needs)` if its step is planned and every result it needs passed, else None."""
+    def run(self, task: Any, ctx: RunContext, results: dict[str, StepResult | None]) -> StepResult | None:
+        """The step's `task` over the `results` it reads if it is planned and every result it
+        requires passed (one it may read is passed only when it passed), else None."""
         step: str = task.name
         if step not in self.steps:
             return None
-        hints = get_type_hints(task.fn)
         blocked = [
-            f"step {hints[kw].STEP} {self._unavailable.get(hints[kw].STEP, 'failed')}"
-            for kw, r in needs.items()
-            if r is None or not r.passed
+            f"step {n.step} {self._unavailable.get(n.step, 'failed')}"
+            for n in needs(step)
+            if n.required and not _passed(results.get(n.step))
         ]
         if blocked:
             self._skip(step, "needs " + ", ".join(blocked))
             return None
+        given = {n.keyword: results[n.step] for n in needs(step) if _passed(results.get(n.step))}
         started = dt.datetime.now(dt.UTC)
         try:
-            result = task(ctx, **needs)
+            result: StepResult = task(ctx, **given)
         except Day0Error as exc:
             self.usage_error = self.usage_error or exc
             self._unavailable[step] = "was refused its input"
@@ -79,3 +81,7 @@ class StepGate:
         if not result.passed:
             self._unavailable[step] = f"failed ({'; '.join(result.reasons[:2])})"
         return result
+
+
+def _passed(result: StepResult | None) -> bool:
+    return result is not None and result.passed

@@ -22,7 +22,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, get_type_hints
+from typing import Any
 from uuid import UUID
 
 from prefect import flow, get_run_logger
@@ -35,34 +35,12 @@ from day0.paths import REPO_ROOT
 from day0.report import write_report
 from day0.runs import NAMESPACE_PATTERN, USER_RUNS, RunContext, RunSummary
 from day0.spec import STEPS, PipelineSpec, load_spec, spec_from_dict
+from day0.steps.registry import pods_needed, prerequisites
 from flows._artifacts import publish_report_artifacts
 from flows._gate import StepGate
-from tasks.analyze import analyze
-from tasks.inference import inference
-from tasks.operators import operators
-from tasks.optimize import optimize
-from tasks.parallel import parallel
-from tasks.trial import trial
+from tasks.steps import TASKS
 
-__all__ = ["TASKS", "adapt", "check_runnable", "plan_steps", "prerequisites", "spec_parameter"]
-
-# The built steps, in pipeline order; a step's prerequisites are the results its task reads.
-TASKS: dict[str, Any] = {
-    "analyze": analyze,
-    "operators": operators,
-    "parallel": parallel,
-    "optimize": optimize,
-    "trial": trial,
-    "inference": inference,
-}
-
-
-def prerequisites(step: str) -> tuple[str, ...]:
-    """The steps whose results `step`'s task takes, read from its typed signature."""
-    hints = get_type_hints(TASKS[step].fn)
-    return tuple(
-        t.STEP for name, t in hints.items() if name != "return" and isinstance(t, type) and issubclass(t, StepResult)
-    )
+__all__ = ["adapt", "check_runnable", "plan_steps", "spec_parameter"]
 
 
 def plan_steps(spec: PipelineSpec, only: list[str] | None = None) -> list[str]:
@@ -170,16 +148,11 @@ def adapt(
     ctx.begin_attempt()
     gate = StepGate(ctx, steps)
     try:
-        with _stop_when_cancelled(ctx.flow_run_id), run_backend(ctx, steps, progress=log.info):
-            analyzed = gate.run(analyze, ctx)
-            checked = gate.run(operators, ctx, analyzed=analyzed)
-            planned = gate.run(parallel, ctx, analyzed=analyzed)
-            optimized = gate.run(optimize, ctx, analyzed=analyzed, planned=planned)
-            # the candidate trains with step 2's adaptations when step 2 ran and passed
-            adapted = {"checked": checked} if checked and checked.passed else {}
-            trained = gate.run(trial, ctx, analyzed=analyzed, planned=planned, optimized=optimized, **adapted)
-            # step 6 serves step 5's model when it trained well, else the scaled-down model
-            gate.run(inference, ctx, analyzed=analyzed, **({"trained": trained} if trained and trained.passed else {}))
+        pods = pods_needed(pipeline_spec, steps)
+        with _stop_when_cancelled(ctx.flow_run_id), run_backend(ctx, pods, progress=log.info):
+            results: dict[str, StepResult | None] = {}
+            for step in steps:  # each gated on the results its `run` reads (`day0.steps.registry`)
+                results[step] = gate.run(TASKS[step], ctx, results)
     finally:  # also on SIGTERM/cancellation: the report shows what ran and what did not
         ctx.publish_manifest()
         report = write_report(ctx, time.perf_counter() - start, steps)

@@ -17,10 +17,10 @@ import logging
 import time
 import traceback
 from collections.abc import Callable
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal
 
 from prefect import get_run_logger
-from prefect.artifacts import create_markdown_artifact
+from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.context import FlowRunContext, TaskRunContext
 from prefect.exceptions import MissingContextError
 
@@ -29,6 +29,7 @@ from day0.core.result import StepResult
 from day0.errors import Day0Error, RunFailed
 from day0.provenance import code_digest
 from day0.runs import RunContext, StepRecord
+from day0.steps.registry import StepSpec
 
 __all__ = [
     "EXPECTED_ERRORS",
@@ -39,9 +40,6 @@ __all__ = [
     "run_step",
     "step_logger",
 ]
-
-R = TypeVar("R", bound=StepResult)
-
 
 # Errors a user can act on (bad input, a failed verdict): their message is the whole story.
 EXPECTED_ERRORS: tuple[type[Exception], ...] = (Day0Error, RunFailed)
@@ -153,15 +151,15 @@ def _interrupt(exc: BaseException) -> BaseException | None:
     return None
 
 
-def run_step(
-    step: str, ctx: RunContext, result_type: type[R], compute: Callable[[], R], variant: str | None = None
-) -> R:
-    """Return the stored result of `step` if this run completed it with the same code, else
-    compute it, store its files, `result.md` and (last) `result.json`, and publish its artifact.
-    `variant` names what else shaped the result besides the code and the spec."""
-    log, store = step_logger(), ctx.store()
-    code = code_digest(f"tasks.{step}")
-    if variant:  # e.g. injected test faults: such a result is never reused by a clean run, nor the reverse
+def run_step(spec: StepSpec, ctx: RunContext, compute: Callable[[], StepResult]) -> StepResult:
+    """Return the stored result of the step if this run completed it with the same code (its `run`
+    module and every first-party module it imports), else compute it, store its files, `result.md`
+    and (last) `result.json`, and publish its artifacts. The step's `variant` names what else shaped
+    the result besides the code and the spec."""
+    log, store, step, result_type = step_logger(), ctx.store(), spec.name, spec.result
+    code = code_digest(spec.run.__module__)
+    variant = spec.variant()
+    if variant:  # a fault drill: such a result is never reused by a clean run, nor the reverse
         variant = hashlib.sha256(variant.encode()).hexdigest()[:12]
     key = ctx.key(step, "result.json")
     started, t0 = dt.datetime.now(dt.UTC), time.perf_counter()
@@ -220,4 +218,8 @@ def run_step(
             key=f"{ctx.spec.metadata.name}-{step}".lower(),
             description=f"day0 {step}: {result.verdict}",
         )
+        if rows := result.artifact_table():
+            create_table_artifact(
+                table=rows, key=f"{ctx.spec.metadata.name}-{step}-table".lower(), description=f"day0 {step}: per item"
+            )
     return result

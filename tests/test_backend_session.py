@@ -14,11 +14,12 @@ from pydantic import BaseModel
 from day0.backends.jobs import StepJob, read_url, write_url
 from day0.backends.kuberay.manifest import build_raycluster, workers_for_pods
 from day0.backends.kuberay.status import ClusterError
-from day0.backends.session import LocalBackend, backend_for, check_backend, job_env, pods_needed, run_backend
+from day0.backends.session import LocalBackend, backend_for, check_backend, job_env, run_backend
 from day0.errors import UsageError
 from day0.paths import CONFIGS_DIR
 from day0.runs import RunContext
 from day0.spec import ClusterSpec, load_yaml, spec_from_dict
+from day0.steps.registry import pods_needed
 
 
 def _cluster(fixed: int = 3, elastic_max: int = 2, elastic_min: int = 0) -> ClusterSpec:
@@ -58,10 +59,10 @@ def test_head_follows_the_cluster_spec() -> None:
 
 
 def test_pods_needed_follow_the_planned_steps() -> None:
-    ctx = RunContext.create(_spec(trial={"workers": 3}))
-    assert pods_needed(ctx, ["analyze", "operators"]) == 1
-    assert pods_needed(ctx, ["analyze", "operators", "parallel", "optimize", "trial"]) == 3
-    assert pods_needed(ctx, ["analyze"]) == 1
+    spec = _spec(trial={"workers": 3})
+    assert pods_needed(spec, ["analyze", "operators"]) == 1
+    assert pods_needed(spec, ["analyze", "operators", "parallel", "optimize", "trial"]) == 3
+    assert pods_needed(spec, ["analyze"]) == 1
 
 
 def test_kuberay_preconditions_name_the_field() -> None:
@@ -124,7 +125,7 @@ def test_job_main_on_plain_paths(tmp_path: Path) -> None:
 def test_local_backend_runs_in_process_and_records_where() -> None:
     ctx = RunContext.create(_spec())
     seen: list[str] = []
-    with run_backend(ctx, ["analyze"], progress=seen.append) as backend:
+    with run_backend(ctx, 1, progress=seen.append) as backend:
         assert isinstance(backend, LocalBackend) and backend_for(ctx) is backend
         result, execution = backend.run("x", SQUARE, _Req(n=4), seen.append)
     assert result == _Res(square=16) and seen == ["squaring 4"]

@@ -84,14 +84,14 @@ def test_a_refused_input_is_one_line_naming_the_step(prefect_server: None, tmp_p
 def test_a_bug_in_a_step_keeps_its_traceback_and_the_verdict_is_one_line(
     prefect_server: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import tasks.analyze
+    import day0.steps.analyze.run
     from day0.errors import RunFailed
     from flows.adapt import adapt
 
     def bug(*args: object, **kwargs: object) -> None:
         raise RuntimeError("a bug in step 1")
 
-    monkeypatch.setattr(tasks.analyze, "analyze_model", bug)
+    monkeypatch.setattr(day0.steps.analyze.run, "analyze_model", bug)
     state = adapt(spec=_spec(tmp_path, "bug"), fresh=True, return_state=True)
     assert state.is_failed() and "analyze" in (state.message or "")
     assert isinstance(state.result(raise_on_failure=False), RunFailed), "a failed step: exit 1"

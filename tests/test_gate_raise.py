@@ -1,5 +1,5 @@
-"""One exit path per step: a task that raises before it reaches `run_step` (here step 3's, its
-`run_step` replaced by one that raises) is recorded as failed by the gate, the run exits 1 and the
+"""One exit path per step: a task that raises before its work starts (here every step task's
+`run_step` replaced by one that raises for step 3) is recorded as failed by the gate, the run exits 1 and the
 report and summary name the error; step 1, which it does not need, still passes. A real `day0 run`
 process against the session's Prefect server."""
 
@@ -19,12 +19,16 @@ REPO = Path(__file__).resolve().parent.parent
 
 _RAISE_BEFORE_RUN_STEP = """
 import sys
-import tasks.parallel
+import tasks.steps
 
-def _raises(*args, **kwargs):
-    raise RuntimeError("raised before run_step")
+real = tasks.steps.run_step
 
-tasks.parallel.run_step = _raises
+def _raises(spec, *args, **kwargs):
+    if spec.name == "parallel":
+        raise RuntimeError("raised before run_step")
+    return real(spec, *args, **kwargs)
+
+tasks.steps.run_step = _raises
 from cli.main import main
 sys.exit(main(sys.argv[1:]))
 """

@@ -1,6 +1,20 @@
-"""The import rules the architecture rests on, checked on the source (no imports executed):
-cli -> flows -> tasks -> day0, never backwards; step packages reach each other only through their
-typed results; no import cycles between first-party modules."""
+"""The import rules the architecture rests on (the README's Layout states the same), checked on the
+source, no imports executed:
+
+1. `cli -> flows -> tasks -> day0`, never backwards.
+2. Inside `day0`, tiers: the foundation (`core`, `errors`, `paths`, `settings`, `yamlio`, `store`,
+   `plots`, `provenance`) < the spec and runs (`spec*`, `runs`, `runlock`) < the libraries
+   (`backends`, `platforms`, `planner`, `calibration`, `webhook`) < the steps (`steps/<step>/`) <
+   what reads every step (`steps.registry`, `report*`, `regression`); a module imports its own tier
+   or lower ones.
+3. `core` imports only `core` and `errors`, `paths`, `settings`, `yamlio`.
+4. A step reaches another step only through its `result` module; a step's `run` module may also
+   import another's `run` (where step 6 takes the model step 5 trains). Outside `day0.steps`, a step
+   is reached through its `result` or `run` module, or the registry (which reads each step's
+   `result`, `run` and `job`).
+5. No import cycles between first-party modules.
+
+Every first-party module falls under these rules: a package missing from the tiers fails test 2."""
 
 from __future__ import annotations
 
@@ -9,7 +23,16 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 LAYERS = {"cli": 3, "flows": 2, "tasks": 1, "day0": 0}  # a module may import its own layer or lower ones
-STEP_PACKAGES = {"analysis", "numerics", "planner", "trial"}
+TIERS = {
+    **dict.fromkeys(["core", "errors", "paths", "settings", "yamlio", "store", "plots", "provenance"], 0),
+    **dict.fromkeys(["spec", "spec_base", "spec_checks", "spec_cluster", "spec_planner", "spec_serving"], 1),
+    **dict.fromkeys(["runs", "runlock"], 1),
+    **dict.fromkeys(["backends", "platforms", "planner", "calibration", "webhook"], 2),
+    "steps": 3,
+    **dict.fromkeys(["steps.registry", "report", "report_html", "report_reuse", "report_scorecard"], 4),
+    **dict.fromkeys(["report_text", "regression"], 4),
+}
+CORE_MAY_IMPORT = {"core", "errors", "paths", "settings", "yamlio"}
 
 
 def _modules() -> dict[str, Path]:
@@ -45,6 +68,22 @@ def _imports(module: str, path: Path, top_level_only: bool = False) -> set[str]:
     return found
 
 
+def _part(module: str) -> str | None:
+    """The tier key of a `day0` module: `steps.registry`, `steps` for a step folder, else its package."""
+    parts = module.split(".")
+    if parts[0] != "day0" or len(parts) == 1:
+        return None  # `day0` itself (its version) is below everything
+    return "steps.registry" if parts[1:3] == ["steps", "registry"] else parts[1]
+
+
+def _step(module: str) -> tuple[str, str] | None:
+    """(step, module inside it) for a module of a step folder, e.g. ("trial", "run")."""
+    parts = module.split(".")
+    if parts[:2] != ["day0", "steps"] or len(parts) < 3 or parts[2] == "registry":
+        return None
+    return parts[2], ".".join(parts[3:])
+
+
 def test_layers_point_one_way() -> None:
     wrong = [
         f"{m} imports {i}"
@@ -55,32 +94,44 @@ def test_layers_point_one_way() -> None:
     assert not wrong, "imports against cli -> flows -> tasks -> day0:\n" + "\n".join(sorted(wrong))
 
 
-def test_step_packages_meet_only_through_results() -> None:
-    def step_of(module: str) -> str | None:
-        parts = module.split(".")
-        return parts[1] if parts[0] == "day0" and len(parts) > 1 and parts[1] in STEP_PACKAGES else None
-
+def test_day0_tiers_point_down() -> None:
+    untiered = sorted({p for m in MODULES if (p := _part(m)) and p not in TIERS})
+    assert not untiered, f"packages with no tier (add them to TIERS and the README): {untiered}"
     wrong = []
     for m, p in MODULES.items():
-        own = step_of(m)
+        if (own := _part(m)) is None:
+            continue
         for i in _imports(m, p):
-            other = step_of(i)
-            if own and other and other != own and i != f"day0.{other}.results":
-                wrong.append(f"{m} imports {i}")
-    assert not wrong, "a step package imports another's internals (use its results module):\n" + "\n".join(
-        sorted(wrong)
-    )
+            if (other := _part(i)) is not None and TIERS[other] > TIERS[own]:
+                wrong.append(f"{m} (tier {TIERS[own]}) imports {i} (tier {TIERS[other]})")
+    assert not wrong, "\n".join(sorted(wrong))
 
 
-def test_core_depends_on_no_step_package() -> None:
+def test_core_is_the_bottom() -> None:
     wrong = [
         f"{m} imports {i}"
         for m, p in MODULES.items()
-        if m.startswith("day0.core")
+        if _part(m) == "core"
         for i in _imports(m, p)
-        if i.split(".")[1:2] and i.split(".")[1] in STEP_PACKAGES
+        if _part(i) not in CORE_MAY_IMPORT | {None}
     ]
     assert not wrong, "\n".join(wrong)
+
+
+def test_steps_meet_only_through_results_and_runs() -> None:
+    wrong = []
+    for m, p in MODULES.items():
+        own = _step(m)
+        for i in _imports(m, p):
+            if (other := _step(i)) is None or (own and own[0] == other[0]):
+                continue
+            if m == "day0.steps.registry":
+                allowed = {"result", "run", "job"}  # what the registry is made of
+            else:
+                allowed = {"result", "run"} if own is None or own[1] == "run" else {"result"}
+            if other[1] not in allowed:
+                wrong.append(f"{m} imports {i}")
+    assert not wrong, "a step's internals imported from outside it:\n" + "\n".join(sorted(wrong))
 
 
 def test_no_import_cycles() -> None:

@@ -8,7 +8,7 @@ from day0.paths import CONFIGS_DIR
 from day0.runs import RunContext
 from day0.spec import load_yaml, spec_from_dict
 from day0.steps.analyze.run import analyze_model
-from tasks.operators import operators
+from tasks.steps import TASKS
 
 
 def test_operators_task_stores_result_and_resumes(tmp_path: Path, prefect_server: None) -> None:
@@ -18,7 +18,7 @@ def test_operators_task_stores_result_and_resumes(tmp_path: Path, prefect_server
     spec = spec_from_dict(raw)
     ctx = RunContext.create(spec)
     analyzed = analyze_model(spec.model, spec.platform, "bf16")
-    result = operators.fn(ctx, analyzed)
+    result = TASKS["operators"].fn(ctx, analyzed=analyzed)
     assert len(result.ops.checks) == len(analyzed.inventory.ops)
     assert result.passed, result.to_markdown()
     assert result.layers is not None and result.layers.compute_dtype == "bf16"
@@ -26,5 +26,5 @@ def test_operators_task_stores_result_and_resumes(tmp_path: Path, prefect_server
     assert store.exists(ctx.key("operators", "result.json"))
     assert "Step 2" in store.get_bytes(ctx.key("operators", "result.md")).decode()
     assert store.get_bytes(ctx.key("operators", "layers.png")).startswith(b"\x89PNG")  # bf16 errors plotted
-    again = operators.fn(ctx, analyzed)  # completed earlier: read back, not recomputed
+    again = TASKS["operators"].fn(ctx, analyzed=analyzed)  # completed earlier: read back, not recomputed
     assert again.model_dump() == result.model_dump()

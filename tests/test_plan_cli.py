@@ -89,8 +89,7 @@ def test_parallel_and_optimize_tasks_store_results_and_resume(tmp_path: Path, pr
     from day0.paths import CONFIGS_DIR
     from day0.runs import RunContext
     from day0.spec import load_yaml, spec_from_dict
-    from tasks.optimize import optimize
-    from tasks.parallel import parallel
+    from tasks.steps import TASKS
 
     class Analyzed(BaseModel):  # the part of step 1's AnalyzeResult that steps 3-4 read
         structure: ModelStructure
@@ -101,14 +100,14 @@ def test_parallel_and_optimize_tasks_store_results_and_resume(tmp_path: Path, pr
     analyzed = Analyzed(
         structure=ModelStructure.model_validate_json((DATA / "tiny-deepseek-v3.structure.json").read_text())
     )
-    plans = parallel.fn(ctx, analyzed)
+    plans = TASKS["parallel"].fn(ctx, analyzed=analyzed)
     assert plans.feasible and plans.best.parallel.accelerators == 1
-    optimized = optimize.fn(ctx, analyzed, plans)
+    optimized = TASKS["optimize"].fn(ctx, analyzed=analyzed, planned=plans)
     assert optimized.plan is not None and optimized.plan.feasible
     store = ctx.store()
     for step, name in (("parallel", "plan.yaml"), ("parallel", "result.md"), ("optimize", "optimized-plan.yaml")):
         assert store.exists(ctx.key(step, name)), (step, name)
-    assert parallel.fn(ctx, analyzed).model_dump() == plans.model_dump()  # reused, not recomputed
+    assert TASKS["parallel"].fn(ctx, analyzed=analyzed).model_dump() == plans.model_dump()  # reused, not recomputed
 
 
 def _spec_in(tmp_path: Path, storage: str | None = None) -> Path:

@@ -73,7 +73,7 @@ def test_loss_curve_and_throughput_regressions() -> None:
 
 
 def test_a_zero_loss_in_the_baseline_counts_the_absolute_gap_as_the_trial_alignment_does() -> None:
-    from day0.steps.trial.alignment import relative_errors
+    from day0.core.curves import relative_errors
 
     base, cur = [0.0, 2.0], [0.5, 2.0]
     finding = next(f for f in compare(_snap(loss=base), _snap(loss=cur), TOL) if f.metric == "loss curve")

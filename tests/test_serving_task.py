@@ -23,7 +23,7 @@ def _spec():  # type: ignore[no-untyped-def]
 
 
 def test_without_a_trial_the_scaled_down_model_is_served() -> None:
-    from tasks.inference import served_model
+    from day0.steps.inference.run import served_model
 
     analyzed = SimpleNamespace(model=resolve_model_source("tiny-qwen3-moe"))
     served = served_model(_spec(), analyzed, None)  # type: ignore[arg-type]  # a stand-in with the field it reads
@@ -34,7 +34,7 @@ def test_without_a_trial_the_scaled_down_model_is_served() -> None:
 
 
 def test_the_trials_checkpoint_is_served_with_its_weights(tmp_path: Path) -> None:
-    from tasks.inference import served_model
+    from day0.steps.inference.run import served_model
 
     analyzed = SimpleNamespace(model=resolve_model_source("tiny-qwen3-moe"))
     untrained = served_model(_spec(), analyzed, None)  # type: ignore[arg-type]  # as above
@@ -51,7 +51,7 @@ def test_the_trials_checkpoint_is_served_with_its_weights(tmp_path: Path) -> Non
 
 
 def test_a_full_size_model_without_trial_scale_is_refused_naming_the_field() -> None:
-    from tasks.inference import served_model
+    from day0.steps.inference.run import served_model
 
     spec = spec_from_dict({"metadata": {"name": "x"}, "model": "deepseek-v3", "platform": "cpu"})
     served = served_model(spec, SimpleNamespace(model=resolve_model_source("deepseek-v3")), None)  # type: ignore[arg-type]  # a stand-in

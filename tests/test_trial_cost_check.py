@@ -12,8 +12,8 @@ from day0.planner.profile import CalibratedProfile
 from day0.spec import load_spec
 from day0.steps.trial.loop import run_steps
 from day0.steps.trial.model import build_model, scale_config
+from day0.steps.trial.run import PlannerMemoryEstimate
 from day0.steps.trial.train import TrialPlan, candidate_loop
-from tasks.trial import PlannerMemoryEstimate
 
 SPEC = "configs/pipelines/tiny-local.yaml"
 

@@ -39,8 +39,8 @@ def _spec(storage: str, **trial: Any):
 
 
 def test_aligned_trial_two_workers(local_ray, tmp_path: Path) -> None:
+    from day0.steps.trial.run import PlannerMemoryEstimate
     from day0.steps.trial.train import run_trial
-    from tasks.trial import PlannerMemoryEstimate
 
     spec = _spec(f"file://{tmp_path}", workers=2)
     assert spec.training.precision.compute == "bf16"  # the default spec's plan trains at bf16
@@ -77,7 +77,7 @@ def test_task_rerun_resumes_from_s3_checkpoint(
     from day0.planner.step import optimize_for_spec, plan_for_spec
     from day0.steps.analyze.run import analyze_model
     from day0.steps.trial.train import TrialTrainingError
-    from tasks.trial import trial
+    from tasks.steps import TASKS
 
     # The reference: a stored curve (public API: trial.reference = a URI), made here by the bare loop.
     ref = [
@@ -103,19 +103,24 @@ def test_task_rerun_resumes_from_s3_checkpoint(
     ctx = RunContext.create(spec)
     ctx.begin_attempt()
 
+    needs = {"analyzed": analyzed, "planned": planned, "optimized": optimized}
     monkeypatch.setenv("DAY0_TRIAL_FAULTS", '{"crash_at_step": 7}')  # reaches the Ray Train worker
+    # the same run (its folder, its checkpoints) with no recovery in Ray Train: the crash ends the attempt
+    no_retry = ctx.model_copy(
+        update={"spec": spec.model_copy(update={"trial": spec.trial.model_copy(update={"max_failures": 0})})}
+    )
     with pytest.raises(TrialTrainingError, match=r"injected crash at step 7.*rerun the same spec to resume"):
-        trial.fn(ctx, analyzed, planned, optimized, max_failures=0)
+        TASKS["trial"].fn(no_retry, **needs)
     keys = [o["Key"] for o in s3_server.client().list_objects_v2(Bucket=s3_server.bucket)["Contents"]]
     assert any("/trial/checkpoints/candidate/step_000005/model.pt" in k for k in keys), keys
 
     monkeypatch.setenv("DAY0_TRIAL_FAULTS", '{"step_delay_s": 0.01}')  # harmless: shows up in the notes
     ctx.begin_attempt()
-    result = trial.fn(ctx, analyzed, planned, optimized)
+    result = TASKS["trial"].fn(ctx, **needs)
     [run] = result.runs
     assert run.resumed_from_step == 5 and run.steps_executed == 7 < spec.trial.steps
     assert result.alignment.passed, result.alignment.failures
-    assert "test-only training hooks were active in the candidate: TrialFaults(step_delay_s=0.01)" in result.notes
+    assert "fault drill: hooks were active in the candidate: TrialFaults(step_delay_s=0.01)" in result.notes
     assert ctx.store().exists(ctx.key("trial", "result.json")) and ctx.store().exists(ctx.key("trial", "loss.png"))
     stored = json.loads(ctx.store().get_bytes(ctx.key("trial", "result.json")))
     assert stored["runs"][0]["steps_executed"] == 7 and stored["verdict"] == "pass"

@@ -18,7 +18,7 @@ from tests._trial_helpers import tiny_loop
 
 def test_plan_from_step_results() -> None:
     from day0.planner.results import MemoryKnobs
-    from tasks.trial import plan_from_results
+    from day0.steps.trial.run import plan_from_results
 
     assert plan_from_results(None, None).model_dump() == {"recompute": "none", "sharding": "ddp", "source": "default"}
 
@@ -34,7 +34,7 @@ def test_plan_from_step_results() -> None:
 
 
 def test_planner_memory_estimate_of_the_trial_configuration() -> None:
-    from tasks.trial import PlannerMemoryEstimate
+    from day0.steps.trial.run import PlannerMemoryEstimate
 
     estimate = PlannerMemoryEstimate(load_spec(CONFIGS_DIR / "pipelines" / "tiny-local.yaml").platform.hardware)
     loop = tiny_loop(micro_batch=2)

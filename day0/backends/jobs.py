@@ -27,6 +27,8 @@ from typing import Any, Generic, Literal, TypeVar, cast
 
 from pydantic import BaseModel, Field
 
+from day0.core.result import Progress
+
 __all__ = [
     "JobError",
     "JobOutcome",
@@ -40,7 +42,6 @@ __all__ = [
     "write_url",
 ]
 
-Progress = Callable[[str], None]
 Req = TypeVar("Req", bound=BaseModel)
 Res = TypeVar("Res", bound=BaseModel)
 

@@ -1,6 +1,6 @@
 """A run's Ray backend: where steps 2, 5 and 6 send their work, as `StepJob`s.
 
-    with run_backend(ctx, steps, progress=log.info):            # the flow, around its steps
+    with run_backend(ctx, pods, progress=log.info):  # the flow, around its steps
         result, execution = backend_for(ctx).run("trial", TRIAL_JOB, request, progress=log.info)
 
 - `local`: the job's function runs in the flow's process; Ray, where a step uses it, is a private
@@ -22,14 +22,14 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, Protocol, TypeVar
 
 from pydantic import BaseModel
 
 from day0.backends.jobs import StepJob, submission_id
-from day0.core.result import Execution, ExecutionEvent
+from day0.core.result import Execution, ExecutionEvent, Progress
 from day0.errors import UsageError
 from day0.runs import RunContext
 from day0.spec import PipelineSpec
@@ -42,12 +42,10 @@ __all__ = [
     "backend_for",
     "check_backend",
     "job_env",
-    "pods_needed",
     "run_backend",
     "sweep_run",
 ]
 
-Progress = Callable[[str], None]
 Req = TypeVar("Req", bound=BaseModel)
 Res = TypeVar("Res", bound=BaseModel)
 
@@ -98,17 +96,6 @@ def check_backend(spec: PipelineSpec) -> None:
         )
     if not spec.cluster.node_pools:
         raise UsageError("cluster.node_pools: the kuberay backend needs at least one node pool")
-
-
-def pods_needed(ctx: RunContext, steps: list[str]) -> int:
-    """Accelerator worker pods the planned steps need at trial scale (step 3's full-scale plan is
-    reported, not launched)."""
-    need = 0
-    if "operators" in steps:
-        need = max(need, 1)
-    if "trial" in steps:
-        need = max(need, ctx.spec.trial.workers)
-    return max(need, 1)
 
 
 def job_env() -> dict[str, str]:
@@ -212,11 +199,11 @@ def backend_for(ctx: RunContext) -> Backend:
 
 
 @contextmanager
-def run_backend(ctx: RunContext, steps: list[str], *, progress: Progress, api_client: Any = None) -> Iterator[Backend]:
-    """Open the run's backend for `steps`; close it (deleting a RayCluster) on every exit."""
+def run_backend(ctx: RunContext, pods: int, *, progress: Progress, api_client: Any = None) -> Iterator[Backend]:
+    """Open the run's backend (on KubeRay a RayCluster of `pods` accelerator workers); close it on every exit."""
     backend: Backend
     if ctx.spec.cluster.backend == "kuberay":
-        backend = KubeRayBackend(ctx, pods_needed(ctx, steps), api_client=api_client)
+        backend = KubeRayBackend(ctx, pods, api_client=api_client)
     else:
         backend = LocalBackend(ctx.spec.cluster.address)
     with _LOCK:

@@ -15,20 +15,23 @@ never from the spec's source again.
 from __future__ import annotations
 
 import os
+import re
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from pydantic import BaseModel, Field
 
 from day0.errors import ModelError
 from day0.paths import CONFIGS_DIR
 from day0.settings import HubSettings, LimitsSettings
-from day0.spec import ModelSpec, hub_reference
 
 __all__ = [
     "BUNDLED_HUB_CACHE",
     "HUB_ALLOW_PATTERNS",
+    "ModelChoice",
     "ResolvedModel",
+    "hub_reference",
     "remote_code_allowed",
     "resolve_model",
     "resolve_model_source",
@@ -38,6 +41,28 @@ __all__ = [
 HUB_ALLOW_PATTERNS = ["config.json", "generation_config.json", "*.py", "tokenizer_config.json"]
 # A hub cache, laid out as huggingface_hub lays out its own, of the configs day0 ships (read-only).
 BUNDLED_HUB_CACHE = CONFIGS_DIR / "hub"
+
+
+_HUB_REF = re.compile(r"^hf://([A-Za-z0-9][\w.-]{0,95}/[A-Za-z0-9][\w.-]{0,95})(?:@([\w][\w./-]{0,199}))?$")
+
+
+def hub_reference(source: str) -> tuple[str, str]:
+    """(repo_id, revision) of `hf://org/name[@revision]`; ValueError saying the form otherwise."""
+    match = _HUB_REF.match(source)
+    if not match or "--" in match[1] or ".." in source:
+        raise ValueError("expected hf://org/name[@revision] (org and name of letters, digits, '-', '_', '.')")
+    return match[1], match[2] or "main"
+
+
+class ModelChoice(Protocol):
+    """What the spec's `model:` section says about a source (`day0.spec.ModelSpec`)."""
+
+    @property
+    def source(self) -> str: ...
+    @property
+    def trust_remote_code(self) -> bool: ...
+    @property
+    def trusted_orgs(self) -> Sequence[str]: ...
 
 
 class ResolvedModel(BaseModel):
@@ -149,7 +174,7 @@ def resolve_model_source(source: str, settings: HubSettings | None = None) -> Re
     )
 
 
-def remote_code_allowed(model: ModelSpec, resolved: ResolvedModel) -> bool:
+def remote_code_allowed(model: ModelChoice, resolved: ResolvedModel) -> bool:
     """The one place that decides whether a repo's own modelling code may run: only when the spec
     turns it on and the source's org is listed in `model.trusted_orgs`."""
     if not model.trust_remote_code:
@@ -163,7 +188,7 @@ def remote_code_allowed(model: ModelSpec, resolved: ResolvedModel) -> bool:
     return True
 
 
-def resolve_model(model: ModelSpec, settings: HubSettings | None = None) -> ResolvedModel:
+def resolve_model(model: ModelChoice, settings: HubSettings | None = None) -> ResolvedModel:
     """Resolve `model.source` and decide remote code (the one resolver): raises `ModelError` when
     trust is asked for an org outside `model.trusted_orgs`."""
     resolved = resolve_model_source(model.source, settings)

@@ -9,11 +9,15 @@ them. Like pytest's outcomes: `pass`, `warn` (passed, with something a person sh
 
 from __future__ import annotations
 
-from typing import ClassVar, Literal
+from collections.abc import Callable
+from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, Field, computed_field
 
-__all__ = ["Execution", "ExecutionEvent", "Judgement", "StepResult", "Verdict", "worst"]
+__all__ = ["Execution", "ExecutionEvent", "Judgement", "Progress", "StepResult", "Verdict", "worst"]
+
+# How a step (and the job it submits) reports progress: one line at a time.
+Progress = Callable[[str], None]
 
 Verdict = Literal["pass", "warn", "fail", "skipped"]
 _SEVERITY: dict[str, int] = {"pass": 0, "skipped": 1, "warn": 2, "fail": 3}
@@ -89,6 +93,10 @@ class StepResult(BaseModel):
 
     def files(self) -> dict[str, bytes]:
         return {}
+
+    def artifact_table(self) -> list[dict[str, Any]]:
+        """Rows published as the step's table artifact (one per checked item); none by default."""
+        return []
 
     def to_markdown(self) -> str:
         raise NotImplementedError(f"{type(self).__name__} must implement to_markdown()")

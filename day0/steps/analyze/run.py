@@ -1,26 +1,26 @@
 """Step 1, analyze: what is this model, which operators does it run, which does the platform lack?
 
 `analyze_model(model_spec, platform, compute_dtype)` -> `AnalyzeResult` (structure + operator
-inventory + coverage diff). Pure of side effects except reading the model source.
+inventory + coverage diff). Pure of side effects except reading the model source. `run(ctx, progress)`
+is the step for a run: the spec's model on its platform at the training's compute dtype.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 
 from day0.core.model_source import resolve_model
 from day0.core.modeling import build_meta_model, load_hf_config
 from day0.core.precision import host_compute_dtype
+from day0.core.result import Progress
 from day0.core.structure import analyze_structure
+from day0.runs import RunContext
 from day0.spec import ModelSpec, PlatformSpec
 from day0.steps.analyze.coverage import diff_declared, probe_device
 from day0.steps.analyze.inventory import capture_operators
 from day0.steps.analyze.result import AnalyzeResult
 
-__all__ = ["analyze_model"]
-
-Progress = Callable[[str], None]
+__all__ = ["analyze_model", "run"]
 
 
 def analyze_model(
@@ -45,3 +45,8 @@ def analyze_model(
     return AnalyzeResult(
         model=resolved, structure=structure, inventory=inventory, coverage=coverage, seconds=time.perf_counter() - start
     )
+
+
+def run(ctx: RunContext, progress: Progress) -> AnalyzeResult:
+    spec = ctx.spec
+    return analyze_model(spec.model, spec.platform, spec.training.precision.compute, progress=progress)

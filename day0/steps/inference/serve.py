@@ -18,12 +18,12 @@ import asyncio
 import random
 import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, Field
 
+from day0.core.result import Progress
 from day0.errors import UsageError
 from day0.spec import InferenceSpec, PlatformSpec
 from day0.steps.inference.client import LoadRequest, LoadSettings, run_load
@@ -37,7 +37,6 @@ from day0.steps.inference.server import ENGINE, EngineConfig, EngineFinding, Ser
 
 __all__ = ["FullModel", "InferenceRequest", "run_inference"]
 
-Progress = Callable[[str], None]
 QUALITY_SEQ_LEN, QUALITY_WINDOWS = 128, 16
 _SERVING_BYTES = {"none": 2.0, "int8-weight": 1.0, "fp8": 1.0}  # full model: bf16 unless quantised
 

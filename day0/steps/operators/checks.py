@@ -21,6 +21,7 @@ from typing import TypeVar
 from day0.core.dtypes import DTYPES
 from day0.core.ops import OpInventory, OpRecord
 from day0.core.precision import host_compute_dtype
+from day0.core.result import Progress
 from day0.platforms.kernels import ENTRY_POINT_GROUP, KernelTable, MissingKernelError, Platform, load_plugin_kernels
 from day0.spec import PlatformSpec, ValidationSpec
 from day0.steps.operators.adapt import adapt_op, adapt_report
@@ -34,8 +35,6 @@ __all__ = ["MAX_MODEL_PARAMS", "run_operators"]
 MAX_MODEL_PARAMS = 300_000_000
 """Largest reduced-depth model the whole-model check builds with real weights (fp32 on the host:
 ~1.2 GB of weights plus a copy per side and gradients)."""
-
-Progress = Callable[[str], None]
 
 
 def _adaptation_plugins(vendor: str | None, eps: list[EntryPoint] | None) -> tuple[KernelTable, list[str]]:

@@ -341,6 +341,20 @@ class OperatorsResult(StepResult):
         title = f"{self.layers.model}: {self.layers.compute_dtype} vs {self.layers.reference_dtype}, per module"
         return {"layers.png": grouped_bars(title, modules, series, "RMS error / RMS(reference)", log=True)}
 
+    def artifact_table(self) -> list[dict[str, Any]]:
+        return [
+            {
+                "op": c.op,
+                "dtype": c.dtype,
+                "status": c.status,
+                "grad": c.grad_status,
+                "max_abs": c.metrics.max_abs if c.metrics else None,
+                "cosine": c.metrics.cosine if c.metrics else None,
+                "kernel": ", ".join(c.served_by),
+            }
+            for c in self.ops.checks
+        ]
+
     def to_markdown(self) -> str:
         head = "## Step 2: operators and numerical alignment: " + self.verdict.upper()
         parts = [head, *(["\n".join(f"- note: {n}" for n in self.notes)] if self.notes else []), self.ops.to_markdown()]

@@ -41,9 +41,10 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from day0.core.curves import relative_errors
 from day0.spec import TrialTolerance
 
-__all__ = ["AlignmentReport", "ReferenceNoise", "compare_curves", "reference_noise", "relative_errors", "seed_spread"]
+__all__ = ["AlignmentReport", "ReferenceNoise", "compare_curves", "reference_noise", "seed_spread"]
 
 _MIN_RESIDUALS = 5  # fewer residuals than this give no usable spread estimate
 
@@ -116,11 +117,6 @@ class AlignmentReport(BaseModel):
     passed: bool = Field(description="Every check passed (the two above, finite curves of equal length).")
     failures: list[str] = Field(default_factory=list, description="One clear sentence per failed check.")
     notes: list[str] = Field(default_factory=list)
-
-
-def relative_errors(reference: Sequence[float], candidate: Sequence[float]) -> list[float]:
-    """|c - r| / |r| step by step (a zero reference uses the absolute difference)."""
-    return [abs(c - r) / abs(r) if r != 0 else abs(c - r) for r, c in zip(reference, candidate)]
 
 
 def _first_non_finite(values: Sequence[float]) -> int | None:

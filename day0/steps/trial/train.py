@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal, Protocol, cast
 from urllib.parse import urlparse
@@ -29,10 +29,11 @@ from pydantic import BaseModel, Field
 from day0.backends.resources import accelerator_resource, train_worker_resources
 from day0.core.model_source import ResolvedModel
 from day0.core.precision import host_compute_dtype
+from day0.core.result import Progress
 from day0.errors import UsageError
 from day0.platforms.adapted import AdaptedKernel
 from day0.settings import StoreSettings
-from day0.spec import PipelineSpec
+from day0.spec import PipelineSpec, TrialSpec
 from day0.steps.operators.result import Adaptation
 from day0.steps.trial.alignment import compare_curves, reference_noise
 from day0.steps.trial.data import TokenData, prepare_data
@@ -57,10 +58,10 @@ __all__ = [
     "adapted_kernels",
     "candidate_loop",
     "run_trial",
+    "scaled_model",
 ]
 
 TRIAL_VOCAB = 512  # byte-level BPE vocabulary of the trial tokenizer
-Progress = Callable[[str], None]
 
 
 class TrialTrainingError(RuntimeError):
@@ -271,6 +272,16 @@ def _platform_notes(spec: PipelineSpec, loop: LoopConfig, resource: str | None, 
     return notes + table_notes
 
 
+def scaled_model(trial: TrialSpec, config: dict[str, Any]) -> tuple[dict[str, Any], TokenData]:
+    """The model step 5 trains (and step 6 serves when step 5 did not run): step 1's `config` scaled
+    by `trial.scale`, with the trial tokenizer's vocabulary; and the tokenized data."""
+    data = prepare_data(trial.dataset, TRIAL_VOCAB)
+    scaled = scale_config(
+        config, trial.scale, vocab_size=data.vocab_size, seq_len=trial.seq_len, eos_token_id=data.eos_token_id
+    )
+    return scaled, data
+
+
 def run_trial(
     spec: PipelineSpec,
     model: ResolvedModel,
@@ -288,7 +299,7 @@ def run_trial(
     adaptations: Sequence[Adaptation] = (),
 ) -> TrialResult:
     """Run step 5 for `spec` on step 1's `model` (see the module docstring). `hooks` go to the
-    candidate's loop only (tests inject faults with them) and are named in the result's notes;
+    candidate's loop only (fault drills inject faults with them) and are named in the result's notes;
     `adaptations` are step 2's (`OperatorsResult.ops.adaptations`), applied to the candidate's kernels."""
     from day0.backends.local import connect
 
@@ -296,10 +307,7 @@ def run_trial(
     plan, trial = plan or TrialPlan(), spec.trial
     notes: list[str] = []
     connect(ray_address or spec.cluster.address)
-    data = prepare_data(trial.dataset, TRIAL_VOCAB)
-    cfg = scale_config(
-        model.config, trial.scale, vocab_size=data.vocab_size, seq_len=trial.seq_len, eos_token_id=data.eos_token_id
-    )
+    cfg, data = scaled_model(trial, model.config)
     resource = accelerator_resource(spec.platform, spec.cluster)
     present = resource is None or _advertised(resource)
     ref_loop, cand_loop = _loops(spec, cfg, plan, notes, present, adapted_kernels(adaptations))
@@ -312,7 +320,7 @@ def run_trial(
     }
     reference, ref_run = _reference(spec, ref_loop, data.tokens, common, notes, say)
     if hooks is not None:
-        notes.append(f"test-only training hooks were active in the candidate: {hooks.describe()}")
+        notes.append(f"fault drill: hooks were active in the candidate: {hooks.describe()}")
     say(
         f"candidate: {trial.steps} steps on {trial.workers} {spec.platform.name} worker(s), "
         f"{cand_loop.compute_dtype}, {plan.sharding}, recompute {plan.recompute}"

@@ -1,35 +1,40 @@
-"""Step 5 as a Prefect task: trial training (reference vs candidate) with loss alignment and resume.
+"""Step 5 for a run: trial training (reference vs candidate) with loss alignment and resume.
 
 Reads step 1's resolved model, step 4's plan (else step 3's best) for recompute/sharding, and composes
 step 3's cost model with the trial's own configuration for the memory estimate: what the trial
-library takes as values, so it never imports another step's code. When `DAY0_TRIAL_FAULTS`
-is set (tests only, see `day0.steps.trial.faults`), its faults are injected into the candidate's training.
+library takes as values, so it never imports another step's code. When `DAY0_TRIAL_FAULTS` is set
+(a fault drill, see `faults`), its faults are injected into the candidate's training.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from prefect import task
-from prefect.cache_policies import NO_CACHE
-
 from day0.backends.session import backend_for
-from day0.planner.optimize import OptimizationReport
+from day0.core.result import Progress
 from day0.planner.profile import CalibratedProfile, load_profile
-from day0.planner.results import PlanReport
 from day0.planner.trial_estimate import TrialPrediction, predict_trial
 from day0.runs import RunContext
 from day0.spec import HardwareSpec, PipelineSpec
 from day0.steps.analyze.result import AnalyzeResult
 from day0.steps.operators.result import OperatorsResult
+from day0.steps.optimize.result import OptimizationReport
+from day0.steps.parallel.result import PlanReport
 from day0.steps.trial.faults import FaultDrillSettings
 from day0.steps.trial.job import JOB, TrialRequest
 from day0.steps.trial.loop import LoopConfig
 from day0.steps.trial.result import TrialResult
-from day0.steps.trial.train import TrialPlan, candidate_loop
-from tasks._step import run_step, step_logger
+from day0.steps.trial.train import TrialPlan, candidate_loop, scaled_model
 
-__all__ = ["PlannerMemoryEstimate", "calibrate_command", "checkpoint_uri", "plan_from_results", "trial"]
+__all__ = [
+    "PlannerMemoryEstimate",
+    "calibrate_command",
+    "checkpoint_uri",
+    "drill",
+    "plan_from_results",
+    "run",
+    "scaled_model",
+]
 
 
 def checkpoint_uri(ctx: RunContext) -> str:
@@ -104,44 +109,44 @@ def calibrate_command(spec: PipelineSpec) -> str:
     return f"`day0 calibrate {spec.platform.name}{store}`, then `day0 run SPEC --fresh`"
 
 
-@task(name="trial", cache_policy=NO_CACHE)
-def trial(
+def drill() -> str | None:
+    """The fault drill this process injects (`DAY0_TRIAL_FAULTS`), described; None without one."""
+    faults = FaultDrillSettings().trial_faults
+    return faults.describe() if faults else None
+
+
+def run(
     ctx: RunContext,
+    progress: Progress,
     analyzed: AnalyzeResult,
     planned: PlanReport,
     optimized: OptimizationReport,
     checked: OperatorsResult | None = None,
-    max_failures: int = 2,
 ) -> TrialResult:
     """Train the reference and the candidate on step 1's model with step 4's (else step 3's) plan and,
     when step 2 ran and passed, its adaptations in the candidate's platform kernels, as a job on the
     run's backend; then put step 3's prediction beside the measured step time and peaks."""
-    log, spec = step_logger(), ctx.spec
-    faults = FaultDrillSettings().trial_faults
+    spec, faults = ctx.spec, FaultDrillSettings().trial_faults
     if faults is not None:
-        log.warning("trial: injecting test-only faults from DAY0_TRIAL_FAULTS: %s", faults.describe())
-
-    def compute() -> TrialResult:
-        plan = plan_from_results(optimized, planned)
-        backend = backend_for(ctx)
-        request = TrialRequest(
-            spec=spec,
-            model=analyzed.model,
-            checkpoint_uri=checkpoint_uri(ctx),
-            plan=plan,
-            max_failures=max_failures,
-            faults=faults,
-            adaptations=checked.ops.adaptations if checked else [],
-            on_cluster=backend.kind != "local",
-        )
-        result, execution = backend.run("trial", JOB, request, lambda msg: log.info("trial: %s", msg))
-        estimate = PlannerMemoryEstimate(spec.platform.hardware, load_profile(ctx.store(), spec.platform.name))
-        loop = candidate_loop(spec, result.scaled_config, plan)
-        predicted = estimate.predict(result.scaled_config, plan, loop, spec.trial.workers)
-        result = result.with_memory_estimate(predicted.peak_bytes, estimate.source)
-        result = result.with_cost_check(
-            predicted.step_time_s, predicted.peak_bytes, predicted.source, calibrate_command(spec)
-        )
-        return result.model_copy(update={"execution": execution})
-
-    return run_step("trial", ctx, TrialResult, compute, variant=faults.describe() if faults else None)
+        progress(f"fault drill from DAY0_TRIAL_FAULTS: injecting {faults.describe()}")
+    plan = plan_from_results(optimized, planned)
+    backend = backend_for(ctx)
+    request = TrialRequest(
+        spec=spec,
+        model=analyzed.model,
+        checkpoint_uri=checkpoint_uri(ctx),
+        plan=plan,
+        max_failures=spec.trial.max_failures,
+        faults=faults,
+        adaptations=checked.ops.adaptations if checked else [],
+        on_cluster=backend.kind != "local",
+    )
+    result, execution = backend.run("trial", JOB, request, progress)
+    estimate = PlannerMemoryEstimate(spec.platform.hardware, load_profile(ctx.store(), spec.platform.name))
+    loop = candidate_loop(spec, result.scaled_config, plan)
+    predicted = estimate.predict(result.scaled_config, plan, loop, spec.trial.workers)
+    result = result.with_memory_estimate(predicted.peak_bytes, estimate.source)
+    result = result.with_cost_check(
+        predicted.step_time_s, predicted.peak_bytes, predicted.source, calibrate_command(spec)
+    )
+    return result.model_copy(update={"execution": execution})
