@@ -9,7 +9,7 @@ export PREFECT_SERVER_ANALYTICS_ENABLED ?= false
 export HF_HUB_OFFLINE ?= 1
 export RAY_AUTH_MODE ?= disabled
 
-.PHONY: setup run lint test deploy bench clean browser
+.PHONY: setup run lint test test-fast deploy bench clean browser
 
 setup: $(STAMP)
 
@@ -32,6 +32,11 @@ lint: setup
 # tests against the kwok control plane (built once into $(DAY0_CACHE), then reused).
 test: setup lint e2e-build browser
 	$(BIN)/python -m pytest -q -ra --durations=40 tests
+
+# The unit tests alone (no Prefect server, Ray cluster, S3 server or control plane: the markers
+# `integration` and `e2e`, see tests/conftest.py), for quick feedback while editing; lint first.
+test-fast: setup lint
+	$(BIN)/python -m pytest -q -ra --durations=15 -m "not integration and not e2e" tests
 
 # Debian's headless Chromium for tests/test_report_browser.py (apt-get; a no-op once installed).
 browser:

@@ -1,5 +1,5 @@
 """Detection power: the fault catalogue (tests/data/faults/catalogue.yaml) through every validation
-layer, with clean runs over 3 seeds for the false-alarm rate (`day0.testing.fault_matrix`).
+layer, with clean runs over 3 seeds for the false-alarm rate (`testsupport.fault_matrix`).
 
     .venv/bin/python -m benchmarks.bench_faults
 
@@ -20,7 +20,7 @@ DATA = Path(__file__).resolve().parent.parent / "tests" / "data"
 
 def run() -> dict[str, Any]:
     from day0.spec import load_yaml
-    from day0.testing.fault_matrix import Catalogue, install_plugins, run_matrix
+    from testsupport.fault_matrix import Catalogue, install_plugins, run_matrix
 
     catalogue = Catalogue.model_validate(load_yaml(DATA / "faults" / "catalogue.yaml"))
     with tempfile.TemporaryDirectory() as site:

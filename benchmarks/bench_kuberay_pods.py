@@ -33,7 +33,7 @@ def run(workers: int = 1) -> dict[str, Any]:
     from day0.backends.kuberay.lifecycle import KubeRayCluster, delete_run_clusters
     from day0.backends.kuberay.manifest import build_raycluster
     from day0.spec import ClusterSpec
-    from day0.testing.pod_runner import PodRunner, Pool, process_backed
+    from testsupport.pod_runner import PodRunner, Pool, process_backed
 
     kubeconfig = subprocess.run(
         [str(K8S / "e2e-up.sh"), "--kubeconfig"], check=True, capture_output=True, text=True

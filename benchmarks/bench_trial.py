@@ -102,7 +102,7 @@ def recovery(loop: LoopConfig, tokens, storage: str) -> dict:
     from ray.cluster_utils import Cluster
 
     from day0.steps.trial.result import recoveries
-    from day0.testing.chaos import run_with_node_kill
+    from testsupport.chaos import run_with_node_kill
 
     ray.shutdown()
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
@@ -162,9 +162,9 @@ def cost_check(data, storage: str, store_uri: str) -> dict:
     from day0.spec import load_platform
     from day0.steps.trial.ray_train import run_training
     from day0.steps.trial.result import steady_tokens_per_s
+    from day0.steps.trial.run import PlannerMemoryEstimate
     from day0.steps.trial.train import TrialPlan
     from day0.store import open_store
-    from tasks.trial import PlannerMemoryEstimate
 
     spec, cfg, loop = _candidate(data)
     calibration = calibrate(load_platform(spec.platform.name), 2, open_store(store_uri))

@@ -106,8 +106,8 @@ def run() -> dict[str, Any]:
     from prefect.settings import PREFECT_API_URL
     from prefect.testing.utilities import prefect_test_harness
 
-    from day0.testing.webhook import Receiver, hub_payload
     from flows.adapt import adapt
+    from testsupport.webhook import Receiver, hub_payload
 
     root = Path(tempfile.mkdtemp(prefix="day0-bench-webhook-"))
     template = {"model": {"source": "hf://x/y"}, "platform": "cpu", "steps": ["analyze"], "storage": f"file://{root}"}

@@ -16,14 +16,15 @@ from __future__ import annotations
 
 import datetime as dt
 import re
-from typing import Any
 
-from day0.core.result import worst
+from day0.core.result import StepResult, worst
 from day0.report_html import page
 from day0.report_reuse import Origin, origins, record_wall_time, reuse_summary
 from day0.report_scorecard import MARK, SCORECARD, outcome, rows, scorecard_html, scorecard_markdown
 from day0.report_text import OWN_PLOT, PLOT, inert
 from day0.runs import RunContext, StepRecord
+from day0.steps.analyze.result import AnalyzeResult
+from day0.steps.registry import REGISTRY
 
 __all__ = ["SCORECARD", "write_report"]
 
@@ -42,34 +43,35 @@ def _code(text: str) -> str:
     return f"{fence}{pad}{body}{pad}{fence}"
 
 
-def _results(ctx: RunContext, records: list[StepRecord]) -> dict[str, dict[str, Any]]:
+def _results(ctx: RunContext, records: list[StepRecord]) -> dict[str, StepResult]:
+    """The results this attempt computed or reused, parsed as their steps' result models."""
     store, out = ctx.store(), {}
     for r in records:
         key = ctx.key(r.step, "result.json")
         if r.status in ("executed", "cached") and store.exists(key):
-            out[r.step] = store.get_json(key)
+            out[r.step] = REGISTRY[r.step].result.model_validate(store.get_json(key))
     return out
 
 
-def _execution(results: dict[str, dict[str, Any]]) -> list[str]:
+def _execution(results: dict[str, StepResult]) -> list[str]:
     """Where each step's work ran, and every event of the cluster meanwhile, with UTC times."""
-    runs = [(step, r["execution"]) for step, r in results.items() if r.get("execution")]
+    runs = [(step, r.execution) for step, r in results.items() if r.execution]
     if not runs:
         return []
     lines = ["## Where the steps ran", "", "| step | backend | cluster | Ray job | seconds |", "|---|---|---|---|---:|"]
     for step, x in runs:
-        took = f"{x['duration_s']:.1f}" if x.get("duration_s") is not None else ""
+        took = f"{x.duration_s:.1f}" if x.duration_s is not None else ""
         lines.append(
-            f"| {step} | {_cell(x['backend'])} | {_cell(x.get('cluster') or 'this process')} | "
-            f"{_cell(x.get('job_id') or '-')} | {took} |"
+            f"| {step} | {_cell(x.backend)} | {_cell(x.cluster or 'this process')} | "
+            f"{_cell(x.job_id or '-')} | {took} |"
         )
-    events = [(step, e) for step, x in runs for e in x.get("events") or []]
+    events = [(step, e) for step, x in runs for e in x.events]
     if events:
         lines += ["", "| time (UTC) | step | event | where | message |", "|---|---|---|---|---|"]
-        for step, e in sorted(events, key=lambda se: se[1]["at"]):
-            when = dt.datetime.fromtimestamp(e["at"], dt.UTC).strftime("%H:%M:%S")
-            where = " ".join(f"{k} {e[k]}" for k in ("pool", "node", "pod") if e.get(k))
-            lines.append(f"| {when} | {step} | {_cell(e['kind'])} | {_cell(where)} | {_cell(e.get('message') or '')} |")
+        for step, e in sorted(events, key=lambda se: se[1].at):
+            when = dt.datetime.fromtimestamp(e.at, dt.UTC).strftime("%H:%M:%S")
+            where = " ".join(f"{k} {v}" for k, v in (("pool", e.pool), ("node", e.node), ("pod", e.pod)) if v)
+            lines.append(f"| {when} | {step} | {_cell(e.kind)} | {_cell(where)} | {_cell(e.message)} |")
     return [*lines, ""]
 
 
@@ -82,13 +84,15 @@ def _title(ctx: RunContext, records: list[StepRecord]) -> str:
 def _run_table(
     ctx: RunContext,
     records: list[StepRecord],
-    results: dict[str, dict[str, Any]],
+    results: dict[str, StepResult],
     wall_s: float,
     found: dict[str, Origin],
 ) -> list[str]:
     spec, attempts = ctx.spec, len(ctx.load_manifest().attempts)
-    model = results.get("analyze", {}).get("model", {})
-    revision = " @ ".join(x for x in (model.get("revision"), model.get("commit")) if x) or "local files"
+    analyzed = results.get("analyze")
+    model = analyzed.model if isinstance(analyzed, AnalyzeResult) else None
+    revision = " @ ".join(x for x in (model.revision, model.commit) if x) if model else ""
+    revision = revision or "local files"
     pools = (
         ", ".join(
             f"{p.name} ({p.max_nodes} x {p.accelerator.per_node} {p.accelerator.resource})"

@@ -9,11 +9,11 @@ artifact shows it); the HTML row folds them into `<details>`.
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 from markdown_it import MarkdownIt
 
-from day0.core.result import worst
+from day0.core.result import StepResult, worst
 from day0.report_text import inert
 from day0.runs import StepRecord
 from day0.steps.registry import scorecard
@@ -52,18 +52,14 @@ def _reasons(record: StepRecord) -> list[str]:
     return record.reasons or ([record.error] if record.error else [])
 
 
-def _incidents(steps: tuple[str, ...], results: dict[str, dict[str, Any]]) -> list[tuple[str, str]]:
+def _incidents(steps: tuple[str, ...], results: dict[str, StepResult]) -> list[tuple[str, str]]:
     """The cluster's failure events while the row's steps ran, counted by kind."""
-    kinds = [
-        e["kind"]
-        for s in steps
-        for e in ((results.get(s, {}).get("execution") or {}).get("events") or [])
-        if e["kind"] in _INCIDENTS
-    ]
+    executions = [x for s in steps if (r := results.get(s)) and (x := r.execution)]
+    kinds = [e.kind for x in executions for e in x.events if e.kind in _INCIDENTS]
     return [("cluster", ", ".join(f"{kinds.count(k)} {k}" for k in _INCIDENTS if k in kinds))] if kinds else []
 
 
-def rows(records: dict[str, StepRecord], results: dict[str, dict[str, Any]]) -> list[Row]:
+def rows(records: dict[str, StepRecord], results: dict[str, StepResult]) -> list[Row]:
     out = []
     for layer, steps in SCORECARD:
         outcomes = [outcome(records.get(s)) for s in steps if s in records]
@@ -74,7 +70,7 @@ def rows(records: dict[str, StepRecord], results: dict[str, dict[str, Any]]) -> 
         merged: dict[str, str] = {}
         lead: list[str] = []
         for s in steps:
-            headline = results.get(s, {}).get("headline", {})
+            headline = r.headline if (r := results.get(s)) else {}
             merged.update(headline)
             lead += [k for k in list(headline)[:GLANCE] if k not in lead]
         glance = [(k, merged[k]) for k in lead] + _incidents(steps, results)

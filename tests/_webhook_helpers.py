@@ -13,7 +13,7 @@ import httpx
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from day0.testing.webhook import Receiver
+from testsupport.webhook import Receiver
 
 Metrics = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 

@@ -19,7 +19,7 @@ import pytest
 
 from day0.spec import load_yaml
 from day0.steps.trial.faults import TrialFaults
-from day0.testing.fault_matrix import Catalogue, Fault, FaultMatrix, install_plugins, run_matrix
+from testsupport.fault_matrix import Catalogue, Fault, FaultMatrix, install_plugins, run_matrix
 
 pytestmark = pytest.mark.integration  # real Ray clusters / day0 run processes
 

@@ -1,4 +1,4 @@
-"""Job submission against a real local Ray head (`day0.testing.ray.local_head`: `ray start --head
+"""Job submission against a real local Ray head (`testsupport.ray.local_head`: `ray start --head
 --block` in its own process group), the same path the KubeRay backend uses against a head pod's dashboard."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 
 from day0.backends.jobs import JobError, connect, run_job, submission_id
 from day0.core.ports import free_port
-from day0.testing.ray import local_head
+from testsupport.ray import local_head
 
 pytestmark = pytest.mark.integration
 

@@ -1,23 +1,27 @@
-"""The pod runner's pure parts (day0.testing.pod_runner): the kubelet's env and `$(VAR)` rules, pools
-and taints, probe thresholds, the container setup script; and the spec options that let a
+"""The pod runner's pure parts (testsupport.pod_runner): the kubelet's env and `$(VAR)` rules, pools
+and taints, probe thresholds, the container setup script, Service DNS, pod phase and conditions;
+and the spec options that let a
 RayCluster run on it (`ray_start_params`, `pod_env`). The runner itself: tests/e2e/test_pod_runner.py."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from pydantic import ValidationError
 
 from day0.backends.kuberay.manifest import build_raycluster
 from day0.spec import ClusterSpec
-from day0.testing.pod_runner.__main__ import main
-from day0.testing.pod_runner.expand import EnvError, container_env, expand
-from day0.testing.pod_runner.nodes import parse_pool, parse_taint
-from day0.testing.pod_runner.probes import ProbeState
-from day0.testing.pod_runner.raycluster import process_backed
-from day0.testing.pod_runner.sandbox import Mount, sandbox_argv
+from testsupport.pod_runner.__main__ import main
+from testsupport.pod_runner.container import ContainerRun
+from testsupport.pod_runner.expand import EnvError, base_env, container_env, expand
+from testsupport.pod_runner.nodes import parse_pool, parse_taint
+from testsupport.pod_runner.pod_status import conditions, phase
+from testsupport.pod_runner.probes import ProbeState
+from testsupport.pod_runner.raycluster import process_backed
+from testsupport.pod_runner.sandbox import Mount, sandbox_argv
+from testsupport.pod_runner.service_dns import hosts_block, hosts_file
 
 POD: dict[str, Any] = {
     "metadata": {"name": "p", "namespace": "ns", "uid": "u-1", "labels": {"app": "a", "tier": "t"}, "annotations": {}},
@@ -68,6 +72,16 @@ def test_env_sees_only_earlier_variables_and_resolves_references() -> None:
     assert env["LATE"] == "$(IP)" and env["URL"] == "http://127.9.1.2:80" and env["CM_k"] == "from-cm"
     assert (env["TIER"], env["PW"], env["CPUS"]) == ("t", "hunter2", "4")  # no limit: the node's allocatable
     assert "GONE" not in env
+
+
+def test_base_env_points_at_the_api_server_and_the_virtualenv(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "not passed")
+    env = base_env(hostname="p", home=Path("/h"), bin_dir=Path("/v/bin"), api_host="127.0.0.1", api_port=6443)
+    assert env["PATH"].startswith("/v/bin:") and env["HOME"] == "/h" and env["HOSTNAME"] == "p"
+    assert (env["KUBERNETES_SERVICE_HOST"], env["KUBERNETES_SERVICE_PORT"]) == ("127.0.0.1", "6443")
+    assert env["KUBERNETES_PORT"] == "tcp://127.0.0.1:6443" and env["HF_HUB_OFFLINE"] == "1"
+    assert "AWS_SECRET_ACCESS_KEY" not in env
 
 
 def test_memory_requests_round_up_by_the_divisor() -> None:
@@ -132,6 +146,65 @@ def test_mounts_are_staged_then_bound_parents_first(tmp_path: Path) -> None:
     ]
     assert binds[2:] == [f"mount --bind {tmp_path}/stage/1 /tmp", f"mount --bind {tmp_path}/stage/0 /tmp/ray"]
     assert "mount -o remount,bind,ro /tmp" in script and script[-1] == 'exec "$@"'
+
+
+def _pod(name: str, ip: str, *, ready: bool = False, created: str = "", **meta: Any) -> dict[str, Any]:
+    conds = [{"type": "Ready", "status": "True"}] if ready else []
+    metadata = {"name": name, "namespace": "ns", "labels": {"app": "a"}, "creationTimestamp": created, **meta}
+    return {"metadata": metadata, "spec": {}, "status": {"podIP": ip, "conditions": conds}}
+
+
+def test_services_resolve_to_a_ready_then_the_oldest_pod_of_this_runner() -> None:
+    svc = {"metadata": {"name": "head", "namespace": "ns"}, "spec": {"selector": {"app": "a"}}}
+    pods = [
+        _pod("old", "127.9.1.1", created="2025-01-01T00:00:00Z"),
+        _pod("ready", "127.9.1.2", ready=True, created="2025-01-02T00:00:00Z"),
+        _pod("other-runner", "127.8.1.3", ready=True, created="2024-01-01T00:00:00Z"),
+        _pod("deleting", "127.9.1.4", ready=True, created="2024-01-01T00:00:00Z", deletionTimestamp="x"),
+    ]
+    block = hosts_block("10.0.0.1", [svc], pods, "127.9.")
+    assert block.splitlines() == [
+        "10.0.0.1\tkubernetes kubernetes.default kubernetes.default.svc kubernetes.default.svc.cluster.local",
+        "127.9.1.2\thead.ns.svc.cluster.local head.ns.svc head.ns head",
+    ]
+    unready = hosts_block("api.example", [svc], pods[:1], "127.9.")  # a host name: no `kubernetes` line
+    assert unready == "127.9.1.1\thead.ns.svc.cluster.local head.ns.svc head.ns head\n"
+    assert hosts_block("api.example", [{**svc, "spec": {}}], pods, "127.9.") == ""  # no selector: no endpoint
+    pod = {"metadata": {"name": "p"}, "spec": {"hostname": "h"}, "status": {"podIP": "127.9.1.2"}}
+    assert hosts_file(pod, block).splitlines()[:3] == [
+        "127.0.0.1\tlocalhost",
+        "::1\tlocalhost ip6-localhost ip6-loopback",
+        "127.9.1.2\th",
+    ]
+
+
+def test_pod_phase_and_conditions_follow_its_containers() -> None:
+    init, main_ = ContainerRun({"name": "init"}, init=True), ContainerRun({"name": "c"})
+    transitions: dict[str, tuple[str, str]] = {}
+    assert phase([init], [main_], "Always", None) == "Pending"
+    init.exit_code = 1
+    assert phase([init], [main_], "Always", None) == "Pending"
+    assert phase([init], [main_], "Never", None) == "Failed"
+    init.exit_code = 0
+    main_.started_at, main_.ready, main_.state = "t", True, {"running": {}}
+    main_.proc = cast(Any, object())  # stands for a running process
+    assert phase([init], [main_], "Always", None) == "Running"
+    assert phase([init], [main_], "Always", ("CreateContainerConfigError", "m")) == "Pending"
+    ready = {c["type"]: c["status"] for c in conditions([init], [main_], None, transitions)}
+    assert ready == {
+        "PodReadyToStartContainers": "True",
+        "Initialized": "True",
+        "ContainersReady": "True",
+        "Ready": "True",
+    }
+    initialized = transitions["Initialized"]
+    main_.ready = False
+    assert {c["type"]: c["status"] for c in conditions([init], [main_], None, transitions)}["Ready"] == "False"
+    assert transitions["Ready"][0] == "False" and transitions["Initialized"] == initialized  # only flips move
+    main_.proc, main_.state, main_.exit_code = None, {"terminated": {}}, 0
+    assert phase([init], [main_], "Never", None) == "Succeeded"
+    main_.exit_code = 2
+    assert phase([init], [main_], "Never", None) == "Failed"
 
 
 # --- the spec options a process-backed RayCluster needs -------------------------------------------

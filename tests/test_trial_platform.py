@@ -13,8 +13,8 @@ import torch
 from day0.paths import CONFIGS_DIR
 from day0.spec import PlatformSpec, load_yaml
 from day0.steps.trial.loop import StepRecord, run_steps
-from day0.testing.fault_matrix import Fault, install_plugins
 from tests._trial_helpers import tiny_data, tiny_loop
+from testsupport.fault_matrix import Fault, install_plugins
 
 DATA = Path(__file__).parent / "data"
 SIGMOID = Fault(

@@ -35,7 +35,7 @@ def cluster() -> Iterator[object]:
 
 
 def test_node_kill_recovers_with_identical_final_loss(cluster, tmp_path: Path) -> None:
-    from day0.testing.chaos import run_with_node_kill
+    from testsupport.chaos import run_with_node_kill
 
     steps = 12
     loop = tiny_loop(steps, checkpoint_every=4)

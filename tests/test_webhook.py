@@ -21,8 +21,8 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from day0.testing.webhook import Receiver, hub_payload
 from tests._webhook_helpers import runs_of, wait_runs, write_watch
+from testsupport.webhook import Receiver, hub_payload
 
 pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parent.parent

@@ -24,8 +24,8 @@ from typing import Any
 import httpx
 import pytest
 
-from day0.testing.webhook import Receiver, SilentServer, hub_payload
 from tests._webhook_helpers import delta, metrics, new_sha, pinned_source, runs_of, wait_runs, write_watch
+from testsupport.webhook import Receiver, SilentServer, hub_payload
 
 pytestmark = pytest.mark.integration
 SECRET = "clé-secrète-ü-0123456789"  # non-ASCII: compared as UTF-8 bytes

@@ -132,10 +132,10 @@ def _wait_nodes_ready(core: Any, names: list[str], timeout_s: float = 60) -> Non
 
 @pytest.fixture
 def pod_runner(api: Any) -> Iterator[Callable[..., Any]]:
-    """Factory: `start(*pools, **options)` starts a `PodRunner` (day0.testing.pod_runner) whose Nodes run
+    """Factory: `start(*pools, **options)` starts a `PodRunner` (testsupport.pod_runner) whose Nodes run
     their pods as real processes; pool names get a prefix unique to this test (the factory's `.prefix`).
     After the test the runner is stopped, and no process of it may be left."""
-    from day0.testing.pod_runner import PodRunner, Pool, marked_processes
+    from testsupport.pod_runner import PodRunner, Pool, marked_processes
 
     runners: list[PodRunner] = []
     prefix = f"pr{os.getpid() % 1000}-{next(_counter)}"

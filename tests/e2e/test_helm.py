@@ -444,7 +444,7 @@ def test_the_webhook_really_runs_and_answers_through_its_service(api: Any, names
     readiness probe passes, and the chart's `helm test` pod reaches /healthz through the Service."""
     from kubernetes import client
 
-    from day0.testing.pod_runner import PodRunner, Pool
+    from testsupport.pod_runner import PodRunner, Pool
 
     client.CoreV1Api(api).create_namespaced_secret(
         namespace, {"metadata": {"name": "day0-e2e-webhook"}, "stringData": {"secret": "s-e2e-webhook-secret"}}

@@ -17,7 +17,7 @@ from day0.backends.kuberay.lifecycle import KubeRayCluster, raycluster_session
 from day0.backends.kuberay.manifest import build_raycluster, cluster_name
 from day0.backends.kuberay.status import ClusterError
 from day0.spec import ClusterSpec
-from day0.testing.ray import local_head
+from testsupport.ray import local_head
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
 HEAD_ON_CPU = {"day0.io/role": "cpu"}

@@ -26,8 +26,8 @@ import yaml
 
 from day0.runs import RunContext
 from day0.spec import spec_from_dict
-from day0.testing.pod_runner import PodRunner, Pool, process_backed
 from tests.e2e._day0_run import Day0Run
+from testsupport.pod_runner import PodRunner, Pool, process_backed
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
 ACCEL = {"resource": "day0.io/accel", "per_node": 1, "memory_gib": 16}  # the planner's figure

@@ -1,4 +1,4 @@
-"""The pod runner (day0.testing.pod_runner) against the real API server, scheduler and KubeRay operator.
+"""The pod runner (testsupport.pod_runner) against the real API server, scheduler and KubeRay operator.
 
 Its Nodes run their pods as real process trees: a plain pod (init container, env and fieldRefs,
 ConfigMap/Secret/projected-token volumes, a readiness probe, graceful deletion), a crash loop, a
@@ -21,7 +21,7 @@ import pytest
 from day0.backends.jobs import run_job
 from day0.backends.kuberay.lifecycle import KubeRayCluster, raycluster_session
 from day0.spec import ClusterSpec
-from day0.testing.pod_runner import PodRunner, Pool, process_backed
+from testsupport.pod_runner import PodRunner, Pool, process_backed
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
 NS = "day0"
@@ -526,7 +526,7 @@ def test_a_killed_runner_leaves_no_process_and_the_next_one_sweeps_its_pods(
 
     from kubernetes.client.exceptions import ApiException
 
-    from day0.testing.pod_runner import marked_processes
+    from testsupport.pod_runner import marked_processes
 
     pool = f"{pod_runner.prefix}-orphan"
     node = f"{pool}-0"
@@ -534,12 +534,13 @@ def test_a_killed_runner_leaves_no_process_and_the_next_one_sweeps_its_pods(
         [
             sys.executable,
             "-m",
-            "day0.testing.pod_runner",
+            "testsupport.pod_runner",
             "--kubeconfig",
             os.environ["KUBECONFIG"],
             "--pool",
             f"{pool}:1",
         ],
+        cwd=Path(__file__).resolve().parents[2],  # the checkout: testsupport is not installed, `-m` finds it here
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,

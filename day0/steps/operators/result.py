@@ -239,9 +239,7 @@ class TrainingStepCheck(BaseModel):
 
 class OperatorsResult(StepResult):
     """Step 2's result: per-op checks (with adaptations), the whole-model layer comparison and the
-    training step.
-
-    Verdict: `fail` when an op is left failing, erroring or without a kernel after adaptation, the
+    training step. Verdict: `fail` when an op is left failing, erroring or without a kernel after adaptation, the
     whole-model check diverges or errors, or the training step errors or differs; `warn` when ops
     needed adapting or something was not checked (skipped ops, gradients, the whole model); `pass`
     otherwise. Unchecked ops are counted apart, never as passing."""

@@ -1,6 +1,6 @@
 """Run the pod runner standalone until SIGINT/SIGTERM (then it kills its pods and deletes its Nodes):
 
-    python -m day0.testing.pod_runner --kubeconfig K --pool ray:3:day0.io/accel=1 \
+    python -m testsupport.pod_runner --kubeconfig K --pool ray:3:day0.io/accel=1 \
         [--label ray=day0.io/role=ray] [--taint ray=day0.io/accel=present:NoSchedule] [--max-grace-s 5]
 
 Exit 2 on bad arguments (naming the argument), 1 when the API server cannot be reached.
@@ -16,8 +16,8 @@ import threading
 
 from pydantic import ValidationError
 
-from day0.testing.pod_runner.nodes import Pool, parse_pool
-from day0.testing.pod_runner.runner import PodRunner
+from testsupport.pod_runner.nodes import Pool, parse_pool
+from testsupport.pod_runner.runner import PodRunner
 
 
 def _per_pool(values: list[str], flag: str, pools: dict[str, Pool]) -> dict[str, list[str]]:
@@ -44,7 +44,7 @@ def _pools(args: argparse.Namespace) -> list[Pool]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m day0.testing.pod_runner", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m testsupport.pod_runner", description=__doc__.splitlines()[0])
     ap.add_argument("--kubeconfig", required=True)
     ap.add_argument("--pool", action="append", required=True, help="NAME:COUNT[:RESOURCE=N,...], repeatable")
     ap.add_argument("--label", action="append", default=[], help="POOL=key=value, repeatable")

@@ -6,7 +6,7 @@ process group, never by `ray stop` (which would stop every Ray session here), an
 removed. It yields the dashboard address that `day0.backends.jobs.run_job` submits to, the same
 path the KubeRay backend takes to a head pod.
 
-    from day0.testing.ray import local_head
+    from testsupport.ray import local_head
     with local_head() as address:
         run_job(address, "python -c 'print(1)'", timeout_s=60)
 """

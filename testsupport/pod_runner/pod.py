@@ -16,7 +16,6 @@ Contracts:
 
 from __future__ import annotations
 
-import datetime as dt
 import logging
 import shutil
 import signal
@@ -24,88 +23,21 @@ import subprocess
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, Protocol
+from typing import Any
 
-from day0.testing.pod_runner.expand import EnvError, Lookup, container_env, expand
-from day0.testing.pod_runner.probes import ProbeState, check
-from day0.testing.pod_runner.sandbox import MARK, Mount, init_pid, sandbox_argv, signal_tree, sweep
-from day0.testing.pod_runner.volumes import Source, VolumeError, materialise
+from testsupport.pod_runner.container import ContainerRun
+from testsupport.pod_runner.expand import EnvError, container_env, expand
+from testsupport.pod_runner.host import Host
+from testsupport.pod_runner.pod_status import conditions, phase, timestamp
+from testsupport.pod_runner.probes import ProbeState, check
+from testsupport.pod_runner.sandbox import MARK, Mount, init_pid, sandbox_argv, signal_tree, sweep
+from testsupport.pod_runner.volumes import VolumeError, materialise
 
-__all__ = ["Host", "PodWorker"]
+__all__ = ["PodWorker"]
 
 _TICK_S = 0.5
 log = logging.getLogger(__name__)
-
-
-class Host(Protocol):
-    """What a pod worker needs from its runner."""
-
-    runner_id: str
-    max_grace_s: float
-    backoff_s: float
-    max_backoff_s: float
-    source: Source
-    lookup: Lookup
-    code_dirs: list[Path]  # the virtualenv and the repository the pods run from
-
-    def pod_dir(self, pod: Mapping[str, Any]) -> Path: ...
-
-    def node_ip(self, node: str) -> str: ...
-
-    def allocatable(self, node: str) -> Mapping[str, str]: ...
-
-    def base_env(self, pod: Mapping[str, Any]) -> dict[str, str]: ...
-
-    def write_hosts(self, pod: Mapping[str, Any], path: Path) -> None: ...
-
-    def spawn(self, argv: Sequence[str], env: Mapping[str, str], log: IO[bytes]) -> subprocess.Popen[bytes]: ...
-
-    def post_status(self, pod: Mapping[str, Any], status: dict[str, Any]) -> None: ...
-
-
-def _now() -> str:
-    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-@dataclass
-class _Run:
-    """One container's runtime record."""
-
-    spec: Mapping[str, Any]
-    init: bool = False
-    proc: subprocess.Popen[bytes] | None = None
-    log: IO[bytes] | None = None
-    restarts: int = 0
-    state: dict[str, Any] = field(default_factory=lambda: {"waiting": {"reason": "ContainerCreating"}})
-    last_state: dict[str, Any] = field(default_factory=dict)
-    exit_code: int | None = None
-    started_at: str = ""
-    started: bool = False
-    ready: bool = False
-    retry_at: float = 0.0
-    probes: dict[str, ProbeState] = field(default_factory=dict)
-    env: dict[str, str] = field(default_factory=dict)
-
-    @property
-    def name(self) -> str:
-        return str(self.spec["name"])
-
-    def status(self) -> dict[str, Any]:
-        out = {
-            "name": self.name,
-            "image": self.spec.get("image", ""),
-            "imageID": "",
-            "ready": self.ready,
-            "started": self.started,
-            "restartCount": self.restarts,
-            "state": self.state,
-            "lastState": self.last_state,
-        }
-        if self.proc is not None:
-            out["containerID"] = f"day0-pod-runner://{self.proc.pid}"
-        return out
 
 
 class PodWorker(threading.Thread):
@@ -121,10 +53,10 @@ class PodWorker(threading.Thread):
         self.mark = f"{host.runner_id}/{self.node}/{self.uid}"
         self.dir = host.pod_dir(pod)
         self.hosts_file = self.dir / "hosts"
-        self.inits = [_Run(c, init=True) for c in pod["spec"].get("initContainers") or []]
-        self.mains = [_Run(c) for c in pod["spec"].get("containers") or []]
+        self.inits = [ContainerRun(c, init=True) for c in pod["spec"].get("initContainers") or []]
+        self.mains = [ContainerRun(c) for c in pod["spec"].get("containers") or []]
         self.policy: str = pod["spec"].get("restartPolicy") or "Always"
-        self.start_time = _now()
+        self.start_time = timestamp()
         self.finished = threading.Event()  # processes gone (after terminate/kill)
         self._stop = threading.Event()
         self._killed = False
@@ -224,7 +156,7 @@ class PodWorker(threading.Thread):
             self._post()
             self._stop.wait(_TICK_S)
 
-    def _may_start(self, run: _Run) -> bool:
+    def _may_start(self, run: ContainerRun) -> bool:
         if run.exit_code is None:
             return not run.started_at  # never started yet
         return self.policy == "Always" or (self.policy == "OnFailure" and run.exit_code != 0)
@@ -245,7 +177,7 @@ class PodWorker(threading.Thread):
             mounts.append(Mount(source, vm["mountPath"], bool(vm.get("readOnly"))))
         return mounts
 
-    def _start(self, run: _Run) -> None:
+    def _start(self, run: ContainerRun) -> None:
         spec = run.spec
         try:
             env = container_env(
@@ -275,7 +207,7 @@ class PodWorker(threading.Thread):
             run.proc = proc
         if self._stop.is_set():  # terminated meanwhile: _shutdown will stop it
             return
-        run.started_at = _now()
+        run.started_at = timestamp()
         run.exit_code = None
         run.state = {"running": {"startedAt": run.started_at}}
         now = time.monotonic()
@@ -287,7 +219,7 @@ class PodWorker(threading.Thread):
         run.started = "startupProbe" not in run.probes
         run.ready = run.started and "readinessProbe" not in run.probes and not run.init
 
-    def _exited(self, run: _Run) -> None:
+    def _exited(self, run: ContainerRun) -> None:
         assert run.proc is not None
         code = run.proc.returncode
         code = 128 - code if code < 0 else code  # killed by signal N -> 128+N, as runtimes report
@@ -297,7 +229,7 @@ class PodWorker(threading.Thread):
                 "exitCode": code,
                 "reason": "Completed" if code == 0 else "Error",
                 "startedAt": run.started_at,
-                "finishedAt": _now(),
+                "finishedAt": timestamp(),
             }
         }
         with self._lock:
@@ -313,7 +245,7 @@ class PodWorker(threading.Thread):
             run.restarts += 1
             run.state = {"waiting": {"reason": "CrashLoopBackOff", "message": f"back-off {delay:.0f}s restarting"}}
 
-    def _probe(self, run: _Run, now: float) -> None:
+    def _probe(self, run: ContainerRun, now: float) -> None:
         assert run.proc is not None
         ports = {p["name"]: int(p["containerPort"]) for p in run.spec.get("ports") or [] if p.get("name")}
 
@@ -339,7 +271,7 @@ class PodWorker(threading.Thread):
             if kind in ("startupProbe", "livenessProbe") and state.failed and not state.ok:
                 self._stop_container(run, f"{kind} failed {state.failures} times")
 
-    def _stop_container(self, run: _Run, why: str) -> None:
+    def _stop_container(self, run: ContainerRun, why: str) -> None:
         """Liveness/startup failure: stop the container (grace capped); the loop restarts it."""
         if run.proc is None:
             return
@@ -353,38 +285,6 @@ class PodWorker(threading.Thread):
         log.info("pod %s: container %s stopped: %s", self.name, run.name, why)
 
     # -- status --
-    def _phase(self) -> str:
-        if self._error is not None:
-            return "Pending"
-        if not all(r.exit_code == 0 for r in self.inits):
-            failed = self.policy == "Never" and any(r.exit_code not in (None, 0) for r in self.inits)
-            return "Failed" if failed else "Pending"
-        if any(r.proc is not None or r.state.get("waiting") for r in self.mains):
-            return "Running" if any(r.started_at for r in self.mains) else "Pending"
-        return "Succeeded" if all(r.exit_code == 0 for r in self.mains) else "Failed"
-
-    def _conditions(self) -> list[dict[str, Any]]:
-        initialized = all(r.exit_code == 0 for r in self.inits) and self._error is None
-        ready = initialized and bool(self.mains) and all(r.ready for r in self.mains)
-
-        def cond(kind: str, ok: bool) -> dict[str, Any]:
-            status = "True" if ok else "False"
-            if self._transitions.get(kind, ("", ""))[0] != status:  # the time it last flipped
-                self._transitions[kind] = (status, _now())
-            return {
-                "type": kind,
-                "status": status,
-                "lastTransitionTime": self._transitions[kind][1],
-                "lastProbeTime": None,
-            }
-
-        return [
-            cond("PodReadyToStartContainers", True),
-            cond("Initialized", initialized),
-            cond("ContainersReady", ready),
-            cond("Ready", ready),
-        ]
-
     def _status(self) -> dict[str, Any]:
         mains = [r.status() for r in self.mains]
         if self._error is not None:
@@ -392,8 +292,8 @@ class PodWorker(threading.Thread):
             for status in mains:
                 status["state"] = {"waiting": {"reason": reason, "message": message}}
         return {
-            "phase": self._phase(),
-            "conditions": self._conditions(),
+            "phase": phase(self.inits, self.mains, self.policy, self._error),
+            "conditions": conditions(self.inits, self.mains, self._error, self._transitions),
             "hostIP": self.pod["status"]["hostIP"],
             "hostIPs": self.pod["status"]["hostIPs"],
             "podIP": self.ip,

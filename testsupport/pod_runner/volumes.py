@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
-from day0.testing.pod_runner.expand import EnvError, field_value, resource_value
+from testsupport.pod_runner.expand import EnvError, field_value, resource_value
 
 __all__ = ["Source", "VolumeError", "materialise"]
 

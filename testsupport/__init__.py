@@ -1,7 +1,8 @@
-"""Test scaffolding, **for tests only** (like `prefect.testing`): nothing in day0 imports it.
+"""Test scaffolding, **for tests and benchmarks only** (like `prefect.testing`): nothing in day0
+imports it, and it is not part of the product wheel (tests/test_wheel_contents.py checks). It is
+imported from the checkout: pytest puts the repository root on the path (pyproject's `pythonpath`),
+`python -m benchmarks.run` and `python -m testsupport.pod_runner` run from the root.
 
-- `faults`: training bugs injected on purpose (`TrialFaults`), and `FaultDrillSettings`, which lets a
-  test reach a whole `day0 run` subprocess through the environment (`DAY0_TRIAL_FAULTS`).
 - `fault_matrix`: every catalogued fault (tests/data/faults/) through every validation layer, with
   clean runs for the false-alarm rate: the detection power `tests/test_fault_matrix.py` checks and
   `benchmarks/bench_faults.py` records.
@@ -11,6 +12,6 @@
 - `pod_runner`: `PodRunner`, a process kubelet whose Nodes run their pods (KubeRay's Ray pods
   included) as real local processes, for the Kubernetes e2e tests.
 
-A real run never sets any of these; the spec has no field for them, and a run that had them active
-says so in its step's notes.
+The training bugs injected on purpose (`TrialFaults`, `DAY0_TRIAL_FAULTS`) are a trial feature of
+the product: `day0/steps/trial/faults.py`.
 """

@@ -7,7 +7,7 @@ given the pod, the node and a way to read ConfigMaps and Secrets, so it is teste
 Rules followed (the kubelet's `expansion` package and `makeEnvironmentVariables`):
 - `$(VAR)` becomes VAR's value if VAR is defined earlier (env) or at all (command/args); an
   undefined reference stays as written; `$$` is a literal `$`.
-- Order: the kubelet's service variables, then `envFrom` (with its prefix), then `env` in order.
+- Order: the kubelet's service variables (`base_env`), then `envFrom` (with its prefix), then `env` in order.
 - `fieldRef`: metadata.name/namespace/uid, metadata.labels['k'] / annotations['k'] (or all of
   them), spec.nodeName, spec.serviceAccountName, status.podIP(s), status.hostIP(s).
 - `resourceFieldRef`: limits/requests of cpu, memory, ephemeral-storage, divided by `divisor` and
@@ -19,16 +19,20 @@ CreateContainerConfigError).
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Callable, Mapping
 from decimal import Decimal
+from pathlib import Path
 from typing import Any
 
 from kubernetes.utils import parse_quantity
 
-__all__ = ["EnvError", "Lookup", "container_env", "expand", "field_value", "resource_value"]
+__all__ = ["EnvError", "Lookup", "base_env", "container_env", "expand", "field_value", "resource_value"]
 
 # (kind "configmap" | "secret", namespace, name) -> the object's data (secrets already decoded), or None
 Lookup = Callable[[str, str, str], Mapping[str, str] | None]
+_SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+_PASS_THROUGH = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE")  # from the runner's own env
 
 
 class EnvError(ValueError):
@@ -167,4 +171,23 @@ def container_env(
             value = _ref_value(key_ref, source[key_ref], namespace, lookup, name)
             if value is not None:
                 env[name] = value
+    return env
+
+
+def base_env(*, hostname: str, home: Path, bin_dir: Path, api_host: str, api_port: int) -> dict[str, str]:
+    """`container_env`'s `base` on the runner: PATH with `bin_dir` (the project's virtualenv) first, the
+    pod's own HOME, the kubelet's service variables of the `kubernetes` Service pointing at the API
+    server (as kube-proxy would make it reach it), and the runner's hub offline switches."""
+    api = f"{api_host}:{api_port}"
+    env = {
+        "PATH": f"{bin_dir}:{_SYSTEM_PATH}",
+        "HOME": str(home),
+        "HOSTNAME": hostname,
+        "LANG": "C.UTF-8",
+        "KUBERNETES_SERVICE_HOST": api_host,
+        "KUBERNETES_SERVICE_PORT": str(api_port),
+        "KUBERNETES_SERVICE_PORT_HTTPS": str(api_port),
+        "KUBERNETES_PORT": f"tcp://{api}",
+    }
+    env.update({k: os.environ[k] for k in _PASS_THROUGH if k in os.environ})
     return env
