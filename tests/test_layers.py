@@ -13,6 +13,7 @@ source, no imports executed:
    is reached through its `result` or `run` module, or the registry (which reads each step's
    `result`, `run` and `job`).
 5. No import cycles between first-party modules.
+6. The product (`cli`, `flows`, `tasks`, `day0`) never imports `testsupport` or `tests`.
 
 Every first-party module falls under these rules: a package missing from the tiers fails test 2."""
 
@@ -132,6 +133,17 @@ def test_steps_meet_only_through_results_and_runs() -> None:
             if other[1] not in allowed:
                 wrong.append(f"{m} imports {i}")
     assert not wrong, "a step's internals imported from outside it:\n" + "\n".join(sorted(wrong))
+
+
+def test_the_product_imports_no_test_support() -> None:
+    wrong = []
+    for m, p in MODULES.items():
+        for node in ast.walk(ast.parse(p.read_bytes())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            if isinstance(node, ast.ImportFrom) and not node.level:
+                names = [node.module or ""]
+            wrong += [f"{m} imports {n}" for n in names if n.split(".")[0] in ("testsupport", "tests")]
+    assert not wrong, "\n".join(wrong)
 
 
 def test_no_import_cycles() -> None:
