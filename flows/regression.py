@@ -21,7 +21,7 @@ from __future__ import annotations
 import datetime as dt
 import sys
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from prefect import flow, get_run_logger
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
@@ -44,7 +44,7 @@ from day0.steps.trial.result import TrialResult
 from day0.store import open_store
 from flows.adapt import adapt
 
-__all__ = ["RegressionFailed", "RegressionWatch", "regression"]
+__all__ = ["RegressionFailed", "RegressionOutcome", "RegressionWatch", "regression"]
 
 
 class WatchedModel(BaseModel):
@@ -61,6 +61,9 @@ class RegressionWatch(BaseModel):
     storage: str = Field("file://.day0", pattern=r"^(file|s3)://.+")
     models: list[WatchedModel]
     tolerance: RegressionTolerance = Field(default_factory=RegressionTolerance)
+
+
+R = TypeVar("R", OperatorsResult, TrialResult)
 
 
 class RegressionFailed(RunFailed):
@@ -86,7 +89,7 @@ def _rerun(model: WatchedModel, namespace: str) -> tuple[Snapshot, RunSummary]:
         summary = RunSummary.model_validate(exc.summary)
     store = open_store(spec_from_dict(raw, str(model.spec)).storage)
 
-    def read(step: str, kind: type[OperatorsResult] | type[TrialResult]) -> Any:
+    def read(step: str, kind: type[R]) -> R | None:
         if step not in model.steps:
             return None
         key = f"{summary.prefix}/{step}/result.json"
@@ -98,9 +101,16 @@ def _rerun(model: WatchedModel, namespace: str) -> tuple[Snapshot, RunSummary]:
     return Snapshot.from_results(model.name, ops, trial, run=store.url(summary.prefix)), summary
 
 
+class RegressionOutcome(BaseModel):
+    """What a regression run found: per model its outcome lines, and the trend table's rows."""
+
+    models: dict[str, list[str]]
+    trend: list[dict[str, Any]]  # Any: one row per run and layer, as the table artifact takes it
+
+
 @flow(name="regression", log_prints=True)
-def regression(watch: str = "configs/regression/watch.yaml", update_baseline: bool = False) -> dict[str, Any]:
-    """Compare every watched model with its baseline; returns {model: [outcome lines]} and the trend rows."""
+def regression(watch: str = "configs/regression/watch.yaml", update_baseline: bool = False) -> RegressionOutcome:
+    """Compare every watched model with its baseline: each model's outcome lines and the trend rows."""
     log, config = get_run_logger(), _load_watch(Path(watch))
     history = RegressionStore(open_store(config.storage))
     outcome: dict[str, list[str]] = {}
@@ -146,7 +156,7 @@ def regression(watch: str = "configs/regression/watch.yaml", update_baseline: bo
     create_table_artifact(key="regression-trend", table=rows, description="Validation layers per run, per model")
     if failures:
         raise RegressionFailed(f"{len(failures)} regression finding(s): " + " | ".join(failures))
-    return {"models": outcome, "trend": rows}
+    return RegressionOutcome(models=outcome, trend=rows)
 
 
 def _main(argv: list[str]) -> int:
@@ -158,7 +168,7 @@ def _main(argv: list[str]) -> int:
     except RegressionFailed as exc:
         print(f"FAIL {exc}", file=sys.stderr)
         return 1
-    for model, lines in result["models"].items():
+    for model, lines in result.models.items():
         print(f"PASS {model}: {'; '.join(lines)}")
     return 0
 

@@ -31,6 +31,7 @@ import torch
 from pydantic import BaseModel, Field
 
 from day0.core.dtypes import DTYPES
+from day0.core.recompute import Recompute
 from day0.core.training import GRAD_CLIP_NORM, WEIGHT_DECAY, clip_gradients, forward_loss, make_optimizer
 from day0.platforms.adapted import AdaptedKernel, apply_adaptations
 from day0.platforms.kernels import Platform, PlatformMode, load_plugin_kernels
@@ -105,7 +106,7 @@ class LoopConfig(BaseModel):
     grad_clip: float = GRAD_CLIP_NORM
     checkpoint_every: int = Field(ge=1)
     compute_dtype: TrainDtype = "fp32"
-    recompute: Literal["none", "selective", "full"] = "none"
+    recompute: Recompute = "none"
     sharding: Literal["ddp", "fsdp"] = "ddp"
     device_type: str = "cpu"
     experts_implementation: str | None = None

@@ -29,6 +29,7 @@ from pydantic import BaseModel, Field
 from day0.backends.resources import accelerator_resource, train_worker_resources
 from day0.core.model_source import ResolvedModel
 from day0.core.precision import host_compute_dtype
+from day0.core.recompute import Recompute
 from day0.core.result import Progress
 from day0.errors import UsageError
 from day0.platforms.adapted import AdaptedKernel
@@ -71,7 +72,7 @@ class TrialTrainingError(RuntimeError):
 class TrialPlan(BaseModel):
     """Step 3/4 choices the candidate applies (defaults: plain DDP, no recompute)."""
 
-    recompute: Literal["none", "selective", "full"] = "none"
+    recompute: Recompute = "none"
     sharding: Literal["ddp", "fsdp"] = Field("ddp", description="ZeRO stage 0-1 -> DDP, 2-3 -> FSDP2.")
     source: str = Field("default", description="Where these choices came from.")
 
