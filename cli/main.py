@@ -31,6 +31,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
+import day0
 from cli._console import err, escape, out
 from cli.preflight import preflight
 from day0.errors import Day0Error, RunFailed, UsageError, shorten
@@ -174,6 +175,7 @@ _COLOUR = {"PASS": "green", "WARN": "yellow", "FAIL": "red", "SKIPPED": "yellow"
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="day0", description="Day-0 adaptation of large models, with proof.")
     parser.add_argument("--debug", action="store_true", help="show tracebacks of unexpected errors")
+    parser.add_argument("--version", action="version", version=f"day0 {day0.__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("validate", help="validate a pipeline spec, listing every error")
     p.add_argument("spec")

@@ -9,3 +9,16 @@ e2e-up: e2e-build  ## start (or reuse) the kwok cluster + KubeRay operator; prin
 
 e2e-down:  ## stop the operator and delete the kwok cluster
 	k8s/e2e-down.sh
+
+# The day0 image (k8s/image/Dockerfile) with podman, no Docker engine; not part of `make test` (GBs,
+# see k8s/image/README.md). BASE empty: a debootstrap base cached in $(DAY0_CACHE)/image.
+# `make image BASE=python:3.11-slim-bookworm IMAGE=<registry>/<project>/day0:0.1.0`.
+.PHONY: image image-test
+IMAGE ?=
+BASE ?=
+
+image:  ## build the day0 image IMAGE (default day0:<version>) from BASE (default: a debootstrap base)
+	IMAGE='$(IMAGE)' BASE='$(BASE)' scripts/image.sh build
+
+image-test:  ## run IMAGE's checks as uid 10001 on a read-only root filesystem (build it first: make image)
+	IMAGE='$(IMAGE)' scripts/image.sh test

@@ -117,3 +117,10 @@ def test_errors_print_verbatim_not_as_markup(tmp_path: Path) -> None:
     assert proc.returncode == 2 and "^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$" in proc.stderr, proc.stderr
     odd = day0("analyze", "[/weird]")
     assert odd.returncode == 2 and "[/weird]" in odd.stderr and "MarkupError" not in odd.stderr
+
+
+def test_version_names_the_package_version() -> None:
+    import day0 as package
+
+    proc = day0("--version")
+    assert proc.returncode == 0 and proc.stdout.strip() == f"day0 {package.__version__}", proc.stdout + proc.stderr
