@@ -67,6 +67,7 @@ def report(tmp_path_factory: pytest.TempPathFactory):
         ray.shutdown()
 
 
+@pytest.mark.integration  # over 10 s here: a whole model or the real CLI end to end
 def test_profile_is_measured_and_stored(report) -> None:
     rep, store = report
     p = rep.profile

@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
 REPO = Path(__file__).resolve().parent.parent
@@ -20,6 +21,7 @@ def day0(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.integration  # over 10 s here: a whole model or the real CLI end to end
 def test_analyze_json_deepseek_v3() -> None:
     proc = day0("analyze", "deepseek-v3", "--platform", "ascend-910b", "--json")
     assert proc.returncode == 0, proc.stderr
@@ -30,6 +32,7 @@ def test_analyze_json_deepseek_v3() -> None:
     assert "aten::_grouped_mm" in missing
 
 
+@pytest.mark.integration  # over 10 s here: a whole model or the real CLI end to end
 def test_analyze_table_and_bad_inputs() -> None:
     proc = day0("analyze", "llama-3-8b", "--platform", "cpu")
     assert proc.returncode == 0 and "8.030B" in proc.stdout
@@ -85,6 +88,7 @@ def test_schema_is_json() -> None:
     assert proc.returncode == 0 and json.loads(proc.stdout)["title"] == "PipelineSpec"
 
 
+@pytest.mark.integration  # over 10 s here: a whole model or the real CLI end to end
 def test_run_with_unanalysable_model_exits_2_without_a_result(tmp_path: Path) -> None:
     model = tmp_path / "model"
     model.mkdir()
@@ -109,6 +113,7 @@ def test_run_with_unanalysable_model_exits_2_without_a_result(tmp_path: Path) ->
     assert manifest["attempts"][-1][0]["status"] == "failed"
 
 
+@pytest.mark.integration  # over 10 s here: a whole model or the real CLI end to end
 def test_errors_print_verbatim_not_as_markup(tmp_path: Path) -> None:
     """Patterns and hints hold square brackets; they reach the user as written."""
     spec = tmp_path / "bad-name.yaml"

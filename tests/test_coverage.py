@@ -19,6 +19,7 @@ def tiny() -> OpInventory:
     return capture_operators(model, analyze_structure(model, "tiny").attention_kind, "fp32")
 
 
+@pytest.mark.integration  # over 10 s here: a whole model or the real CLI end to end
 def test_declared_npu_library_reports_moe_gaps_with_their_layers(tiny: OpInventory) -> None:
     platform = spec_from_dict(
         {"metadata": {"name": "x"}, "model": "tiny-deepseek-v3", "platform": "ascend-910b"}

@@ -132,6 +132,7 @@ def test_captured_optimizer_ops_are_those_a_real_step_runs(tiny: OpInventory) ->
     assert captured == real - host, captured ^ (real - host)
 
 
+@pytest.mark.integration  # over 10 s here: a whole model or the real CLI end to end
 def test_cli_analyze_json_lists_optimizer_ops() -> None:
     import json
     import os

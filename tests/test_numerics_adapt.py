@@ -6,6 +6,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import pytest
+
 sys.path.insert(0, str(Path(__file__).parent / "data" / "numerics"))
 from numerics_fixtures import cpu_spec, entry_point, faulty_platform, tiny_inventory, whole_model
 
@@ -114,6 +116,7 @@ def test_int_op_missing_on_host_adapted_by_upcast() -> None:
     assert adapted.adaptations[0].strategy == "upcast" and adapted.checks[0].ok
 
 
+@pytest.mark.integration  # over 10 s here: a whole model or the real CLI end to end
 def test_whole_model_runs_after_adaptation_and_step_result() -> None:
     platform = _lacking("aten::_safe_softmax", "aten::_softmax_backward_data")
     model = build_model(whole_model(layers=2))
@@ -141,6 +144,7 @@ def test_declared_platform_is_emulated_when_device_absent() -> None:
     assert not platform.supports("aten::_softmax", "bf16") and platform.supports("aten::_softmax", "fp32")
 
 
+@pytest.mark.integration  # over 10 s here: a whole model or the real CLI end to end
 def test_emulated_vendor_library_runs_whole_model_after_adaptation() -> None:
     """ascend-910b's declared library lacks _grouped_mm, histc, sort ... and the ops the real
     (not meta) forward adds: all are adapted, inventory ops up front and the rest as the run meets them."""

@@ -316,6 +316,7 @@ def _offline(tmp_path: Path) -> dict[str, str]:
     return {**env, **S3_DOWN, "HF_HUB_OFFLINE": "1", "DAY0_HUB_CACHE_DIR": str(tmp_path / "hub"), "COLUMNS": "200"}
 
 
+@pytest.mark.integration  # over 10 s here: a whole model or the real CLI end to end
 def test_readme_showcase_validates_and_plans_offline(tmp_path: Path) -> None:
     env = _offline(tmp_path)
 
