@@ -40,6 +40,7 @@ def cmd_webhook_serve(args: argparse.Namespace) -> int:
 
     from day0.webhook import WebhookSettings, create_app, prefect_api_url
 
+    # Any: argparse values (str, int, Path), checked by WebhookSettings itself
     overrides: dict[str, Any] = {k: v for k in ("host", "port", "watch", "store") if (v := getattr(args, k))}
     try:
         settings = WebhookSettings(**overrides)

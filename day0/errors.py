@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pydantic_core import ErrorDetails
+
+    from day0.core.typing import JsonObject
 
 __all__ = [
     "Day0Error",
@@ -29,7 +33,7 @@ class UsageError(Day0Error):
     pass
 
 
-def shorten(value: Any, limit: int = 120) -> str:
+def shorten(value: object, limit: int = 120) -> str:
     """`repr(value)` cut to `limit` characters: messages never echo unbounded input."""
     text = repr(value)
     return text if len(text) <= limit else f"{text[: limit - 3]}..."
@@ -41,7 +45,7 @@ class SpecIssue:
     message: str
 
     @classmethod
-    def from_pydantic(cls, err: Mapping[str, Any]) -> SpecIssue:
+    def from_pydantic(cls, err: ErrorDetails) -> SpecIssue:
         loc = ".".join(str(p) for p in err["loc"] if not str(p).startswith(("function-after", "literal[")))
         message = err["msg"]
         if err["type"] == "extra_forbidden":
@@ -89,7 +93,7 @@ class RunFailed(Exception):
 
     exit_code = 1
 
-    def __init__(self, message: str, summary: dict[str, Any]):
+    def __init__(self, message: str, summary: JsonObject):
         super().__init__(message, summary)
         self.message, self.summary = message, summary
 

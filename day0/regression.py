@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import datetime as dt
 import math
-from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from day0.core.curves import relative_errors
+from day0.core.typing import JsonObject
 from day0.steps.operators.result import OperatorsResult
 from day0.steps.trial.result import TrialResult
 from day0.store import ArtifactStore
@@ -109,8 +109,8 @@ class Snapshot(BaseModel):
 class Finding(BaseModel):
     model: str
     metric: str
-    baseline: Any
-    current: Any
+    baseline: int | float | str | None
+    current: int | float | str | None
     change: str
     regressed: bool
 
@@ -262,7 +262,7 @@ class RegressionStore:
         return [Snapshot.model_validate(self.store.get_json(k)) for k in keys]
 
 
-def trend_rows(history: list[Snapshot]) -> list[dict[str, Any]]:
+def trend_rows(history: list[Snapshot]) -> list[JsonObject]:
     """One row per stored run: the worst op error, first divergent layer, final loss, throughput."""
     rows = []
     for snap in history:

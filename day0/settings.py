@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field, ModelWrapValidatorHandler, ValidationError, model_validator
 
@@ -30,7 +30,7 @@ class EnvSettings(BaseModel):
 
     @model_validator(mode="wrap")
     @classmethod
-    def _from_environment(cls, data: Any, handler: ModelWrapValidatorHandler[EnvSettings]) -> EnvSettings:
+    def _from_environment(cls, data: object, handler: ModelWrapValidatorHandler[EnvSettings]) -> EnvSettings:
         if not isinstance(data, dict):
             return handler(data)
         env = {name.upper(): value for name, value in os.environ.items()}

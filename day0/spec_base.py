@@ -12,7 +12,7 @@ as a bandwidth of 1e-9 GB/s that turns a step into nine years.
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import TypeVar
 
 from pydantic import BaseModel, ConfigDict, field_validator
 
@@ -43,10 +43,12 @@ MAX_ACCELERATORS = 1_048_576
 # Timeouts: a week, the longest a Day-0 run is worth waiting for. Seconds.
 MAX_TIMEOUT_S = 7 * 24 * 3600
 
+_T = TypeVar("_T")
+
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
-def _control_free(value: Any, where: str = "") -> None:
+def _control_free(value: object, where: str = "") -> None:
     if isinstance(value, str):
         if (m := _CONTROL.search(value)) is not None:
             raise ValueError(
@@ -68,6 +70,6 @@ class UserModel(BaseModel):
 
     @field_validator("*", mode="after")
     @classmethod
-    def _one_line_text(cls, value: Any) -> Any:
+    def _one_line_text(cls, value: _T) -> _T:
         _control_free(value)
         return value

@@ -13,8 +13,8 @@ import re
 import tempfile
 from abc import ABC, abstractmethod
 from pathlib import Path
-from typing import Any
 
+from day0.core.typing import Document
 from day0.errors import StoreError, StoreUnavailable
 from day0.settings import StoreSettings
 
@@ -87,10 +87,10 @@ class ArtifactStore(ABC):
     def put_text(self, key: str, text: str, content_type: str = "text/plain; charset=utf-8") -> str:
         return self.put_bytes(key, text.encode(), content_type)
 
-    def put_json(self, key: str, obj: Any) -> str:
+    def put_json(self, key: str, obj: object) -> str:
         return self.put_text(key, json.dumps(obj, indent=2) + "\n", "application/json")
 
-    def get_json(self, key: str) -> Any:
+    def get_json(self, key: str) -> Document:
         return json.loads(self.get_bytes(key))
 
 

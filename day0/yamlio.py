@@ -18,8 +18,8 @@ from __future__ import annotations
 import json
 import os
 import stat
+from collections.abc import Hashable
 from pathlib import Path
-from typing import Any
 
 import yaml
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
@@ -31,6 +31,7 @@ except ImportError:  # PyYAML built without libyaml
     from yaml import SafeDumper as _SafeDumper  # type: ignore[assignment]
     from yaml import SafeLoader as _SafeLoader  # type: ignore[assignment]
 
+from day0.core.typing import Document
 from day0.errors import SpecError, SpecIssue
 from day0.settings import LimitsSettings
 
@@ -45,7 +46,7 @@ MAX_DEPTH = 64
 class _BoundedLoader(_SafeLoader):
     """The safe loader, refusing duplicate mapping keys."""
 
-    def construct_mapping(self, node: MappingNode, deep: bool = False) -> dict[Any, Any]:
+    def construct_mapping(self, node: MappingNode, deep: bool = False) -> dict[Hashable, Document]:
         seen: set[tuple[str, str]] = set()
         for key_node, _ in node.value:
             if isinstance(key_node, ScalarNode) and key_node.tag != _MERGE_TAG:
@@ -176,7 +177,7 @@ def _json_depth(text: str, limit: int) -> int:
     return deepest
 
 
-def read_user_json(path: Path, limits: LimitsSettings | None = None) -> Any:
+def read_user_json(path: Path, limits: LimitsSettings | None = None) -> Document:
     """The JSON document at `path`, read within `limits` and `MAX_DEPTH` (see the module contract);
     `ValueError("<path> ...")` names the file and what is wrong."""
     limits = limits or LimitsSettings()
@@ -192,7 +193,7 @@ def read_user_json(path: Path, limits: LimitsSettings | None = None) -> Any:
         raise ValueError(f"{path} is malformed JSON: {exc}") from None
 
 
-def read_user_yaml(path: Path, limits: LimitsSettings | None = None) -> Any:
+def read_user_yaml(path: Path, limits: LimitsSettings | None = None) -> Document:
     """The YAML document at `path`, read within `limits` (see the module contract)."""
     limits = limits or LimitsSettings()
     text = _read_text(path, limits)
@@ -222,11 +223,11 @@ def read_user_yaml(path: Path, limits: LimitsSettings | None = None) -> Any:
         loader.dispose()
 
 
-def safe_load(text: str) -> Any:
+def safe_load(text: str) -> Document:
     """YAML that day0 wrote itself (no limits needed), parsed with the same fast safe loader."""
     return yaml.load(text, Loader=_SafeLoader)
 
 
-def safe_dump(data: Any) -> str:
+def safe_dump(data: object) -> str:
     """`yaml.safe_dump(data, sort_keys=False)` through libyaml's emitter when present."""
     return yaml.dump(data, Dumper=_SafeDumper, sort_keys=False)

@@ -10,13 +10,16 @@ one line, a bug with its traceback.
 from __future__ import annotations
 
 import datetime as dt
-from typing import Any
+from typing import TYPE_CHECKING
 
 from day0.core.result import StepResult
 from day0.errors import Day0Error
 from day0.runs import RunContext, StepRecord
 from day0.steps.registry import needs
 from tasks._step import one_line, step_logger
+
+if TYPE_CHECKING:
+    from prefect import Task
 
 __all__ = ["StepGate"]
 
@@ -50,7 +53,9 @@ class StepGate:
             StepRecord(step=step, status="failed", started_at=started, seconds=seconds, error=one_line(exc))
         )
 
-    def run(self, task: Any, ctx: RunContext, results: dict[str, StepResult | None]) -> StepResult | None:
+    def run(
+        self, task: Task[..., StepResult], ctx: RunContext, results: dict[str, StepResult | None]
+    ) -> StepResult | None:
         """The step's `task` over the `results` it reads if it is planned and every result it
         requires passed (one it may read is passed only when it passed), else None."""
         step: str = task.name

@@ -22,7 +22,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 from uuid import UUID
 
 from prefect import flow, get_run_logger
@@ -30,6 +30,7 @@ from prefect.runtime import flow_run
 
 from day0.backends.session import check_backend, run_backend, sweep_run
 from day0.core.result import StepResult
+from day0.core.typing import JsonObject
 from day0.errors import Day0Error, RunFailed, UsageError
 from day0.paths import REPO_ROOT
 from day0.report import write_report
@@ -39,6 +40,13 @@ from day0.steps.registry import pods_needed, prerequisites
 from flows._artifacts import publish_report_artifacts
 from flows._gate import StepGate
 from tasks.steps import TASKS
+
+if TYPE_CHECKING:
+    from prefect import Flow
+    from prefect.client.schemas.objects import FlowRun
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 __all__ = ["adapt", "check_runnable", "plan_steps", "spec_parameter"]
 
@@ -103,7 +111,7 @@ def _stop_when_cancelled(flow_run_id: str | None, poll_s: float = 3.0) -> Iterat
         done.set()
 
 
-def spec_parameter(spec: dict[str, Any] | str) -> PipelineSpec:
+def spec_parameter(spec: JsonObject | str) -> PipelineSpec:
     """The flow's `spec` parameter: an inline mapping, or a spec file's path (relative to the
     repository, so a deployment's caller need not know the worker's working directory)."""
     if isinstance(spec, dict):
@@ -112,16 +120,15 @@ def spec_parameter(spec: dict[str, Any] | str) -> PipelineSpec:
     return load_spec(path if path.is_absolute() else REPO_ROOT / path)
 
 
-def _context(
-    spec: dict[str, Any] | str, namespace: str, flow_run_id: str | None = None, fresh: bool = False
-) -> RunContext:
+def _context(spec: JsonObject | str, namespace: str, flow_run_id: str | None = None, fresh: bool = False) -> RunContext:
     pipeline_spec = spec_parameter(spec)
     if not re.match(NAMESPACE_PATTERN, namespace):
         raise UsageError(f"namespace {namespace!r}: expected folder names separated by '/', none starting with '.'")
     return RunContext.create(pipeline_spec, flow_run_id=flow_run_id, fresh=fresh, namespace=namespace)
 
 
-def _sweep_clusters(flow: Any, flow_run: Any, state: Any) -> None:
+# Any: a Prefect State, which types `name` optional; a cancelled or crashed state always has one
+def _sweep_clusters(flow: Flow[P, R], flow_run: FlowRun, state: Any) -> None:
     """Cancellation/crash hook: delete the run's RayClusters (the flow's `finally` may not have run)."""
     try:
         ctx = _context(flow_run.parameters["spec"], flow_run.parameters.get("namespace", USER_RUNS))
@@ -135,8 +142,8 @@ def _sweep_clusters(flow: Any, flow_run: Any, state: Any) -> None:
 
 @flow(name="adapt", log_prints=True, on_cancellation=[_sweep_clusters], on_crashed=[_sweep_clusters])
 def adapt(
-    spec: dict[str, Any] | str, only: list[str] | None = None, fresh: bool = False, namespace: str = USER_RUNS
-) -> dict[str, Any]:
+    spec: JsonObject | str, only: list[str] | None = None, fresh: bool = False, namespace: str = USER_RUNS
+) -> JsonObject:
     """Run the spec (an inline mapping, or a spec file's path relative to the repository) in the
     store's `namespace` folder (`runs`: users' runs). Returns the run summary (`RunSummary` as a
     dict); raises `RunFailed` (the flow run ends Failed, naming the steps) when a step failed."""

@@ -21,12 +21,13 @@ from __future__ import annotations
 import datetime as dt
 import sys
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Literal, TypeVar
 
 from prefect import flow, get_run_logger
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from pydantic import BaseModel, ConfigDict, Field
 
+from day0.core.typing import JsonObject
 from day0.errors import RunFailed
 from day0.regression import (
     RegressionStore,
@@ -69,7 +70,7 @@ R = TypeVar("R", OperatorsResult, TrialResult)
 class RegressionFailed(RunFailed):
     """A failed regression verdict: logged as one line, like a failed step (`tasks._step.OncePerError`)."""
 
-    def __init__(self, message: str, summary: dict[str, Any] | None = None):
+    def __init__(self, message: str, summary: JsonObject | None = None):
         super().__init__(message, summary or {})
 
 
@@ -105,7 +106,7 @@ class RegressionOutcome(BaseModel):
     """What a regression run found: per model its outcome lines, and the trend table's rows."""
 
     models: dict[str, list[str]]
-    trend: list[dict[str, Any]]  # Any: one row per run and layer, as the table artifact takes it
+    trend: list[JsonObject]  # one row per run and model, as the table artifact takes it
 
 
 @flow(name="regression", log_prints=True)

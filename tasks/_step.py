@@ -17,7 +17,7 @@ import logging
 import time
 import traceback
 from collections.abc import Callable
-from typing import Any, Literal
+from typing import Literal, TypeAlias
 
 from prefect import get_run_logger
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
@@ -46,6 +46,8 @@ EXPECTED_ERRORS: tuple[type[Exception], ...] = (Day0Error, RunFailed)
 # Where Prefect's task engine, flow engine and flow-run process (`python -m prefect.engine`) log.
 ENGINE_LOGGERS = ("prefect.task_runs", "prefect.flow_runs", "prefect.engine")
 _LOGGED = "_day0_logged"
+# Prefect's run logger (an adapter) inside a run, the `day0` logger outside one.
+StepLogger: TypeAlias = logging.Logger | logging.LoggerAdapter[logging.Logger]
 
 
 def one_line(exc: BaseException) -> str:
@@ -93,7 +95,7 @@ def install_log_policy() -> None:
 install_log_policy()
 
 
-def step_logger() -> logging.Logger | logging.LoggerAdapter[Any]:
+def step_logger() -> StepLogger:
     try:
         return get_run_logger()
     except MissingContextError:
@@ -113,9 +115,7 @@ def _reusable(ctx: RunContext, step: str, code: str, variant: str | None) -> boo
     return bool(marker.get("digest") == code and marker.get("variant") == variant)
 
 
-def _prepare(
-    ctx: RunContext, step: str, code: str, variant: str | None, log: logging.Logger | logging.LoggerAdapter[Any]
-) -> None:
+def _prepare(ctx: RunContext, step: str, code: str, variant: str | None, log: StepLogger) -> None:
     """Clear what other code (or an earlier attempt under --fresh) left, then claim the folder. A
     different variant alone keeps the folder: its checkpoints came from the same code."""
     store, marker = ctx.store(), ctx.key(step, "code.json")

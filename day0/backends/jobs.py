@@ -23,14 +23,21 @@ import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Generic, Literal, TypeVar, cast
+from typing import TYPE_CHECKING, Generic, Literal, TypedDict, TypeVar, cast
 
 from pydantic import BaseModel, Field
 
 from day0.core.result import Progress
+from day0.core.typing import JsonObject
+
+if TYPE_CHECKING:
+    from ray.job_submission import JobSubmissionClient
+
+    from day0.store import ArtifactStore
 
 __all__ = [
     "JobError",
+    "JobOptions",
     "JobOutcome",
     "StepJob",
     "connect",
@@ -69,7 +76,7 @@ class JobOutcome(BaseModel):
         return self.status == "SUCCEEDED"
 
 
-def _store_and_key(url: str) -> tuple[Any, str]:
+def _store_and_key(url: str) -> tuple[ArtifactStore, str]:
     from day0.store import open_store
 
     parent, _, name = url.rstrip("/").rpartition("/")
@@ -81,7 +88,7 @@ def _store_and_key(url: str) -> tuple[Any, str]:
 def read_url(url: str) -> bytes:
     """The object at a store URL (`s3://bucket/key`, `file://dir/name` or a path)."""
     store, name = _store_and_key(url)
-    return cast(bytes, store.get_bytes(name))
+    return store.get_bytes(name)
 
 
 def write_url(url: str, data: bytes) -> str:
@@ -121,7 +128,7 @@ def submission_id(run_id: str, step: str) -> str:
     return f"day0-{clean}-{secrets.token_hex(3)}"
 
 
-def connect(address: str, timeout_s: float = 60.0) -> Any:
+def connect(address: str, timeout_s: float = 60.0) -> JobSubmissionClient:
     """A `JobSubmissionClient`, retried until the dashboard answers (a fresh head takes a while)."""
     from ray.job_submission import JobSubmissionClient
 
@@ -136,11 +143,11 @@ def connect(address: str, timeout_s: float = 60.0) -> Any:
 
 
 def submit(
-    client: Any,
+    client: JobSubmissionClient,
     entrypoint: str,
     *,
     sub_id: str | None = None,
-    runtime_env: Mapping[str, Any] | None = None,
+    runtime_env: JsonObject | None = None,
     metadata: Mapping[str, str] | None = None,
 ) -> str:
     """Submit `entrypoint` (a shell command run by the head's job supervisor); return its id."""
@@ -157,7 +164,7 @@ def submit(
         raise JobError(f"submitting {entrypoint!r} failed: {exc}") from exc
 
 
-def _tail(client: Any, sub_id: str, lines: int) -> str:
+def _tail(client: JobSubmissionClient, sub_id: str, lines: int) -> str:
     try:
         return "\n".join(str(client.get_job_logs(sub_id)).splitlines()[-lines:])
     except Exception:  # noqa: BLE001 - logs are best effort: the job result is what matters
@@ -165,7 +172,7 @@ def _tail(client: Any, sub_id: str, lines: int) -> str:
 
 
 def wait(
-    client: Any,
+    client: JobSubmissionClient,
     sub_id: str,
     timeout_s: float,
     *,
@@ -204,7 +211,7 @@ def wait(
     )
 
 
-def _forward_logs(client: Any, sub_id: str, seen: int, on_log: Progress) -> int:
+def _forward_logs(client: JobSubmissionClient, sub_id: str, seen: int, on_log: Progress) -> int:
     try:
         lines = str(client.get_job_logs(sub_id)).splitlines()
     except Exception:  # noqa: BLE001 - progress is best effort; the terminal status is what counts
@@ -214,7 +221,7 @@ def _forward_logs(client: Any, sub_id: str, seen: int, on_log: Progress) -> int:
     return len(lines)
 
 
-def _wait_stopped(client: Any, sub_id: str, grace_s: float = 30.0) -> str:
+def _wait_stopped(client: JobSubmissionClient, sub_id: str, grace_s: float = 30.0) -> str:
     deadline = time.monotonic() + grace_s
     while time.monotonic() < deadline:
         status = str(getattr(client.get_job_status(sub_id), "value", ""))
@@ -224,13 +231,23 @@ def _wait_stopped(client: Any, sub_id: str, grace_s: float = 30.0) -> str:
     return "STOPPED"
 
 
+class JobOptions(TypedDict, total=False):
+    """`run_job`'s optional arguments, as a caller that forwards them (`KubeRayCluster.run_job`) takes them."""
+
+    sub_id: str | None
+    runtime_env: JsonObject | None
+    metadata: Mapping[str, str] | None
+    poll_s: float
+    on_log: Progress | None
+
+
 def run_job(
     address: str,
     entrypoint: str,
     *,
     timeout_s: float,
     sub_id: str | None = None,
-    runtime_env: Mapping[str, Any] | None = None,
+    runtime_env: JsonObject | None = None,
     metadata: Mapping[str, str] | None = None,
     poll_s: float = 1.0,
     on_log: Progress | None = None,

@@ -24,7 +24,7 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
 from pydantic import BaseModel
 
@@ -33,6 +33,12 @@ from day0.core.result import Execution, ExecutionEvent, Progress
 from day0.errors import UsageError
 from day0.runs import RunContext
 from day0.spec import PipelineSpec
+
+if TYPE_CHECKING:
+    from kubernetes.client import ApiClient
+
+    from day0.backends.kuberay.lifecycle import KubeRayCluster
+    from day0.backends.kuberay.status import ClusterEvent
 
 __all__ = [
     "Backend",
@@ -105,7 +111,7 @@ def job_env() -> dict[str, str]:
     return env
 
 
-def _events(raw: list[Any]) -> list[ExecutionEvent]:
+def _events(raw: list[ClusterEvent]) -> list[ExecutionEvent]:
     return [ExecutionEvent.model_validate(e.model_dump()) for e in raw]
 
 
@@ -114,13 +120,13 @@ class KubeRayBackend:
 
     kind = "kuberay"
 
-    def __init__(self, ctx: RunContext, pods: int, *, api_client: Any = None) -> None:
+    def __init__(self, ctx: RunContext, pods: int, *, api_client: ApiClient | None = None) -> None:
         check_backend(ctx.spec)
         self.ctx, self.pods, self.api_client = ctx, pods, api_client
-        self.cluster: Any = None  # KubeRayCluster, created by the first job
+        self.cluster: KubeRayCluster | None = None  # created by the first job
         self._reported = 0  # events already handed to a step result
 
-    def _provision(self, progress: Progress) -> Any:
+    def _provision(self, progress: Progress) -> KubeRayCluster:
         from day0.backends.kuberay.lifecycle import KubeRayCluster, delete_run_clusters
         from day0.backends.kuberay.manifest import build_raycluster, workers_for_pods
 
@@ -199,7 +205,9 @@ def backend_for(ctx: RunContext) -> Backend:
 
 
 @contextmanager
-def run_backend(ctx: RunContext, pods: int, *, progress: Progress, api_client: Any = None) -> Iterator[Backend]:
+def run_backend(
+    ctx: RunContext, pods: int, *, progress: Progress, api_client: ApiClient | None = None
+) -> Iterator[Backend]:
     """Open the run's backend (on KubeRay a RayCluster of `pods` accelerator workers); close it on every exit."""
     backend: Backend
     if ctx.spec.cluster.backend == "kuberay":

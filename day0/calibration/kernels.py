@@ -7,7 +7,11 @@ Each returns plain numbers (seconds per repeat); `Worker` is the Ray actor that 
 from __future__ import annotations
 
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from torch.distributed import TCPStore
 
 __all__ = ["Worker"]
 
@@ -19,7 +23,7 @@ class Worker:
         import torch
 
         self.torch = torch
-        self.store: Any = None  # rank 0's rendezvous, while the group lives
+        self.store: TCPStore | None = None  # rank 0's rendezvous, while the group lives
         self.device = torch.device("cpu") if device_type == "cpu" else torch.device(device_type, 0)
         if device_type == "cpu":
             torch.set_num_threads(1)  # one worker, one core: what a Ray CPU "accelerator" is
@@ -28,7 +32,7 @@ class Worker:
         if self.device.type == "cuda":
             self.torch.cuda.synchronize()
 
-    def _time(self, fn: Any, repeats: int) -> list[float]:
+    def _time(self, fn: Callable[[], object], repeats: int) -> list[float]:
         fn()  # warm-up (kernel selection, allocation)
         self._sync()
         out = []

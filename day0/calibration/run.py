@@ -7,8 +7,9 @@ report = calibrate(load_platform("cpu"), workers=2, store=open_store("file://.da
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar, overload
 
 from pydantic import BaseModel, Field, field_validator
 
@@ -17,6 +18,9 @@ from day0.calibration import figures as fig
 from day0.planner.profile import CalibratedProfile, CollectivePoint, GemmPoint, profile_key
 from day0.spec import PlatformSpec
 from day0.store import ArtifactStore
+
+if TYPE_CHECKING:
+    from ray import ObjectRef
 
 __all__ = ["CalibrationError", "CalibrationReport", "CalibrationSizes", "calibrate"]
 
@@ -152,7 +156,17 @@ class CalibrationError(RuntimeError):
     """A microbenchmark that did not finish in time (workers not placed, a collective stuck)."""
 
 
-def _get(refs: Any, what: str, timeout_s: float) -> Any:
+R = TypeVar("R")
+# A Ray actor handle of `day0.calibration.kernels.Worker`: ray types `handle.method` as the plain
+# method (no `.remote`), so calls through a handle are untyped.
+WorkerHandle: TypeAlias = Any
+
+
+@overload
+def _get(refs: ObjectRef[R], what: str, timeout_s: float) -> R: ...
+@overload
+def _get(refs: Sequence[ObjectRef[R]], what: str, timeout_s: float) -> list[R]: ...
+def _get(refs: ObjectRef[R] | Sequence[ObjectRef[R]], what: str, timeout_s: float) -> R | list[R]:
     """`ray.get` that ends after `timeout_s` with an error naming what was waited for."""
     import ray
     from ray.exceptions import GetTimeoutError
@@ -185,8 +199,8 @@ def calibrate(
     t0, sizes = time.perf_counter(), sizes or CalibrationSizes.for_device(platform.device_type)
     connect(address)
     options = task_options(platform)
-    actor: Any = ray.remote(Worker).options(**options)
-    pool: list[Any] = [actor.remote(platform.device_type) for _ in range(workers)]
+    actor = ray.remote(Worker).options(**options)
+    pool: list[WorkerHandle] = [actor.remote(platform.device_type) for _ in range(workers)]
     try:
         _get([w.__ray_ready__.remote() for w in pool], f"placing {workers} workers of {options}", timeout_s)
         runs = _together(pool, "host dispatch timing", timeout_s, "dispatch", sizes.dispatch_steps, 3 * sizes.repeats)
@@ -231,9 +245,10 @@ def calibrate(
     return CalibrationReport(profile=profile, store_key=key, seconds=time.perf_counter() - t0)
 
 
-def _together(pool: list[Any], what: str, timeout_s: float, method: str, *args: Any) -> list[Any]:
+def _together(pool: list[WorkerHandle], what: str, timeout_s: float, method: str, *args: int | str) -> list[Any]:
     """`method(*args)` on every worker at once, as a data-parallel step runs them (sharing the host's
-    memory bandwidth, caches and cores), so a figure is what each worker gets while all are busy."""
+    memory bandwidth, caches and cores), so a figure is what each worker gets while all are busy.
+    Untyped: what `method` returns through a `WorkerHandle`."""
     return _get([getattr(w, method).remote(*args) for w in pool], what, timeout_s)
 
 
@@ -242,7 +257,7 @@ def _slowest(samples_per_worker: list[list[float]]) -> float:
     return max(fig.median_seconds(s) for s in samples_per_worker)
 
 
-def _gemms(pool: list[Any], sizes: CalibrationSizes, host_us: float, timeout_s: float) -> list[GemmPoint]:
+def _gemms(pool: list[WorkerHandle], sizes: CalibrationSizes, host_us: float, timeout_s: float) -> list[GemmPoint]:
     """Each dtype's GEMM rate by shape, net of `host_us` of host time per op dispatched around them."""
     out = []
     for dtype in sizes.dtypes:
@@ -257,7 +272,9 @@ def _gemms(pool: list[Any], sizes: CalibrationSizes, host_us: float, timeout_s: 
     return out
 
 
-def _collectives(pool: list[Any], backend: str, sizes: CalibrationSizes, timeout_s: float) -> list[CollectivePoint]:
+def _collectives(
+    pool: list[WorkerHandle], backend: str, sizes: CalibrationSizes, timeout_s: float
+) -> list[CollectivePoint]:
     world = len(pool)
     host, port = _get(pool[0].host_store.remote(world, timeout_s), "opening the group's rendezvous", timeout_s)
     joins = [w.join.remote(backend, host, port, rank, world, timeout_s) for rank, w in enumerate(pool)]

@@ -18,10 +18,11 @@ import os
 import re
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 from pydantic import BaseModel, Field
 
+from day0.core.typing import HFConfigDict
 from day0.errors import ModelError
 from day0.paths import CONFIGS_DIR
 from day0.settings import HubSettings, LimitsSettings
@@ -70,7 +71,7 @@ class ResolvedModel(BaseModel):
 
     source: str = Field(description="The spec's model.source, as written.")
     directory: Path = Field(description="Local directory holding config.json (and code files).")
-    config: dict[str, Any] = Field(description="config.json as read.")
+    config: HFConfigDict = Field(description="config.json as read.")
     repo_id: str | None = None
     revision: str | None = Field(None, description="Hub revision asked for (hf:// sources).")
     commit: str | None = Field(None, description="Hub commit the revision resolved to, when known.")

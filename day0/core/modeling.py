@@ -9,7 +9,7 @@ malformed configs.
 from __future__ import annotations
 
 import warnings
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -19,14 +19,14 @@ from day0.core.plausible import check_config
 from day0.errors import ModelError, shorten
 
 if TYPE_CHECKING:
-    from transformers import PreTrainedModel
+    from transformers import PreTrainedConfig, PreTrainedModel
 
 __all__ = ["build_meta_model", "load_hf_config"]
 
 _REQUIRED_POSITIVE = ("hidden_size", "num_hidden_layers", "num_attention_heads", "vocab_size")
 
 
-def load_hf_config(model: ResolvedModel, trust_remote_code: bool | None = None) -> Any:
+def load_hf_config(model: ResolvedModel, trust_remote_code: bool | None = None) -> PreTrainedConfig:
     """The transformers config of `model`; remote code runs only if `model.trust_remote_code`
     (the resolver's decision) or an explicit `trust_remote_code` says so."""
     from transformers import AutoConfig
@@ -55,7 +55,7 @@ def load_hf_config(model: ResolvedModel, trust_remote_code: bool | None = None) 
 
 
 def build_meta_model(
-    hf_config: Any, source: str, dtype: str = "bf16", trust_remote_code: bool = False
+    hf_config: PreTrainedConfig, source: str, dtype: str = "bf16", trust_remote_code: bool = False
 ) -> PreTrainedModel:
     """The full architecture on the meta device at `dtype`: shapes only, built in about a second."""
     from transformers import AutoModelForCausalLM

@@ -19,8 +19,8 @@ cast up (`cast_call`) sees exactly the platform's rounded inputs: the error meas
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Container
-from typing import Any
+from collections.abc import Callable, Container, Sequence
+from typing import Any, TypeAlias, TypedDict, TypeGuard
 
 import torch
 from pydantic import BaseModel, Field
@@ -30,8 +30,12 @@ from day0.core.dtypes import ALL_DTYPES, dtype_name
 __all__ = [
     "Call",
     "DtypeConstraint",
+    "Example",
+    "ExampleArg",
+    "OpArg",
     "OpInventory",
     "OpRecord",
+    "TensorDesc",
     "build_call",
     "cast_call",
     "declared_key",
@@ -45,8 +49,23 @@ __all__ = [
     "resolve_op",
 ]
 
-Call = tuple[list[Any], dict[str, Any]]
+OpArg: TypeAlias = Any
+"""One argument (or result) of an aten call: a tensor, a tensor list, a scalar, a dtype, a device,
+None...: each op's schema decides, so the value is open."""
+ExampleArg: TypeAlias = Any
+"""One argument in the notation (module doc): a tensor description, a string, a number, None, a
+list or a keyword mapping of them, as captured or read back from JSON."""
+Example: TypeAlias = list[ExampleArg]
+"""One call in the notation: its arguments, keyword arguments as a trailing `{'kwargs': {...}}`."""
+Call = tuple[list[OpArg], dict[str, OpArg]]
 """Positional and keyword arguments of one call."""
+
+
+class TensorDesc(TypedDict):
+    """A tensor in the notation."""
+
+    shape: list[int]
+    dtype: str
 
 
 class OpRecord(BaseModel):
@@ -57,7 +76,7 @@ class OpRecord(BaseModel):
     )
     dtypes: list[str] = Field(default_factory=list, description="Floating dtypes of tensor inputs.")
     modules: list[str] = Field(default_factory=list, description="Where it runs, e.g. 'layers.1 (mla+moe)'.")
-    examples: list[list[Any]] = Field(default_factory=list, description="Calls in the op-call notation (module doc).")
+    examples: list[Example] = Field(default_factory=list, description="Calls in the op-call notation (module doc).")
 
 
 class DtypeConstraint(BaseModel):
@@ -118,7 +137,7 @@ def is_composite_implicit(op: str) -> bool:
 # --- writing calls down ------------------------------------------------------------------------
 
 
-def describe(value: Any) -> Any:
+def describe(value: object) -> ExampleArg:
     """One call argument in the notation."""
     if isinstance(value, torch.Tensor):
         return {"shape": list(value.shape), "dtype": dtype_name(value.dtype)}
@@ -135,25 +154,25 @@ def describe(value: Any) -> Any:
     return repr(value)
 
 
-def describe_call(args: tuple | list, kwargs: dict[str, Any]) -> list[Any]:
+def describe_call(args: Sequence[object], kwargs: dict[str, object]) -> Example:
     return [describe(a) for a in args] + ([{"kwargs": describe(kwargs)}] if kwargs else [])
 
 
 # --- reading calls back ------------------------------------------------------------------------
 
 
-def is_tensor_desc(v: Any) -> bool:
+def is_tensor_desc(v: object) -> TypeGuard[TensorDesc]:
     return isinstance(v, dict) and set(v) == {"shape", "dtype"}
 
 
-def _split(example: list[Any]) -> tuple[list[Any], dict[str, Any]]:
+def _split(example: Example) -> tuple[Example, dict[str, OpArg]]:
     """(positional descriptions, keyword arguments as values; recorded devices dropped)."""
     if example and isinstance(example[-1], dict) and set(example[-1]) == {"kwargs"}:
         return example[:-1], {k: _value(v) for k, v in example[-1]["kwargs"].items() if v != "<device>"}
     return example, {}
 
 
-def _value(v: Any) -> Any:
+def _value(v: ExampleArg) -> OpArg:
     if v == "<device>":
         return "cpu"
     if isinstance(v, str) and v.startswith("torch."):
@@ -163,7 +182,7 @@ def _value(v: Any) -> Any:
     return v
 
 
-def example_numel(example: list[Any]) -> int:
+def example_numel(example: Example) -> int:
     """Elements in the example's input tensors."""
     total = 0
     for v in example:
@@ -174,10 +193,10 @@ def example_numel(example: list[Any]) -> int:
     return total
 
 
-def meta_call(example: list[Any]) -> Call:
+def meta_call(example: Example) -> Call:
     """The call on meta tensors: shapes and dtypes only, no memory."""
 
-    def meta(v: Any) -> Any:
+    def meta(v: ExampleArg) -> OpArg:
         if is_tensor_desc(v):
             return torch.empty(v["shape"], dtype=ALL_DTYPES[v["dtype"]], device="meta")
         return [meta(x) for x in v] if isinstance(v, list) else _value(v)
@@ -227,7 +246,7 @@ def _float(shape: list[int], g: torch.Generator, op: str, pos: int, edge: bool) 
     return x
 
 
-def _index_fixups(op: str, args: list[Any], g: torch.Generator) -> None:
+def _index_fixups(op: str, args: list[OpArg], g: torch.Generator) -> None:
     """Give index-like int tensors valid values (in range, unique where duplicates are racy)."""
 
     def ri(high: int, like: torch.Tensor) -> torch.Tensor:
@@ -273,7 +292,7 @@ def _index_fixups(op: str, args: list[Any], g: torch.Generator) -> None:
 
 def build_call(
     op: str,
-    example: list[Any],
+    example: Example,
     seed: int = 0,
     edge: bool = True,
     dtype_for: Callable[[str], torch.dtype] | None = None,
@@ -287,7 +306,7 @@ def build_call(
     example, kwargs = _split(example)
     counter = iter(range(1_000_000))
 
-    def make(v: Any, arg: int | None = None) -> Any:
+    def make(v: ExampleArg, arg: int | None = None) -> OpArg:
         if is_tensor_desc(v):
             dtype = ALL_DTYPES[v["dtype"]]
             pos = next(counter)
@@ -306,7 +325,7 @@ def build_call(
         args[_FILL_SCALAR[op]] = -math.inf  # JSON stores +-inf as null; -inf is the masking value
     _index_fixups(op, args, g)
 
-    def fix(v: Any) -> Any:
+    def fix(v: OpArg) -> OpArg:
         return to(dtype_name(v)) if isinstance(v, torch.dtype) and v.is_floating_point else v
 
     return cast_call(([fix(a) for a in args], {k: fix(v) for k, v in kwargs.items()}), lambda d: d, device)
@@ -318,7 +337,7 @@ def cast_call(
     """A fresh copy of `call` with every floating tensor (and floating dtype argument) cast by
     `float_dtype`; floating tensors become autograd leaves if `requires_grad`."""
 
-    def conv(v: Any) -> Any:
+    def conv(v: OpArg) -> OpArg:
         if isinstance(v, torch.Tensor):
             if v.is_floating_point():
                 return v.detach().to(device=device, dtype=float_dtype(v.dtype), copy=True).requires_grad_(requires_grad)

@@ -11,8 +11,7 @@ dtype is one torch has; `rope_scaling`/`rope_parameters`/`text_config` are mappi
 
 from __future__ import annotations
 
-from typing import Any
-
+from day0.core.typing import HFConfigDict
 from day0.errors import ModelError, shorten
 
 __all__ = ["BOUNDS", "DTYPE_NAMES", "EXPERT_KEYS", "MAPPING_KEYS", "TOP_K_KEYS", "check_config"]
@@ -40,13 +39,13 @@ DTYPE_NAMES = frozenset(
 MAPPING_KEYS = ("rope_scaling", "rope_parameters", "text_config", "quantization_config")
 
 
-def _integer(source: str, key: str, value: Any, least: int, most: int) -> int:
+def _integer(source: str, key: str, value: object, least: int, most: int) -> int:
     if not isinstance(value, int) or isinstance(value, bool) or not least <= value <= most:
         raise ModelError(source, key, f"expected an integer from {least} to {most}, got {shorten(value, 40)}")
     return value
 
 
-def check_config(source: str, config: dict[str, Any]) -> None:
+def check_config(source: str, config: HFConfigDict) -> None:
     """Refuse implausible sizes in `config` (see the module contract); absent or null fields pass."""
     for key, (least, most) in BOUNDS.items():
         if config.get(key) is not None:
@@ -73,7 +72,7 @@ def check_config(source: str, config: dict[str, Any]) -> None:
         check_config(source, config["text_config"])
 
 
-def _check_shapes(source: str, config: dict[str, Any]) -> None:
+def _check_shapes(source: str, config: HFConfigDict) -> None:
     """Heads split the hidden size, K/V heads the heads (bounds already checked: ints or absent)."""
     hidden, heads = config.get("hidden_size"), config.get("num_attention_heads")
     kv = config.get("num_key_value_heads")

@@ -10,9 +10,11 @@ them. Like pytest's outcomes: `pass`, `warn` (passed, with something a person sh
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, ClassVar, Literal
+from typing import ClassVar, Literal
 
 from pydantic import BaseModel, Field, computed_field
+
+from day0.core.typing import JsonObject
 
 __all__ = ["Execution", "ExecutionEvent", "Judgement", "Progress", "StepResult", "Verdict", "worst"]
 
@@ -94,7 +96,7 @@ class StepResult(BaseModel):
     def files(self) -> dict[str, bytes]:
         return {}
 
-    def artifact_table(self) -> list[dict[str, Any]]:
+    def artifact_table(self) -> list[JsonObject]:
         """Rows published as the step's table artifact (one per checked item); none by default."""
         return []
 

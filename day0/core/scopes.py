@@ -6,21 +6,29 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Protocol
 
 import torch
+
+from day0.core.typing import DecoderStack
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
 
-__all__ = ["module_scopes"]
+__all__ = ["ScopeRecorder", "module_scopes"]
+
+
+class ScopeRecorder(Protocol):
+    """What records ops by module: `scope` names the module running now."""
+
+    scope: str
 
 
 @contextmanager
-def module_scopes(model: PreTrainedModel, recorder: Any, kept: list[tuple[int, str]]) -> Iterator[None]:
+def module_scopes(model: PreTrainedModel, recorder: ScopeRecorder, kept: list[tuple[int, str]]) -> Iterator[None]:
     """Set `recorder.scope` to the module each op runs in: top-level units and decoder layers `kept`
     ((index, kind) each), forward and backward."""
-    inner: Any = getattr(model, "model", model)  # the decoder stack: its attributes vary by architecture
+    inner: DecoderStack = getattr(model, "model", model)
     units: list[tuple[str, torch.nn.Module]] = [
         (f"layers.{index} ({kind})", layer) for (index, kind), layer in zip(kept, inner.layers)
     ]
@@ -29,7 +37,7 @@ def module_scopes(model: PreTrainedModel, recorder: Any, kept: list[tuple[int, s
     handles = []
     for label, module in units:
 
-        def enter(*_: Any, _label: str = label) -> None:
+        def enter(*_: object, _label: str = label) -> None:
             recorder.scope = _label
 
         handles.append(module.register_forward_pre_hook(enter))

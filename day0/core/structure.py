@@ -9,7 +9,7 @@ planner, the trial scaler) read.
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, Field
 
@@ -18,7 +18,7 @@ from day0.errors import ModelError
 
 if TYPE_CHECKING:
     import torch
-    from transformers import PreTrainedModel
+    from transformers import PreTrainedConfig, PreTrainedModel
 
 __all__ = [
     "COMPONENTS",
@@ -127,7 +127,7 @@ def _component(name: str) -> str:
     return next((comp for comp, pattern in _COMPONENT_RULES if pattern.search(name)), "other")
 
 
-def _moe_numbers(cfg: Any) -> tuple[int, int, int]:
+def _moe_numbers(cfg: PreTrainedConfig) -> tuple[int, int, int]:
     num_experts = (
         getattr(cfg, "n_routed_experts", None)
         or getattr(cfg, "num_experts", None)
@@ -149,7 +149,7 @@ def _decoder_layers(model: torch.nn.Module) -> torch.nn.ModuleList:
     return layers
 
 
-def _attention_kind(cfg: Any) -> Literal["MHA", "GQA", "MQA", "MLA"]:
+def _attention_kind(cfg: PreTrainedConfig) -> Literal["MHA", "GQA", "MQA", "MLA"]:
     if getattr(cfg, "kv_lora_rank", None):
         return "MLA"
     heads = cfg.num_attention_heads
@@ -171,7 +171,7 @@ def layer_kinds(model: PreTrainedModel, attention_kind: str) -> list[tuple[str, 
     return kinds
 
 
-def _kv_cache_bytes(cfg: Any, kind: str, head_dim: int) -> dict[str, int]:
+def _kv_cache_bytes(cfg: PreTrainedConfig, kind: str, head_dim: int) -> dict[str, int]:
     layers = cfg.num_hidden_layers
     if kind == "MLA":  # the compressed latent plus the shared rope key (DeepSeek-V2 paper, sec. 2.1)
         per_layer = cfg.kv_lora_rank + cfg.qk_rope_head_dim

@@ -13,8 +13,8 @@ Strategies, cheapest first (`STRATEGIES`):
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterable
-from typing import Any, Literal
+from collections.abc import Iterable, Sequence
+from typing import Literal
 
 import torch
 from pydantic import BaseModel, ConfigDict, Field
@@ -22,8 +22,8 @@ from torch._decomp import decomposition_table
 from torch.utils._pytree import tree_leaves, tree_map
 
 from day0.core.dtypes import ALL_DTYPES, DTYPES
-from day0.core.ops import resolve_op
-from day0.platforms.kernels import KernelEntry, KernelTable, MissingKernelError, Platform, load_plugin_kernels
+from day0.core.ops import OpArg, resolve_op
+from day0.platforms.kernels import Kernel, KernelEntry, KernelTable, MissingKernelError, Platform, load_plugin_kernels
 
 __all__ = [
     "STRATEGIES",
@@ -42,7 +42,7 @@ _INT_CALLS: list[str | None] = [*sorted(set(ALL_DTYPES) - set(DTYPES)), None]
 _active = threading.local()
 
 
-def write_back(func: Any, args: tuple | list, copies: tuple | list, out: Any) -> Any:
+def write_back(func: torch._ops.OpOverload, args: Sequence[OpArg], copies: Sequence[OpArg], out: OpArg) -> OpArg:
     """After running `func` on copies of its arguments (cast or moved), copy what it mutated back
     into the caller's tensors and return those for the aliasing outputs: in-place ops stay in-place."""
     written = [
@@ -59,12 +59,12 @@ def write_back(func: Any, args: tuple | list, copies: tuple | list, out: Any) ->
     return out
 
 
-def upcast_kernel(func: Any, to: torch.dtype = torch.float32) -> Any:
+def upcast_kernel(func: torch._ops.OpOverload, to: torch.dtype = torch.float32) -> Kernel:
     """`func` run at `to`: floating inputs (or, for integer-only calls, the integer ones) are cast up,
     floating outputs cast back to the call's dtype. The reference for an integer op the host lacks
     (histc on int32), and step 2's upcast adaptation."""
 
-    def kernel(*args: Any, **kwargs: Any) -> Any:
+    def kernel(*args: OpArg, **kwargs: OpArg) -> OpArg:
         tensors = [t for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)]
         back = tensors[0].dtype if tensors else None
         any_float = any(t.is_floating_point() for t in tensors)
@@ -89,10 +89,10 @@ def upcast_kernel(func: Any, to: torch.dtype = torch.float32) -> Any:
     return kernel
 
 
-def _no_recursion(op: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+def _no_recursion(op: str, fn: Kernel) -> Kernel:
     """A decomposition that calls its own op again is no decomposition on this platform."""
 
-    def kernel(*args: Any, **kwargs: Any) -> Any:
+    def kernel(*args: OpArg, **kwargs: OpArg) -> OpArg:
         stack: set[str] = getattr(_active, "ops", set())
         if op in stack:
             raise MissingKernelError(f"decomposition of {op} calls {op} again")
@@ -105,8 +105,8 @@ def _no_recursion(op: str, fn: Callable[..., Any]) -> Callable[..., Any]:
     return kernel
 
 
-def _fallback(func: Any, device: str) -> Callable[..., Any]:
-    def kernel(*args: Any, **kwargs: Any) -> Any:
+def _fallback(func: torch._ops.OpOverload, device: str) -> Kernel:
+    def kernel(*args: OpArg, **kwargs: OpArg) -> OpArg:
         host = tree_map(lambda a: a.to("cpu") if isinstance(a, torch.Tensor) else a, (args, kwargs))
         from torch.utils._python_dispatch import _disable_current_modes
 

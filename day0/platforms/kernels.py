@@ -20,7 +20,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from importlib.metadata import EntryPoint, entry_points
-from typing import Any
+from typing import TypeAlias
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -28,6 +28,8 @@ from torch.utils._pytree import tree_leaves
 
 from day0.core.dtypes import DTYPES, dtype_name
 from day0.core.ops import (
+    Example,
+    OpArg,
     declared_key,
     describe_call,
     is_composite_implicit,
@@ -38,6 +40,7 @@ from day0.spec import PlatformSpec
 
 __all__ = [
     "ENTRY_POINT_GROUP",
+    "Kernel",
     "KernelEntry",
     "KernelTable",
     "MissingKernelError",
@@ -49,17 +52,20 @@ __all__ = [
 
 ENTRY_POINT_GROUP = "day0.platforms"
 
+Kernel: TypeAlias = Callable[..., OpArg]
+"""An aten kernel: called with its op's arguments, returns what the op returns."""
+
 
 class MissingKernelError(NotImplementedError):
     """The platform has no kernel for this op at this dtype. `op` and `example` (the call in the
     op-call notation of `day0.core.ops`) let step 2 adapt an op it only meets at run time."""
 
-    def __init__(self, message: str, op: str = "", example: list[Any] | None = None, dtype: str | None = None) -> None:
+    def __init__(self, message: str, op: str = "", example: Example | None = None, dtype: str | None = None) -> None:
         super().__init__(message)
         self.op, self.example, self.dtype = op, example, dtype
 
 
-def call_dtype(args: Any) -> str | None:
+def call_dtype(args: object) -> str | None:
     """The dtype a call runs at: its first floating tensor input, else its first tensor."""
     tensors = [t for t in tree_leaves(args) if isinstance(t, torch.Tensor)]
     floating = [t for t in tensors if t.dtype.is_floating_point]
@@ -68,7 +74,7 @@ def call_dtype(args: Any) -> str | None:
 
 @dataclass(frozen=True)
 class KernelEntry:
-    fn: Callable[..., Any] = field(repr=False)
+    fn: Kernel = field(repr=False)
     source: str = "vendor"
     dtypes: frozenset[str | None] | None = None
     reenter: bool = False
@@ -84,7 +90,7 @@ class KernelTable:
     def register(
         self,
         op: str,
-        fn: Callable[..., Any],
+        fn: Kernel,
         *,
         source: str = "vendor",
         dtypes: Iterable[str | None] | None = None,

@@ -55,7 +55,8 @@ class StepSpec:
     result: type[StepResult]
     run: Callable[..., StepResult]  # run.py's `run(ctx, progress, **results it reads)`
     scorecard_row: str  # the report's scorecard row this step's verdict counts in
-    job: StepJob[Any, Any] | None = None  # where it runs as a backend job (None: in the flow's process)
+    # where it runs as a backend job (None: in the flow's process), over the step's own request and result
+    job: StepJob[Any, Any] | None = None  # Any: models, which differ per step (StepJob is invariant in them)
     pods: Callable[[PipelineSpec], int] = _no_pods  # accelerator worker pods it needs at trial scale
     variant: Callable[[], str | None] = _no_variant  # what else shapes its result (a fault drill)
 

@@ -31,13 +31,13 @@ import logging
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import ValidationError
 from starlette.requests import ClientDisconnect
 
+from day0.core.typing import JsonObject
 from day0.store import open_store
 from day0.webhook.dedupe import DedupeStore
 from day0.webhook.dispatch import Dispatcher, StoreCalls, Trigger, Unavailable
@@ -54,7 +54,7 @@ _SECRET_HEADER = b"x-webhook-secret"
 
 
 class _Refused(Exception):
-    def __init__(self, status: int, reason: str, detail: Any = None):
+    def __init__(self, status: int, reason: str, detail: str | list[dict[str, str]] | None = None):
         self.status, self.reason, self.detail = status, reason, detail
 
 
@@ -123,9 +123,9 @@ def create_app(settings: WebhookSettings, watch: WatchConfig | None = None, trig
     app = FastAPI(title="day0 webhook receiver", docs_url=None, redoc_url=None, openapi_url=None, lifespan=lifespan)
     app.state.metrics, app.state.dispatcher = metrics, dispatcher
 
-    async def accept(repo: str, sha: str, reason: str) -> tuple[int, dict[str, Any]]:
+    async def accept(repo: str, sha: str, reason: str) -> tuple[int, JsonObject]:
         """Claim the release and queue it; or answer for the claim that exists."""
-        answer: dict[str, Any] = {"repo": repo, "sha": sha}
+        answer: JsonObject = {"repo": repo, "sha": sha}
         for _ in range(2):  # a claim released by a failing peer between our two reads: claim again once
             if await calls.claim(repo, sha):
                 try:
@@ -155,7 +155,7 @@ def create_app(settings: WebhookSettings, watch: WatchConfig | None = None, trig
             return 202, {**answer, "queued": True}
         raise Unavailable(f"the claim of {repo}@{sha} is being released elsewhere")
 
-    async def handle(request: Request) -> tuple[int, dict[str, Any]]:
+    async def handle(request: Request) -> tuple[int, JsonObject]:
         if not _secret_matches(request, secret):
             raise _Refused(401, "bad_secret")
         payload = _parse(await _read_limited(request, settings.max_body_bytes, settings.body_timeout_s))

@@ -22,8 +22,9 @@ import functools
 import logging
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, TypeVar
+from typing import TypeVar, TypeVarTuple
 
+from day0.core.typing import JsonObject
 from day0.store import S3Store
 from day0.webhook.dedupe import S3_SETTLE_S, DedupeStore
 from day0.webhook.metrics import WebhookMetrics
@@ -34,9 +35,10 @@ __all__ = ["Dispatcher", "StoreCalls", "Trigger", "Unavailable"]
 
 log = logging.getLogger("day0.webhook")
 T = TypeVar("T")
+Args = TypeVarTuple("Args")
 
 # (deployment name, parameters, idempotency key) -> flow run id
-Trigger = Callable[[str, dict[str, Any], str], Awaitable[str]]
+Trigger = Callable[[str, JsonObject, str], Awaitable[str]]
 
 
 class Unavailable(Exception):
@@ -48,7 +50,7 @@ class StoreCalls:
         self.dedupe, self.timeout_s = dedupe, timeout_s
         self.pool = ThreadPoolExecutor(threads, thread_name_prefix="day0-webhook-store")
 
-    async def __call__(self, fn: Callable[..., T], *args: Any) -> T:
+    async def __call__(self, fn: Callable[[*Args], T], *args: *Args) -> T:
         loop = asyncio.get_running_loop()
         name = getattr(fn, "__name__", "store call")
         try:

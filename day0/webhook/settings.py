@@ -13,10 +13,10 @@ from __future__ import annotations
 import copy
 import re
 from pathlib import Path
-from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, SecretStr, ValidationError, field_validator
 
+from day0.core.typing import JsonObject
 from day0.errors import SpecError, SpecIssue
 from day0.paths import CONFIGS_DIR
 from day0.settings import EnvSettings
@@ -73,15 +73,15 @@ class WatchConfig(BaseModel):
         "adapt/release", pattern=r"^[^/]+/[^/]+$", description="'flow/deployment' run for each new model commit."
     )
     template: Path = Field(description="Spec template (YAML); model.source is set to hf://org/name@sha.")
-    _spec: dict[str, Any] | None = PrivateAttr(None)
+    _spec: JsonObject | None = PrivateAttr(None)
 
-    def template_spec(self) -> dict[str, Any]:
+    def template_spec(self) -> JsonObject:
         """The template's mapping, read (and checked) once."""
         if self._spec is None:
             self._spec = _read_template(self.template)
         return self._spec
 
-    def build_spec(self, repo: str, sha: str) -> dict[str, Any]:
+    def build_spec(self, repo: str, sha: str) -> JsonObject:
         """The template with the model pinned to the commit and a name saying which commit it is."""
         spec = copy.deepcopy(self.template_spec())
         model = spec.get("model")
@@ -92,7 +92,7 @@ class WatchConfig(BaseModel):
         return spec | {"model": model, "metadata": {**(spec.get("metadata") or {}), "name": name}}
 
 
-def _read_template(path: Path) -> dict[str, Any]:
+def _read_template(path: Path) -> JsonObject:
     raw = read_user_yaml(path)
     if not isinstance(raw, dict):
         raise SpecError(str(path), [SpecIssue("", f"expected a spec mapping, got {type(raw).__name__}")])
@@ -117,7 +117,7 @@ def load_watch(path: Path) -> WatchConfig:
     try:
         config = WatchConfig.model_validate(raw)
     except ValidationError as exc:
-        raise SpecError(str(path), [SpecIssue.from_pydantic(dict(e)) for e in exc.errors()]) from None
+        raise SpecError(str(path), [SpecIssue.from_pydantic(e) for e in exc.errors()]) from None
     if not config.template.is_file():
         raise SpecError(str(path), [SpecIssue("template", f"{config.template} does not exist")])
     config.template_spec()

@@ -11,8 +11,10 @@ existing run for a key already used.
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 from uuid import UUID
+
+from day0.core.typing import JsonObject
 
 if TYPE_CHECKING:
     from prefect.client.orchestration import PrefectClient
@@ -45,7 +47,7 @@ class PrefectTrigger:
                 self.client = client
             return self.client
 
-    async def __call__(self, deployment: str, parameters: dict[str, Any], idempotency_key: str) -> str:
+    async def __call__(self, deployment: str, parameters: JsonObject, idempotency_key: str) -> str:
         from prefect.exceptions import ObjectNotFound
 
         client = await self._client()

@@ -21,14 +21,22 @@ import json
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any, cast
+from typing import Unpack, cast
 
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 from pydantic import BaseModel, Field
 
-from day0.backends.jobs import JobOutcome, run_job
-from day0.backends.kuberay.manifest import GROUP, PLURAL, RUN_ID_LABEL, VERSION, build_raycluster, label_value
+from day0.backends.jobs import JobOptions, JobOutcome, run_job
+from day0.backends.kuberay.manifest import (
+    GROUP,
+    PLURAL,
+    RUN_ID_LABEL,
+    VERSION,
+    BuildOptions,
+    build_raycluster,
+    label_value,
+)
 from day0.backends.kuberay.monitor import ClusterMonitor
 from day0.backends.kuberay.status import (
     CLUSTER_LABEL,
@@ -40,6 +48,7 @@ from day0.backends.kuberay.status import (
     raycluster_ready,
 )
 from day0.backends.kuberay.watching import ResourceWatch
+from day0.core.typing import KubeObject
 from day0.spec import ClusterSpec
 
 __all__ = ["KubeRayCluster", "RunResult", "delete_run_clusters", "raycluster_session"]
@@ -52,7 +61,7 @@ class RunResult(BaseModel):
     events: list[ClusterEvent] = Field(default_factory=list)
 
 
-def _api_client(api_client: Any) -> Any:
+def _api_client(api_client: client.ApiClient | None) -> client.ApiClient:
     if api_client is not None:
         return api_client
     try:
@@ -82,7 +91,7 @@ def _watch_until(watch: ResourceWatch, done: Callable[[ResourceWatch], bool]) ->
 class KubeRayCluster:
     """A RayCluster on the API server: create, wait Ready, monitor failures, delete."""
 
-    def __init__(self, manifest: dict[str, Any], *, api_client: Any = None) -> None:
+    def __init__(self, manifest: KubeObject, *, api_client: client.ApiClient | None = None) -> None:
         self.manifest = manifest
         self.name: str = manifest["metadata"]["name"]
         self.namespace: str = manifest["metadata"]["namespace"]
@@ -93,15 +102,15 @@ class KubeRayCluster:
         self._monitor: ClusterMonitor | None = None
 
     @classmethod
-    def attach(cls, name: str, namespace: str, *, api_client: Any = None) -> KubeRayCluster:
+    def attach(cls, name: str, namespace: str, *, api_client: client.ApiClient | None = None) -> KubeRayCluster:
         """A handle on an existing RayCluster (for teardown sweeps)."""
         return cls({"metadata": {"name": name, "namespace": namespace}}, api_client=api_client)
 
     # -- reading --
-    def get(self) -> dict[str, Any] | None:
+    def get(self) -> KubeObject | None:
         try:
             obj = self._custom.get_namespaced_custom_object(GROUP, VERSION, self.namespace, PLURAL, self.name)
-            return cast(dict[str, Any], obj)
+            return cast(KubeObject, obj)
         except ApiException as exc:
             if exc.status == 404:
                 return None
@@ -222,7 +231,9 @@ class KubeRayCluster:
             self._monitor.stop()
             self._monitor = None
 
-    def run_job(self, entrypoint: str, *, timeout_s: float, address: str | None = None, **job: Any) -> RunResult:
+    def run_job(
+        self, entrypoint: str, *, timeout_s: float, address: str | None = None, **job: Unpack[JobOptions]
+    ) -> RunResult:
         """Run a Ray job on the head while watching the cluster; lost nodes/pods are recovered
         (KubeRay recreates the pods, the job resumes from its checkpoint through Ray Train's
         FailureConfig) and every event during the job is in the result."""
@@ -266,12 +277,14 @@ class KubeRayCluster:
                 raise
 
 
-def delete_run_clusters(namespace: str, run_id: str | None = None, *, api_client: Any = None) -> list[str]:
+def delete_run_clusters(
+    namespace: str, run_id: str | None = None, *, api_client: client.ApiClient | None = None
+) -> list[str]:
     """Delete every day0 RayCluster in `namespace` (of one run, if given): the leak sweeper."""
     selector = "app.kubernetes.io/managed-by=day0" + (f",{RUN_ID_LABEL}={label_value(run_id)}" if run_id else "")
     api = _api_client(api_client)
     listed = cast(
-        dict[str, Any],
+        KubeObject,
         client.CustomObjectsApi(api).list_namespaced_custom_object(
             GROUP, VERSION, namespace, PLURAL, label_selector=selector
         ),
@@ -284,7 +297,12 @@ def delete_run_clusters(namespace: str, run_id: str | None = None, *, api_client
 
 @contextmanager
 def raycluster_session(
-    cluster: ClusterSpec, run_id: str, *, api_client: Any = None, wait: bool = True, **build: Any
+    cluster: ClusterSpec,
+    run_id: str,
+    *,
+    api_client: client.ApiClient | None = None,
+    wait: bool = True,
+    **build: Unpack[BuildOptions],
 ) -> Iterator[KubeRayCluster]:
     """Create, wait Ready, yield; always delete on exit (error, cancellation too) unless `keep_cluster`."""
     rc = KubeRayCluster(build_raycluster(cluster, run_id, **build), api_client=api_client)

@@ -19,9 +19,10 @@ import json
 import math
 import re
 from collections.abc import Mapping
-from typing import Any
+from typing import TypedDict
 
 from day0.backends.kuberay.status import ClusterError
+from day0.core.typing import KubeObject
 from day0.spec import ClusterSpec, NodePool
 
 __all__ = [
@@ -81,7 +82,7 @@ def labels(run_id: str, name: str, component: str = "ray-cluster") -> dict[str, 
 # --- sizing from the plan ----------------------------------------------------------------------
 
 
-def plan_accelerators(plan: Any) -> int:
+def plan_accelerators(plan: object) -> int:
     """World size of a parallel plan (TP x PP x CP x DP; EP shards within DP): a mapping or object."""
 
     def get(key: str) -> int:
@@ -140,12 +141,12 @@ def workers_for_pods(cluster: ClusterSpec, pods: int) -> dict[str, int]:
 # --- the builder -------------------------------------------------------------------------------
 
 
-def _resources(cpus: float, memory_gib: float, extra: Mapping[str, int] | None = None) -> dict[str, Any]:
-    amounts: dict[str, Any] = {"cpu": str(cpus), "memory": f"{int(memory_gib)}Gi", **(extra or {})}
+def _resources(cpus: float, memory_gib: float, extra: Mapping[str, int] | None = None) -> KubeObject:
+    amounts: dict[str, str | int] = {"cpu": str(cpus), "memory": f"{int(memory_gib)}Gi", **(extra or {})}
     return {"requests": dict(amounts), "limits": dict(amounts)}
 
 
-def _tolerations(pool: NodePool) -> list[dict[str, Any]]:
+def _tolerations(pool: NodePool) -> list[KubeObject]:
     own = [t.model_dump(exclude_none=True) for t in pool.tolerations]
     if pool.accelerator.resource == "cpu":
         return own
@@ -164,7 +165,7 @@ def _ray_start_params(pool: NodePool, cpus: int) -> dict[str, str]:
     return params
 
 
-def _worker_group(pool: NodePool, replicas: int, image: str, meta: dict[str, str]) -> dict[str, Any]:
+def _worker_group(pool: NodePool, replicas: int, image: str, meta: dict[str, str]) -> KubeObject:
     acc = pool.accelerator
     if pool.elastic is None:
         low = high = replicas  # a fixed pool: the autoscaler must not resize it
@@ -172,7 +173,7 @@ def _worker_group(pool: NodePool, replicas: int, image: str, meta: dict[str, str
         low, high = pool.elastic.min, pool.elastic.max
     cpus = max(1, pool.cpus_per_node - 2)  # leave room for daemonsets on the node
     extra = {acc.resource: acc.per_node} if acc.resource != "cpu" else None
-    pod_spec: dict[str, Any] = {
+    pod_spec: KubeObject = {
         "containers": [
             {"name": "ray-worker", "image": image, "resources": _resources(cpus, pool.memory_gib_per_node * 0.9, extra)}
         ],
@@ -195,8 +196,8 @@ def _head_group(
     node_selector: Mapping[str, str],
     cpus: int,
     memory_gib: int,
-    tolerations: list[dict[str, Any]] | None = None,
-) -> dict[str, Any]:
+    tolerations: list[KubeObject] | None = None,
+) -> KubeObject:
     ports = [
         {"containerPort": 6379, "name": "gcs"},
         {"containerPort": 8265, "name": "dashboard"},
@@ -216,17 +217,28 @@ def _head_group(
     }
 
 
+class BuildOptions(TypedDict, total=False):
+    """`build_raycluster`'s keyword arguments, as a caller that forwards them (`raycluster_session`) takes them."""
+
+    plan: object
+    workers: Mapping[str, int] | None
+    image: str | None
+    head_node_selector: Mapping[str, str] | None
+    head_cpus: int | None
+    head_memory_gib: int | None
+
+
 def build_raycluster(
     cluster: ClusterSpec,
     run_id: str,
     *,
-    plan: Any = None,
+    plan: object = None,
     workers: Mapping[str, int] | None = None,
     image: str | None = None,
     head_node_selector: Mapping[str, str] | None = None,
     head_cpus: int | None = None,
     head_memory_gib: int | None = None,
-) -> dict[str, Any]:
+) -> KubeObject:
     """The RayCluster manifest for one run. `workers` (per pool) overrides sizing from `plan`;
     the head follows `cluster.head` unless the `head_*` arguments override it."""
     if not cluster.node_pools:
@@ -239,7 +251,7 @@ def build_raycluster(
     name = cluster_name(run_id)
     image = image or _default_image()
     meta = labels(run_id, name)
-    spec: dict[str, Any] = {
+    spec: KubeObject = {
         "rayVersion": image.split(":")[-1].split("-")[0],
         "headGroupSpec": _head_group(
             image,
@@ -272,7 +284,7 @@ def build_raycluster(
     }
 
 
-def _apply_pod_options(spec: dict[str, Any], cluster: ClusterSpec) -> None:
+def _apply_pod_options(spec: KubeObject, cluster: ClusterSpec) -> None:
     """The spec's own `ray start` flags (cluster-wide, then per pool) and container environment."""
     env = [
         {"name": e.name, "value": e.value}

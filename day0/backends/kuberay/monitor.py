@@ -28,7 +28,7 @@ import threading
 import time
 from collections.abc import Callable
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING
 
 from kubernetes.client.exceptions import ApiException
 
@@ -43,18 +43,21 @@ from day0.backends.kuberay.status import (
     node_ready,
     pod_ready,
 )
-from day0.backends.kuberay.watching import EventType, ResourceWatch
+from day0.backends.kuberay.watching import ApiObject, EventType, ResourceWatch
+
+if TYPE_CHECKING:
+    from kubernetes.client import CoreV1Api, CoreV1Event
 
 __all__ = ["ClusterMonitor"]
 
-Handler = Callable[[EventType, Any], None]
+Handler = Callable[[EventType, ApiObject], None]
 
 
 class ClusterMonitor:
     """`ClusterMonitor(core, "day0", "day0-run-1-ab12cd", events).start()`; `.stop()` when the job is done."""
 
     def __init__(
-        self, core: Any, namespace: str, cluster: str, events: list[ClusterEvent], *, recover: bool = True
+        self, core: CoreV1Api, namespace: str, cluster: str, events: list[ClusterEvent], *, recover: bool = True
     ) -> None:
         self._core, self._namespace, self._cluster = core, namespace, cluster
         self.events = events
@@ -209,7 +212,7 @@ class ClusterMonitor:
                 if pod.metadata.uid not in self._handled:
                     self._check(pod)
 
-    def _on_event(self, kind: EventType, event: Any) -> None:
+    def _on_event(self, kind: EventType, event: CoreV1Event) -> None:
         """Warning Events created after the first list, about this RayCluster or its pods."""
         about = event.involved_object
         ours = (about.kind == "RayCluster" and about.name == self._cluster) or (

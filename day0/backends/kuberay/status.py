@@ -14,12 +14,16 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Iterable, Mapping
-from typing import Any, Literal, TypeAlias
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
 from pydantic import BaseModel, Field
 
+from day0.core.typing import KubeObject
 from day0.errors import Day0Error
+
+if TYPE_CHECKING:
+    from kubernetes.client import V1NodeCondition, V1PodCondition
 
 __all__ = [
     "CLUSTER_LABEL",
@@ -83,7 +87,7 @@ class PoolReport(BaseModel):
         return f"pool {self.pool!r}: {self.ready}/{self.desired} Ready, {self.pods} pods, {self.pending} Pending{why}"
 
 
-def raycluster_ready(obj: Mapping[str, Any] | None, desired_workers: int) -> bool:
+def raycluster_ready(obj: KubeObject | None, desired_workers: int) -> bool:
     """Head Ready and every desired worker Ready; a `ReplicaFailure` condition raises `ClusterError`."""
     status = (obj or {}).get("status") or {}
     conds = {c.get("type"): c for c in status.get("conditions") or []}
@@ -95,7 +99,7 @@ def raycluster_ready(obj: Mapping[str, Any] | None, desired_workers: int) -> boo
     return head and int(status.get("readyWorkerReplicas") or 0) >= desired_workers
 
 
-def _condition(obj: Any, kind: str) -> Any:
+def _condition(obj: Pod | Node, kind: str) -> V1PodCondition | V1NodeCondition | None:
     return next((c for c in (obj.status.conditions or []) if c.type == kind), None)
 
 
@@ -127,7 +131,7 @@ def unschedulable(pod: Pod) -> str | None:
     return f"{head} ({found.group(0) if found else message})"
 
 
-def pool_reports(pods: Iterable[Pod], manifest: Mapping[str, Any]) -> list[PoolReport]:
+def pool_reports(pods: Iterable[Pod], manifest: KubeObject) -> list[PoolReport]:
     """The groups (head first) that are short of Ready pods or have Pending pods, with the scheduler's reasons.
 
     No pods at all means the operator made none: reported on the head."""

@@ -20,26 +20,29 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any, Literal
+from typing import Any, Literal, TypeAlias
 
 from kubernetes import watch
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
-__all__ = ["EventType", "ResourceWatch"]
+__all__ = ["ApiObject", "EventType", "ResourceWatch"]
 
 EventType = Literal["ADDED", "MODIFIED", "DELETED", "SYNCED"]
+# What a list call returns and a watch yields: a `kubernetes.client` model (V1PodList, V1Pod, CoreV1Event)
+# for typed calls, a plain dict for custom objects; the watch stream's events are untyped.
+ApiObject: TypeAlias = Any
 _GONE = 410
 _LIST_TIMEOUT_S = 60
 
 
-def _meta(obj: Any, field: Literal["uid", "resourceVersion"]) -> str | None:
+def _meta(obj: ApiObject, field: Literal["uid", "resourceVersion"]) -> str | None:
     if isinstance(obj, Mapping):
         return (obj.get("metadata") or {}).get(field)
     return getattr(obj.metadata, "uid" if field == "uid" else "resource_version", None)
 
 
-def _uid(obj: Any) -> str:
+def _uid(obj: ApiObject) -> str:
     return _meta(obj, "uid") or ""
 
 
@@ -48,8 +51,8 @@ class ResourceWatch:
 
     def __init__(
         self,
-        list_fn: Callable[..., Any],
-        *args: Any,
+        list_fn: Callable[..., ApiObject],
+        *args: str,
         label_selector: str | None = None,
         field_selector: str | None = None,
         deadline: float | None = None,
@@ -59,7 +62,7 @@ class ResourceWatch:
         self._list, self._args = list_fn, args
         self._kwargs = {k: v for k, v in (("label_selector", label_selector), ("field_selector", field_selector)) if v}
         self._deadline, self._window_s, self._on_error = deadline, window_s, on_error
-        self.objects: dict[str, Any] = {}
+        self.objects: dict[str, ApiObject] = {}
         self.resource_version: str | None = None
         self._stop = threading.Event()
         self._watch: watch.Watch | None = None
@@ -72,7 +75,7 @@ class ResourceWatch:
     def _left(self) -> float:
         return float("inf") if self._deadline is None else self._deadline - time.monotonic()
 
-    def __iter__(self) -> Iterator[tuple[EventType, Any]]:
+    def __iter__(self) -> Iterator[tuple[EventType, ApiObject]]:
         failures = 0
         while not self._stop.is_set() and self._left() > 0:
             try:
@@ -92,7 +95,7 @@ class ResourceWatch:
                 self._stop.wait(min(0.5 * 2**failures, 30.0, max(self._left(), 0.0)))
                 failures += 1
 
-    def _relist(self) -> Iterator[tuple[EventType, Any]]:
+    def _relist(self) -> Iterator[tuple[EventType, ApiObject]]:
         listed = self._list(*self._args, _request_timeout=_LIST_TIMEOUT_S, **self._kwargs)
         items = listed["items"] if isinstance(listed, Mapping) else listed.items
         version = _meta(listed, "resourceVersion")
@@ -109,7 +112,7 @@ class ResourceWatch:
         self.resource_version = version
         yield "SYNCED", None
 
-    def _follow(self) -> Iterator[tuple[EventType, Any]]:
+    def _follow(self) -> Iterator[tuple[EventType, ApiObject]]:
         window = int(max(1, min(self._window_s, self._left())))
         self._watch = current = watch.Watch()
         stream = current.stream(

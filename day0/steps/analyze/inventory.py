@@ -16,14 +16,14 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_map
 
 from day0.core.dtypes import DTYPES, dtype_name
-from day0.core.ops import DtypeConstraint, OpInventory, OpRecord, describe_call, op_name
+from day0.core.ops import DtypeConstraint, Example, OpInventory, OpRecord, describe_call, op_name
 from day0.core.scopes import module_scopes
 from day0.core.structure import _decoder_layers, layer_kinds
 from day0.core.training import (
@@ -107,11 +107,11 @@ class _Recorder(TorchDispatchMode):
             return tree_map(lambda o: o.to(dtype) if isinstance(o, torch.Tensor) and o.is_floating_point() else o, out)
 
 
-def _floating(example: list[Any]) -> set[str]:
+def _floating(example: Example) -> set[str]:
     return {leaf for leaf in torch.utils._pytree.tree_leaves(example) if isinstance(leaf, str) and leaf in DTYPES}
 
 
-def _new_dtype(examples: list[list[Any]], example: list[Any]) -> bool:
+def _new_dtype(examples: list[Example], example: Example) -> bool:
     """`example` has a floating dtype that none of `examples` has."""
     seen = set().union(*map(_floating, examples)) if examples else set()
     return bool(_floating(example) - seen)

@@ -14,9 +14,11 @@ blocks = usable // (block_size x bytes per token); max sequences = cached tokens
 from __future__ import annotations
 
 import math
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import BaseModel, Field
+
+from day0.core.typing import HFConfigDict
 
 __all__ = [
     "KVBudget",
@@ -41,7 +43,7 @@ class KVLayout(BaseModel):
     rope_dim: int | None = Field(None, description="MLA decoupled rope key width.")
 
 
-def kv_layout(config: dict[str, Any]) -> KVLayout:
+def kv_layout(config: HFConfigDict) -> KVLayout:
     """The cache layout of an HF `config.json` dict (multimodal wrappers: its `text_config`)."""
     cfg = config.get("text_config") or config
     layers, heads = int(cfg["num_hidden_layers"]), int(cfg["num_attention_heads"])

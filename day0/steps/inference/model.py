@@ -17,12 +17,16 @@ import importlib
 import shutil
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import torch
 from pydantic import BaseModel, Field
 
+from day0.core.typing import HFConfigDict
 from day0.errors import UsageError
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel, PreTrainedTokenizerFast
 
 __all__ = [
     "HELD_OUT_MODULES",
@@ -48,7 +52,7 @@ class ServedModel(BaseModel):
     """What to serve, as plain data (it travels in a job request)."""
 
     label: str = Field(description="What it is, for the report (e.g. 'trial checkpoint of tiny-qwen3-moe').")
-    config: dict[str, Any] = Field(description="The HF config.json of the (scaled-down) model.")
+    config: HFConfigDict = Field(description="The HF config.json of the (scaled-down) model.")
     tokenizer_dir: Path = Field(description="A saved HF tokenizer whose vocabulary matches config.vocab_size.")
     seed: int = Field(0, description="Initial weights' seed (the trial's), used when there is no checkpoint.")
     checkpoint: str | None = Field(
@@ -60,7 +64,7 @@ def held_out_text() -> str:
     return "\n\n".join(importlib.import_module(m).__doc__ or "" for m in HELD_OUT_MODULES)
 
 
-def load_tokenizer(directory: Path) -> Any:
+def load_tokenizer(directory: Path) -> PreTrainedTokenizerFast:
     from transformers import PreTrainedTokenizerFast
 
     if not (directory / "tokenizer.json").is_file():
@@ -82,7 +86,7 @@ def _checkpoint_state(uri: str) -> dict[str, torch.Tensor]:
     return torch.load(path, weights_only=True)
 
 
-def build_model(served: ServedModel) -> Any:
+def build_model(served: ServedModel) -> PreTrainedModel:
     """The causal LM in fp32: the checkpoint's weights if given, else initialised from `served.seed`."""
     from transformers import AutoConfig, AutoModelForCausalLM
 

@@ -19,11 +19,12 @@ import random
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from pydantic import BaseModel, Field
 
 from day0.core.result import Progress
+from day0.core.typing import HFConfigDict
 from day0.errors import UsageError
 from day0.spec import InferenceSpec, PlatformSpec
 from day0.steps.inference.client import LoadRequest, LoadSettings, run_load
@@ -35,9 +36,16 @@ from day0.steps.inference.quantize import ExpertCodec, QuantizationReport, quant
 from day0.steps.inference.result import EngineCache, InferenceResult, SweepPoint
 from day0.steps.inference.server import ENGINE, EngineConfig, EngineFinding, Server, ServingError, serve
 
+if TYPE_CHECKING:
+    import torch
+    from transformers import PreTrainedModel
+
 __all__ = ["FullModel", "InferenceRequest", "run_inference"]
 
 QUALITY_SEQ_LEN, QUALITY_WINDOWS = 128, 16
+# The Hugging Face tokenizer the workload decodes prompts with: transformers types `decode` as
+# `str | list[str]` whatever it is given, and a list of ids always decodes to one string.
+Tokenizer: TypeAlias = Any
 _SERVING_BYTES = {"none": 2.0, "int8-weight": 1.0, "fp8": 1.0}  # full model: bf16 unless quantised
 
 
@@ -45,7 +53,7 @@ class FullModel(BaseModel):
     """The full-size model (step 1's), for its KV budget on the platform."""
 
     label: str
-    config: dict[str, Any]
+    config: HFConfigDict
     params_total: int = Field(ge=1)
 
 
@@ -69,8 +77,8 @@ def _check_engine(inference: InferenceSpec, platform: PlatformSpec) -> None:
 
 
 def _quantize(
-    request: InferenceRequest, reference: Any, batch: Any, codec: ExpertCodec | None, say: Progress
-) -> tuple[Any, QuantizationReport | None, QualityReport | None]:
+    request: InferenceRequest, reference: PreTrainedModel, batch: torch.Tensor, codec: ExpertCodec | None, say: Progress
+) -> tuple[PreTrainedModel, QuantizationReport | None, QualityReport | None]:
     method = request.inference.quantization
     if method == "none":
         return reference, None, None
@@ -121,7 +129,9 @@ def _budgets(request: InferenceRequest, served_weight_bytes: int) -> tuple[list[
     return out, engine
 
 
-def _workload(tokenizer: Any, tokens: list[int], n: int, inference: InferenceSpec, seed: int) -> list[LoadRequest]:
+def _workload(
+    tokenizer: Tokenizer, tokens: list[int], n: int, inference: InferenceSpec, seed: int
+) -> list[LoadRequest]:
     """`n` prompts cut from held-out text with vLLM's random-dataset lengths (uniform around the means)."""
     b, rng = inference.benchmark, random.Random(seed)
 
@@ -137,7 +147,7 @@ def _workload(tokenizer: Any, tokens: list[int], n: int, inference: InferenceSpe
 
 
 def _sweep(
-    server: Server, tokenizer: Any, tokens: list[int], inference: InferenceSpec, say: Progress
+    server: Server, tokenizer: Tokenizer, tokens: list[int], inference: InferenceSpec, say: Progress
 ) -> tuple[list[SweepPoint], list[str]]:
     b, slo = inference.benchmark, inference.slo
     points, notes = [], []

@@ -8,7 +8,7 @@ built in `day0.platforms.adapted`, so the trial can rebuild what step 2 adapted 
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal
 
 import torch
 
@@ -26,12 +26,12 @@ HOST_LINK_GBPS = 25.0  # PCIe 4.0 x16, the usual host<->accelerator link
 DEVICE_MEM_GBPS = 1000.0  # order of an accelerator's HBM bandwidth; the ratio is what matters
 
 
-def _int_dtypes(record: Any) -> list[str]:
+def _int_dtypes(record: OpRecord) -> list[str]:
     """The integer dtypes an integer-only op runs at (so an upcast's fp32 call is not re-routed)."""
     return sorted({d["dtype"] for ex in record.examples for d in ex if isinstance(d, dict) and "shape" in d})
 
 
-def _launches(record: Any, platform: Platform, dtype: str, inventory_dtype: str) -> int:
+def _launches(record: OpRecord, platform: Platform, dtype: str, inventory_dtype: str) -> int:
     """Kernels one adapted call launches on the platform (the decomposition's cost)."""
     target = DTYPES[dtype]
     call = build_call(
@@ -49,7 +49,7 @@ def _launches(record: Any, platform: Platform, dtype: str, inventory_dtype: str)
     return max(1, sum(n for (name, src), n in mode.served.items() if not src.startswith("adapt:")))
 
 
-def _cost(strategy: str, record: Any, platform: Platform, dtype: str, inventory_dtype: str) -> tuple[float, str]:
+def _cost(strategy: str, record: OpRecord, platform: Platform, dtype: str, inventory_dtype: str) -> tuple[float, str]:
     b = DTYPE_BYTES.get(dtype, 4)  # 'int': int32-sized
     if strategy == "decomposition":
         n = _launches(record, platform, dtype, inventory_dtype)
@@ -62,7 +62,7 @@ def _cost(strategy: str, record: Any, platform: Platform, dtype: str, inventory_
 
 
 def adapt_op(
-    record: Any,
+    record: OpRecord,
     platform: Platform,
     dtype: str,
     validation: ValidationSpec,

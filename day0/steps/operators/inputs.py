@@ -8,16 +8,15 @@ Shrinking halves the largest dimension everywhere it appears, keeping shape rela
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 import torch
 
-from day0.core.ops import example_numel, is_tensor_desc, meta_call, resolve_op
+from day0.core.ops import Example, ExampleArg, TensorDesc, example_numel, is_tensor_desc, meta_call, resolve_op
 
 __all__ = ["call_numel", "shrink_example"]
 
 
-def call_numel(op: str, example: list[Any]) -> int:
+def call_numel(op: str, example: Example) -> int:
     """Elements in the inputs plus the outputs of one call."""
     args, kwargs = meta_call(example)
     total = example_numel(example)
@@ -28,11 +27,11 @@ def call_numel(op: str, example: list[Any]) -> int:
     return total + sum(t.numel() for t in torch.utils._pytree.tree_leaves(out) if isinstance(t, torch.Tensor))
 
 
-def shrink_example(example: list[Any], cap: int, size: Callable[[list[Any]], int] = example_numel) -> list[Any]:
+def shrink_example(example: Example, cap: int, size: Callable[[Example], int] = example_numel) -> Example:
     """Halve the largest dimension size everywhere it appears (shapes and equal int args) until
     `size(example)` is at most `cap`: keeps shape relations (mm's K, split sizes) intact."""
 
-    def remap(v: Any, old: int, new: int) -> Any:
+    def remap(v: ExampleArg, old: int, new: int) -> ExampleArg:
         if is_tensor_desc(v):
             return {"shape": [new if s == old else s for s in v["shape"]], "dtype": v["dtype"]}
         if isinstance(v, list):
@@ -48,14 +47,14 @@ def shrink_example(example: list[Any], cap: int, size: Callable[[list[Any]], int
     return example
 
 
-def _size_lists(v: Any) -> list[int]:
+def _size_lists(v: ExampleArg) -> list[int]:
     """Positive ints of int lists (sizes of new_zeros, expand, view ...)."""
     if isinstance(v, list) and v and all(type(x) is int for x in v):
         return [x for x in v if x > 1]
     return [s for x in v for s in _size_lists(x)] if isinstance(v, list) else []
 
 
-def _tensor_descs(v: Any) -> list[dict[str, Any]]:
+def _tensor_descs(v: ExampleArg) -> list[TensorDesc]:
     if is_tensor_desc(v):
         return [v]
     return [d for x in v for d in _tensor_descs(x)] if isinstance(v, list) else []

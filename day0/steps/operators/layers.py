@@ -12,7 +12,7 @@ import copy
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Literal
 
 import torch
 from pydantic import BaseModel, Field
@@ -23,6 +23,7 @@ from day0.core.dtypes import DTYPES
 from day0.core.model_source import ResolvedModel
 from day0.core.modeling import load_hf_config
 from day0.core.structure import ModelStructure
+from day0.core.typing import DecoderStack
 from day0.platforms.kernels import MissingKernelError, Platform
 from day0.spec import ValidationSpec
 from day0.steps.analyze.result import AnalyzeResult
@@ -32,7 +33,7 @@ from day0.steps.operators.opcheck import ReferenceMode
 from day0.steps.operators.result import LayerReport, LayerRow
 
 if TYPE_CHECKING:
-    from transformers import PreTrainedModel
+    from transformers import PreTrainedConfig, PreTrainedModel
 
 __all__ = ["WholeModel", "build_model", "compare_layers", "layer_units", "reduced_params"]
 
@@ -56,7 +57,7 @@ def _keep(structure: ModelStructure, layers: int | None) -> list[int]:
     return sorted(kind.indices[0] for kind in structure.layer_kinds)
 
 
-def _config(whole: WholeModel) -> Any:
+def _config(whole: WholeModel) -> PreTrainedConfig:
     """The config at the depth to build (the last kept layer + 1)."""
     cfg = load_hf_config(whole.model)
     cfg.num_hidden_layers = whole.keep_layers[-1] + 1
@@ -67,7 +68,7 @@ def _config(whole: WholeModel) -> Any:
 
 
 def _trim(model: PreTrainedModel, keep: list[int]) -> PreTrainedModel:
-    inner: Any = getattr(model, "model", model)  # the decoder stack: its attributes vary by architecture
+    inner: DecoderStack = getattr(model, "model", model)
     if len(keep) != len(inner.layers):
         inner.layers = nn.ModuleList([inner.layers[i] for i in keep])
         for new, layer in enumerate(inner.layers):  # attention modules index their KV cache slot
@@ -115,7 +116,7 @@ def layer_units(model: nn.Module) -> list[tuple[str, nn.Module]]:
     return units
 
 
-def _first_tensor(out: Any) -> torch.Tensor | None:
+def _first_tensor(out: object) -> torch.Tensor | None:
     if isinstance(out, torch.Tensor):
         return out
     if isinstance(out, (tuple, list)) and out and isinstance(out[0], torch.Tensor):
@@ -130,7 +131,7 @@ def _capture(model: nn.Module) -> Iterator[tuple[dict[str, torch.Tensor], dict[s
     handles = []
     for name, module in layer_units(model):
 
-        def hook(_m: nn.Module, _i: Any, out: Any, _name: str = name) -> None:
+        def hook(_m: nn.Module, _i: object, out: object, _name: str = name) -> None:
             t = _first_tensor(out)
             if t is None:
                 return

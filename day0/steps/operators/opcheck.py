@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable
 from functools import reduce
-from typing import Any, Literal
+from typing import Literal
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -22,6 +22,7 @@ from torch.utils._pytree import tree_leaves
 from day0.core.dtypes import DTYPES, dtype_name
 from day0.core.ops import (
     Call,
+    OpArg,
     OpInventory,
     OpRecord,
     build_call,
@@ -31,7 +32,7 @@ from day0.core.ops import (
     resolve_op,
 )
 from day0.platforms.adapted import upcast_kernel
-from day0.platforms.kernels import MissingKernelError, Platform
+from day0.platforms.kernels import Kernel, MissingKernelError, Platform
 from day0.spec import ValidationSpec
 from day0.steps.operators.inputs import call_numel, shrink_example
 from day0.steps.operators.metrics import (
@@ -65,11 +66,11 @@ class ReferenceMode(TorchDispatchMode):
             return upcast_kernel(func, torch.float32)(*args, **kwargs)
 
 
-def _outputs(out: Any) -> list[torch.Tensor]:
+def _outputs(out: OpArg) -> list[torch.Tensor]:
     return [t for t in tree_leaves(out) if isinstance(t, torch.Tensor)]
 
 
-def _results(func: Any, call: Call, out: Any) -> list[torch.Tensor]:
+def _results(func: torch._ops.OpOverload, call: Call, out: OpArg) -> list[torch.Tensor]:
     """What a call produced: its returned tensors; for an op that returns nothing, the tensors it
     wrote in place (an in-place foreach op such as AdamW's `_foreach_lerp_` returns `()`)."""
     if func._schema.returns:
@@ -83,7 +84,7 @@ def _results(func: Any, call: Call, out: Any) -> list[torch.Tensor]:
     return _outputs(written)
 
 
-def _run(func: Any, call: Call, platform: Platform | None) -> tuple[Any, list[str]]:
+def _run(func: Kernel, call: Call, platform: Platform | None) -> tuple[OpArg, list[str]]:
     if platform is None:
         return func(*call[0], **call[1]), []
     with platform.mode() as mode:
@@ -109,7 +110,7 @@ def _compare_outputs(
 
 
 def _grads(
-    func: Any, call: Call, platform: Platform | None, seed: int, cot_dtype: torch.dtype
+    func: Kernel, call: Call, platform: Platform | None, seed: int, cot_dtype: torch.dtype
 ) -> list[torch.Tensor] | None:
     """Input gradients for a seeded cotangent, rounded to the platform dtype so both sides get the same."""
     leaves = [a for a in tree_leaves(call) if isinstance(a, torch.Tensor) and a.requires_grad]
@@ -135,7 +136,7 @@ def _run_dtype(record: OpRecord, dtype: str, inventory_dtype: str) -> str:
     return dtype if inventory_dtype in record.dtypes else record.dtypes[0]
 
 
-def _coarsest(*values: Any) -> str:
+def _coarsest(*values: object) -> str:
     """The least precise floating dtype among the tensors in `values` ('fp32' if none)."""
     floats = {v.dtype for v in tree_leaves(values) if isinstance(v, torch.Tensor) and v.is_floating_point()}
     return dtype_name(max(floats, key=lambda d: torch.finfo(d).eps)) if floats else "fp32"
@@ -228,7 +229,7 @@ def check_op(
     return _judge(result, judged, grad_judged, kind, served, notes, start)
 
 
-def _reference(func: Any, r_call: Call, ref: torch.dtype, run_dtype: str, notes: set[str]) -> Any:
+def _reference(func: torch._ops.OpOverload, r_call: Call, ref: torch.dtype, run_dtype: str, notes: set[str]) -> OpArg:
     try:
         return _run(func, r_call, None)[0]
     except RuntimeError:
@@ -242,7 +243,7 @@ def _reference(func: Any, r_call: Call, ref: torch.dtype, run_dtype: str, notes:
 
 
 def _grad_check(
-    func: Any,
+    func: torch._ops.OpOverload,
     p_call: Call,
     r_call: Call,
     platform: Platform,

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Literal
+from typing import TYPE_CHECKING, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
 from day0.core.result import Judgement, StepResult, Verdict
+from day0.core.typing import JsonObject
 from day0.steps.operators.metrics import ErrorMetrics, worst_figures
+
+if TYPE_CHECKING:
+    from day0.platforms.kernels import MissingKernelError
 
 __all__ = [
     "Adaptation",
@@ -145,7 +149,7 @@ class LayerReport(BaseModel):
     error: str | None = Field(None, description="Why the platform run did not complete, if it did not.")
     notes: list[str] = Field(default_factory=list)
     seconds: float
-    _missing: Any = PrivateAttr(default=None)  # the MissingKernelError that stopped the run, if any
+    _missing: MissingKernelError | None = PrivateAttr(default=None)  # what stopped the run, if anything
 
     @property
     def passed(self) -> bool:
@@ -199,7 +203,7 @@ class TrainingStepCheck(BaseModel):
     kernel_calls: dict[str, int] = Field(default_factory=dict, description="Calls per kernel source.")
     error: str | None = Field(None, description="Why the platform's step did not complete, if it did not.")
     seconds: float
-    _missing: Any = PrivateAttr(default=None)  # the MissingKernelError that stopped the run, if any
+    _missing: MissingKernelError | None = PrivateAttr(default=None)  # what stopped the run, if anything
 
     @property
     def passed(self) -> bool:
@@ -339,7 +343,7 @@ class OperatorsResult(StepResult):
         title = f"{self.layers.model}: {self.layers.compute_dtype} vs {self.layers.reference_dtype}, per module"
         return {"layers.png": grouped_bars(title, modules, series, "RMS error / RMS(reference)", log=True)}
 
-    def artifact_table(self) -> list[dict[str, Any]]:
+    def artifact_table(self) -> list[JsonObject]:
         return [
             {
                 "op": c.op,

@@ -20,7 +20,7 @@ import copy
 import time
 from collections import Counter
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Literal
 
 import torch
 
@@ -55,8 +55,8 @@ def _data_parallel(model: torch.nn.Module) -> Iterator[torch.nn.Module]:
 
 
 def _step(
-    model: torch.nn.Module, batch: torch.Tensor, dtype: torch.dtype, mode: contextlib.AbstractContextManager[Any]
-) -> dict[str, Any]:
+    model: torch.nn.Module, batch: torch.Tensor, dtype: torch.dtype, mode: contextlib.AbstractContextManager[object]
+) -> dict[str, torch.Tensor]:
     """One trial step of `model` (modified): the loss, the clipped gradients and the update, flat in fp64."""
     model.train()
     params = [p for p in model.parameters() if p.requires_grad]

@@ -33,6 +33,7 @@ from pydantic import BaseModel, Field
 from day0.core.dtypes import DTYPES
 from day0.core.recompute import Recompute
 from day0.core.training import GRAD_CLIP_NORM, WEIGHT_DECAY, clip_gradients, forward_loss, make_optimizer
+from day0.core.typing import HFConfigDict, JsonObject
 from day0.platforms.adapted import AdaptedKernel, apply_adaptations
 from day0.platforms.kernels import Platform, PlatformMode, load_plugin_kernels
 from day0.spec import PlatformSpec
@@ -94,7 +95,7 @@ class StepRecord(BaseModel):
 
 
 class LoopConfig(BaseModel):
-    model_config_dict: dict[str, Any] = Field(description="The scaled HF config (model.scale_config).")
+    model_config_dict: HFConfigDict = Field(description="The scaled HF config (model.scale_config).")
     seed: int = 0
     steps: int = Field(ge=1)
     global_batch: int = Field(ge=1, description="Sequences per optimizer step, across all workers.")
@@ -169,7 +170,7 @@ def _state_dicts(model: torch.nn.Module, optimizer: torch.optim.Optimizer, distr
     return get_state_dict(model, optimizer, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
 
 
-def _load_state(model, optimizer, directory: Path, distributed: bool) -> list[dict[str, Any]]:
+def _load_state(model, optimizer, directory: Path, distributed: bool) -> list[JsonObject]:
     model_sd = torch.load(directory / "model.pt", weights_only=True)
     optim_sd = torch.load(directory / "optimizer.pt", weights_only=True)
     if distributed:
@@ -188,13 +189,13 @@ def _load_state(model, optimizer, directory: Path, distributed: bool) -> list[di
     return json.loads((directory / "history.json").read_text())
 
 
-def _save_state(directory: Path, model_sd, optim_sd, history: list[dict[str, Any]]) -> None:
+def _save_state(directory: Path, model_sd, optim_sd, history: list[JsonObject]) -> None:
     torch.save(model_sd, directory / "model.pt")
     torch.save(optim_sd, directory / "optimizer.pt")
     (directory / "history.json").write_text(json.dumps(history))
 
 
-def _import_model_code(config: dict[str, Any]) -> None:
+def _import_model_code(config: HFConfigDict) -> None:
     """Build the model once on the meta device so its modelling code is imported (no memory)."""
     from transformers import AutoModelForCausalLM
 
@@ -223,7 +224,8 @@ def _device(cfg: LoopConfig, local_rank: int) -> torch.device:
     return torch.device(cfg.device_type, local_rank)
 
 
-def train_loop(config: dict[str, Any]) -> list[dict[str, Any]]:
+# Any: Ray Train's one config dict: LoopConfig's fields as data, a tensor, an actor handle, hooks
+def train_loop(config: dict[str, Any]) -> list[JsonObject]:
     """Ray Train's per-worker function. `config`: LoopConfig fields + `tokens` (1-D int tensor)
     + optional `event_log` (an EventLog actor handle) and `hooks` (LoopHooks). Returns rank 0's
     history (StepRecord dicts)."""
@@ -265,7 +267,7 @@ def run_steps(
     report=None,
     log=lambda kind, **kw: None,
     hooks: LoopHooks | None = None,
-) -> list[dict[str, Any]]:
+) -> list[JsonObject]:
     """The loop itself; `report`/`checkpoint` are Ray Train's (None when run bare by the benchmark)."""
     hooks = hooks or LoopHooks()
     torch.set_num_threads(cfg.num_threads)
@@ -289,7 +291,7 @@ def run_steps(
     activations = SavedActivations(model)  # counted on the first step run (every step has the same shapes)
     counted: TrainingState | None = None
 
-    history: list[dict[str, Any]] = []
+    history: list[JsonObject] = []
     if checkpoint is not None:
         with checkpoint.as_directory() as d:
             history = _load_state(model, optimizer, Path(d), distributed)

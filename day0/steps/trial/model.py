@@ -17,10 +17,11 @@ from __future__ import annotations
 import copy
 import math
 import warnings
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import torch
 
+from day0.core.typing import HFConfigDict
 from day0.errors import ModelError
 from day0.spec import TrialScale
 
@@ -45,7 +46,7 @@ def _round8(x: float) -> int:
     return max(8, math.ceil(x / 8) * 8)
 
 
-def _scale_heads(cfg: dict[str, Any], hidden: int) -> None:
+def _scale_heads(cfg: HFConfigDict, hidden: int) -> None:
     heads = cfg.get("num_attention_heads")
     if not heads or cfg.get("head_dim") or cfg.get("qk_nope_head_dim"):
         return  # explicit head dims (MLA, or head_dim set) do not depend on hidden_size
@@ -58,7 +59,7 @@ def _scale_heads(cfg: dict[str, Any], hidden: int) -> None:
     cfg["num_key_value_heads"] = kv
 
 
-def _scale_experts(cfg: dict[str, Any], experts: int) -> None:
+def _scale_experts(cfg: HFConfigDict, experts: int) -> None:
     key = next((k for k in EXPERT_KEYS if cfg.get(k)), None)
     if key is None:
         return
@@ -75,8 +76,8 @@ def _scale_experts(cfg: dict[str, Any], experts: int) -> None:
 
 
 def scale_config(
-    config: dict[str, Any], scale: TrialScale, *, vocab_size: int, seq_len: int, eos_token_id: int = 0
-) -> dict[str, Any]:
+    config: HFConfigDict, scale: TrialScale, *, vocab_size: int, seq_len: int, eos_token_id: int = 0
+) -> HFConfigDict:
     """A copy of the HF `config` dict scaled as `scale` says (see the module docstring)."""
     cfg = {k: v for k, v in copy.deepcopy(config).items() if k not in _DROP_KEYS}
     text = cfg.pop("text_config", None)
@@ -107,7 +108,7 @@ def scale_config(
     return cfg
 
 
-def _hf_config(config: dict[str, Any]) -> PreTrainedConfig:
+def _hf_config(config: HFConfigDict) -> PreTrainedConfig:
     from transformers import AutoConfig
 
     model_type = config.get("model_type")
@@ -122,7 +123,7 @@ def _hf_config(config: dict[str, Any]) -> PreTrainedConfig:
 
 
 def build_model(
-    config: dict[str, Any], *, seed: int, experts_implementation: str | None = None, device: str | torch.device = "cpu"
+    config: HFConfigDict, *, seed: int, experts_implementation: str | None = None, device: str | torch.device = "cpu"
 ) -> PreTrainedModel:
     """The causal LM for `config`, initialised from `seed` in fp32 (master weights)."""
     from transformers import AutoModelForCausalLM

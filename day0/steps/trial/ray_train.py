@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Literal
 from urllib.parse import urlparse
 
 from pydantic import BaseModel, Field
@@ -46,12 +46,12 @@ class EventLog:
     """A Ray actor collecting RunEvents from workers and the Train controller (see `event_log`)."""
 
     def __init__(self) -> None:
-        self._events: list[dict[str, Any]] = []
+        self._events: list[dict[str, float | str | None]] = []
 
-    def record(self, kind: str, **fields: Any) -> None:
+    def record(self, kind: str, **fields: float | str | None) -> None:
         self._events.append({"time": time.time(), "kind": kind, **fields})
 
-    def events(self) -> list[dict[str, Any]]:
+    def events(self) -> list[dict[str, float | str | None]]:
         return list(self._events)
 
 
@@ -124,7 +124,11 @@ def ray_storage(uri: str, settings: StoreSettings | None = None) -> tuple[str, F
     from pyarrow import fs
 
     s = settings or StoreSettings()
-    kwargs: dict[str, Any] = {"region": s.region, "access_key": s.access_key_id, "secret_key": s.secret_access_key}
+    kwargs: dict[str, str | None] = {
+        "region": s.region,
+        "access_key": s.access_key_id,
+        "secret_key": s.secret_access_key,
+    }
     if s.endpoint_url:
         endpoint = urlparse(s.endpoint_url)
         kwargs.update(endpoint_override=endpoint.netloc or endpoint.path, scheme=endpoint.scheme or "https")

@@ -11,11 +11,12 @@ from __future__ import annotations
 import datetime as dt
 import statistics
 from itertools import pairwise
-from typing import Any, ClassVar, Literal
+from typing import ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from day0.core.result import Judgement, StepResult
+from day0.core.typing import HFConfigDict
 from day0.steps.trial.alignment import AlignmentReport
 from day0.steps.trial.cost_check import CostCheck
 from day0.steps.trial.loop import StepRecord
@@ -161,7 +162,7 @@ class TrialResult(StepResult):
 
     model: str
     scaled: dict[str, int | None] = Field(description="layers, hidden, experts, vocab, parameters of the trial model.")
-    scaled_config: dict[str, Any] = Field(
+    scaled_config: HFConfigDict = Field(
         default_factory=dict, description="The scaled-down model's HF config (what the memory estimate models)."
     )
     dataset: str

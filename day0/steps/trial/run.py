@@ -8,10 +8,9 @@ library takes as values, so it never imports another step's code. When `DAY0_TRI
 
 from __future__ import annotations
 
-from typing import Any
-
 from day0.backends.session import backend_for
 from day0.core.result import Progress
+from day0.core.typing import HFConfigDict
 from day0.planner.profile import CalibratedProfile, load_profile
 from day0.planner.trial_estimate import TrialPrediction, predict_trial
 from day0.runs import RunContext
@@ -69,7 +68,7 @@ class PlannerMemoryEstimate:
         return f"step 3 cost model ({figures}), same configuration (TP1 PP1, DP = workers), eager-op traffic counted"
 
     def predict(
-        self, config: dict[str, Any], plan: TrialPlan, loop: LoopConfig, workers: int, step_time: bool = True
+        self, config: HFConfigDict, plan: TrialPlan, loop: LoopConfig, workers: int, step_time: bool = True
     ) -> TrialPrediction:
         """The prediction; `step_time=False` skips counting the eager ops' traffic (a real forward and
         backward of the model's first layers), which only the step time needs."""
@@ -98,7 +97,7 @@ class PlannerMemoryEstimate:
             eager_bytes=eager,
         )
 
-    def __call__(self, config: dict[str, Any], plan: TrialPlan, loop: LoopConfig, workers: int) -> float | None:
+    def __call__(self, config: HFConfigDict, plan: TrialPlan, loop: LoopConfig, workers: int) -> float | None:
         return self.predict(config, plan, loop, workers, step_time=False).peak_bytes
 
 

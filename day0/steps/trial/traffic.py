@@ -17,7 +17,6 @@ loss once.
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -26,6 +25,7 @@ from torch.utils._pytree import tree_leaves
 from day0.core.dtypes import DTYPES
 from day0.core.scopes import module_scopes
 from day0.core.training import forward_loss
+from day0.core.typing import HFConfigDict
 from day0.steps.trial.model import build_model
 
 __all__ = ["eager_traffic_bytes"]
@@ -33,7 +33,7 @@ __all__ = ["eager_traffic_bytes"]
 _GEMM_OPS = frozenset({"mm", "addmm", "bmm", "baddbmm", "addbmm", "_grouped_mm"})
 
 
-def _moves_data(func: Any) -> bool:
+def _moves_data(func: torch._ops.OpOverload) -> bool:
     """Not a view: some output is new memory or written in place (views alias without writing)."""
     returns = func._schema.returns
     return not returns or any(r.alias_info is None or r.alias_info.is_write for r in returns)
@@ -55,7 +55,7 @@ class _ByteCounter(TorchDispatchMode):
 
 
 def eager_traffic_bytes(
-    config: dict[str, Any], kinds: list[str], micro_batch: int, seq_len: int, compute_dtype: str
+    config: HFConfigDict, kinds: list[str], micro_batch: int, seq_len: int, compute_dtype: str
 ) -> float:
     """Bytes the non-GEMM, non-view ops of one trial forward + backward move on one worker (see the
     module docstring); `kinds` names each decoder layer's kind (`ModelStructure.layer_kind_of`)."""

@@ -21,7 +21,7 @@ import json
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Literal, Protocol, cast
+from typing import TYPE_CHECKING, Literal, Protocol, TypedDict, cast
 from urllib.parse import urlparse
 
 from pydantic import BaseModel, Field
@@ -31,6 +31,7 @@ from day0.core.model_source import ResolvedModel
 from day0.core.precision import host_compute_dtype
 from day0.core.recompute import Recompute
 from day0.core.result import Progress
+from day0.core.typing import HFConfigDict
 from day0.errors import UsageError
 from day0.platforms.adapted import AdaptedKernel
 from day0.settings import StoreSettings
@@ -40,7 +41,7 @@ from day0.steps.trial.alignment import compare_curves, reference_noise
 from day0.steps.trial.data import TokenData, prepare_data
 from day0.steps.trial.loop import LoopConfig, LoopHooks, StepRecord, TrainDtype, platform_mode
 from day0.steps.trial.model import EXPERT_KEYS, scale_config
-from day0.steps.trial.ray_train import TrainingRun, event_log, run_training
+from day0.steps.trial.ray_train import EventLog, TrainingRun, event_log, run_training
 from day0.steps.trial.result import (
     MemoryComparison,
     RunSummary,
@@ -50,6 +51,10 @@ from day0.steps.trial.result import (
     steady_tokens_per_s,
     summarize_run,
 )
+
+if TYPE_CHECKING:
+    import numpy as np
+    from ray.actor import ActorHandle
 
 __all__ = [
     "TRIAL_VOCAB",
@@ -82,7 +87,7 @@ class MemoryEstimate(Protocol):
 
     source: str  # what made the estimate, for the report
 
-    def __call__(self, config: dict[str, Any], plan: TrialPlan, loop: LoopConfig, workers: int) -> float | None: ...
+    def __call__(self, config: HFConfigDict, plan: TrialPlan, loop: LoopConfig, workers: int) -> float | None: ...
 
 
 def _load_curve(uri: str, settings: StoreSettings | None) -> TrialCurve:
@@ -142,7 +147,7 @@ def _curve(label: str, platform: str, loop: LoopConfig, workers: int, run: Train
     )
 
 
-def _scaled_summary(cfg: dict[str, Any], data: TokenData) -> dict[str, int | None]:
+def _scaled_summary(cfg: HFConfigDict, data: TokenData) -> dict[str, int | None]:
     import torch
     from transformers import AutoModelForCausalLM
 
@@ -161,7 +166,7 @@ def _scaled_summary(cfg: dict[str, Any], data: TokenData) -> dict[str, int | Non
 
 def _loops(
     spec: PipelineSpec,
-    cfg: dict[str, Any],
+    cfg: HFConfigDict,
     plan: TrialPlan,
     notes: list[str],
     device_present: bool = False,
@@ -204,7 +209,7 @@ def _loops(
     return reference, candidate
 
 
-def candidate_loop(spec: PipelineSpec, cfg: dict[str, Any], plan: TrialPlan) -> LoopConfig:
+def candidate_loop(spec: PipelineSpec, cfg: HFConfigDict, plan: TrialPlan) -> LoopConfig:
     """The candidate's loop for the scaled config `cfg` (what a memory estimate models)."""
     return _loops(spec, cfg, plan, [])[1]
 
@@ -234,8 +239,17 @@ def _raise_failed(runs: list[RunSummary], checkpoint_uri: str) -> None:
         )
 
 
+class _RunOptions(TypedDict):
+    """What the reference and the candidate run share: `run_training`'s keyword arguments."""
+
+    storage_uri: str
+    max_failures: int
+    log: ActorHandle[EventLog]
+    store_settings: StoreSettings | None
+
+
 def _reference(
-    spec: PipelineSpec, loop: LoopConfig, tokens: Any, common: dict[str, Any], notes: list[str], say: Progress
+    spec: PipelineSpec, loop: LoopConfig, tokens: np.ndarray, common: _RunOptions, notes: list[str], say: Progress
 ) -> tuple[TrialCurve, TrainingRun | None]:
     """The reference curve: trained here (`cpu-fp32`), or loaded from a saved curve."""
     if spec.trial.reference != "cpu-fp32":
@@ -273,7 +287,7 @@ def _platform_notes(spec: PipelineSpec, loop: LoopConfig, resource: str | None, 
     return notes + table_notes
 
 
-def scaled_model(trial: TrialSpec, config: dict[str, Any]) -> tuple[dict[str, Any], TokenData]:
+def scaled_model(trial: TrialSpec, config: HFConfigDict) -> tuple[HFConfigDict, TokenData]:
     """The model step 5 trains (and step 6 serves when step 5 did not run): step 1's `config` scaled
     by `trial.scale`, with the trial tokenizer's vocabulary; and the tokenized data."""
     data = prepare_data(trial.dataset, TRIAL_VOCAB)
@@ -313,7 +327,7 @@ def run_trial(
     present = resource is None or _advertised(resource)
     ref_loop, cand_loop = _loops(spec, cfg, plan, notes, present, adapted_kernels(adaptations))
     notes += _platform_notes(spec, cand_loop, resource, present)
-    common: dict[str, Any] = {
+    common: _RunOptions = {
         "storage_uri": checkpoint_uri,
         "max_failures": max_failures,
         "log": log or event_log(),
