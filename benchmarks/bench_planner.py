@@ -1,8 +1,10 @@
 """Step 3 planner: speed, accuracy and start-up.
 
-- speed: the full search for a 1T-parameter MoE (Kimi K2, 1.03T) on 4096 accelerators with every knob (TP,
-  PP + virtual stages, EP + expert-TP, CP, DP, micro-batch, ZeRO 0-3, recompute, offload), against a
-  brute-force enumeration of the same cost model (which must find the identical ranked plans);
+- speed: the full search for a 1T-parameter MoE (Kimi K2, 1.03T) on 2,048 and 16,384 accelerators with
+  every knob (TP, PP + virtual stages, EP + expert-TP, CP, DP, micro-batch, ZeRO 0-3, recompute, offload):
+  process CPU time (`time.process_time()`), the best of 3 cold searches (the stage-partition caches
+  cleared before each), target <= 0.5 s; on 4,096 against a brute-force enumeration of the same cost
+  model (which must find the identical ranked plans);
 - accuracy: the step-time error on every published run of tests/data/planner/published_runs.yaml;
 - start-up: the wall time of a `day0 plan` process on a cached structure, as a ratio to
   `python -c 'import pydantic, yaml'` measured in the same run (target <= 3), both with a warm bytecode
@@ -15,6 +17,7 @@
 from __future__ import annotations
 
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -23,12 +26,14 @@ import time
 from functools import partial
 from pathlib import Path
 
-CASES = [  # (model, platform, accelerators, seq_len, global_batch)
-    ("kimi-k2", "h800", 4096, 4096, 4096),
-    ("deepseek-v3", "h800", 2048, 4096, 15360),
-    ("llama-3.1-405b", "h100", 16384, 8192, 2048),
+CASES = [  # (name, model, platform, accelerators, seq_len, global_batch, CPU target s)
+    ("kimi-k2-2048", "kimi-k2", "h800", 2048, 4096, 4096, 0.5),  # issue 25: 1.7 s, 27k configurations
+    ("kimi-k2-16384", "kimi-k2", "h800", 16384, 4096, 16384, 0.5),  # Kimi K2's batch: 67M tokens
+    ("kimi-k2", "kimi-k2", "h800", 4096, 4096, 4096, 2.0),  # with the brute-force comparison
+    ("deepseek-v3", "deepseek-v3", "h800", 2048, 4096, 15360, 2.0),
+    ("llama-3.1-405b", "llama-3.1-405b", "h100", 16384, 8192, 2048, 2.0),
 ]
-TARGET_S = 2.0
+BRUTE = "kimi-k2"
 STARTUP_TARGET = 3.0
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "tests" / "data" / "planner"
@@ -43,14 +48,19 @@ def _structure(name: str):
 
 
 def _timed(fn, repeats: int) -> tuple[object, float, float]:
-    """(result, median wall s, median CPU s of this process): the CPU time is robust to a shared machine."""
+    """(result, median wall s, least CPU s of this process over `repeats` cold runs): the CPU time is robust
+    to a shared machine, and its least is the run the other load disturbed least."""
+    from day0.planner import stages
+
     walls, cpus, out = [], [], None
     for _ in range(repeats):
+        stages.partition.cache_clear()  # each run a cold search: nothing memoised from the one before
+        stages.rank_groups.cache_clear()
         w, c = time.perf_counter(), time.process_time()
         out = fn()
         walls.append(time.perf_counter() - w)
         cpus.append(time.process_time() - c)
-    return out, statistics.median(walls), statistics.median(cpus)
+    return out, statistics.median(walls), min(cpus)
 
 
 def published_errors() -> dict:
@@ -92,15 +102,22 @@ def _bytecode_env(cache: Path) -> dict[str, str]:
     return env | {"PYTHONPYCACHEPREFIX": str(cache)}
 
 
-def _wall(cmd: list[str], env: dict[str, str], repeats: int = 3) -> float:
-    """Median wall time of `cmd` after one untimed run (which fills the bytecode and file caches)."""
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _wall(cmd: list[str], env: dict[str, str], repeats: int = 3) -> tuple[float, float]:
+    """(median wall s, median CPU s) of `cmd` after one untimed run (which fills the bytecode and file
+    caches); the CPU time is the child's own (getrusage), what the process costs on a shared machine."""
     subprocess.run(cmd, cwd=ROOT, check=True, capture_output=True, env=env)
-    times = []
+    times, cpus = [], []
     for _ in range(repeats):
-        t = time.perf_counter()
+        t, c = time.perf_counter(), _children_cpu()
         subprocess.run(cmd, cwd=ROOT, check=True, capture_output=True, env=env)
         times.append(time.perf_counter() - t)
-    return statistics.median(times)
+        cpus.append(_children_cpu() - c)
+    return statistics.median(times), statistics.median(cpus)
 
 
 def startup_ratio() -> dict:
@@ -118,8 +135,8 @@ def startup_ratio() -> dict:
     out: dict = {}
     with tempfile.TemporaryDirectory() as tmp:
         env = _bytecode_env(Path(tmp) / "pycache")
-        base = _wall([sys.executable, "-c", "import pydantic, yaml"], env)
-        out["baseline_import_s"] = round(base, 3)
+        base, base_cpu = _wall([sys.executable, "-c", "import pydantic, yaml"], env)
+        out["baseline_import_s"], out["baseline_import_cpu_s"] = round(base, 3), round(base_cpu, 3)
         for name, path, dominated_by in (
             ("tiny-local", CONFIGS_DIR / "pipelines" / "tiny-local.yaml", "start-up"),
             ("deepseek-v3-2048-h800", DATA / "deepseek-v3-2048-h800.yaml", "search"),
@@ -131,9 +148,16 @@ def startup_ratio() -> dict:
             resolved = resolve_model(spec.model)
             remember_structure(open_store(spec.storage), resolved, build_structure(resolved))
             cmd = [sys.executable, "-m", "cli", "plan", str(spec_path), "--json", "--out", f"{tmp}/p.yaml", "--force"]
-            plan = _wall(cmd, env)
-            out[name] = {"plan_s": round(plan, 3), "ratio": round(plan / base, 2), "dominated_by": dominated_by}
+            plan, plan_cpu = _wall(cmd, env)
+            out[name] = {
+                "plan_s": round(plan, 3),
+                "ratio": round(plan / base, 2),
+                "plan_cpu_s": round(plan_cpu, 3),
+                "cpu_ratio": round(plan_cpu / base_cpu, 2),
+                "dominated_by": dominated_by,
+            }
     out["tiny-local"]["under_target"] = out["tiny-local"]["ratio"] <= STARTUP_TARGET
+    out["tiny-local"]["under_target_cpu"] = out["tiny-local"]["cpu_ratio"] <= STARTUP_TARGET
     out["target"] = f"tiny-local <= {STARTUP_TARGET} x `python -c 'import pydantic, yaml'`"
     out["note"] = "median of 3 after one untimed run, both commands with a bytecode cache (PYTHONPYCACHEPREFIX)"
     return out
@@ -145,7 +169,7 @@ def run(brute: bool = True) -> dict:
     from day0.spec import PlatformSpec, TrainingSpec, load_yaml
 
     results = {}
-    for i, (model, platform, n, seq, gb) in enumerate(CASES):
+    for name, model, platform, n, seq, gb, target in CASES:
         s = _structure(model)
         hw = PlatformSpec.model_validate(load_yaml(CONFIGS_DIR / "platforms" / f"{platform}.yaml")).hardware
         cluster, training = cluster_figures(hw, n, 8), TrainingSpec(seq_len=seq, global_batch=gb)
@@ -156,8 +180,9 @@ def run(brute: bool = True) -> dict:
             "params_total_b": round(s.params_total / 1e9, 1),
             "search_wall_s": round(wall, 3),
             "search_cpu_s": round(cpu, 3),
-            "under_target_cpu": cpu < TARGET_S,
-            "under_target_wall": wall < TARGET_S,
+            "target_cpu_s": target,
+            "under_target_cpu": cpu <= target,
+            "under_target_wall": wall <= target,
             "degree_tuples": report.tuples_considered,
             "configurations_evaluated": report.configurations_evaluated,
             "configurations_per_s": round(report.configurations_evaluated / cpu),
@@ -170,7 +195,7 @@ def run(brute: bool = True) -> dict:
                 "mfu": round(best.time.mfu, 4),
             },
         }
-        if brute and i == 0:
+        if brute and name == BRUTE:
             ref, bwall, bcpu = _timed(partial(brute_force, s, cluster, training), 1)
             row["brute_force"] = {
                 "wall_s": round(bwall, 2),
@@ -181,14 +206,14 @@ def run(brute: bool = True) -> dict:
                 "identical_ranking": [p.model_dump() for p in ref.plans] == [p.model_dump() for p in report.plans],
                 "speedup": round(bcpu / cpu, 1),
             }
-        results[model] = row
+        results[name] = row
     return {
         "cases": results,
         "published": published_errors(),
         "startup": startup_ratio(),
-        "target": f"full search for a 1T MoE on 4096 accelerators < {TARGET_S} s",
+        "target": "full search for Kimi K2 (1.03T MoE) on 2048 and on 16384 accelerators <= 0.5 s of CPU",
         "note": "wall time depends on other load on the shared 2-core machine; process CPU time is the "
-        "planner's own work (median of 3 runs)",
+        "planner's own work (the least of 3 cold runs)",
     }
 
 

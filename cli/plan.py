@@ -4,7 +4,11 @@
     day0 plan SPEC --top 20 --out plan.yaml [--force]       # the YAML to a file instead
     day0 plan SPEC --json                                   # every ranked plan as JSON on stdout
 
-The chosen plan is step 4's (step 3's best with its memory/communication techniques). It is written
+The chosen plan is step 4's (step 3's best with its memory/communication techniques), printed and
+written with its Megatron-LM arguments and torchtitan config ("frameworks" with `--json`), after step
+4's cumulative sequence (each row the plan after one more technique: the changes add up), the
+elastic pool's minimum and maximum, and what to do next. Knobs the spec pins (`parallel:`, a written
+`training.micro_batch`) are kept; a fully pinned spec is evaluated as it stands. It is written
 to `plan.yaml` in the spec's run folder in its store (`<storage>/runs/<name>/<run-id>/`, beside what
 `day0 run` of the spec writes), or to `--out FILE`; the path is printed (with `--json`, under
 "written"), and "chosen" carries the same plan. Every plan file starts with a `# day0 plan` line: an
@@ -36,6 +40,7 @@ from day0.core.model_source import ResolvedModel, resolve_model
 from day0.core.structure import ModelStructure
 from day0.errors import StoreUnavailable, UsageError
 from day0.spec import PipelineSpec, load_spec
+from day0.spec_checks import check_parallel
 from day0.store import ArtifactStore, open_store, write_atomically
 from day0.yamlio import safe_load
 
@@ -53,14 +58,54 @@ PLAN_FILE = "plan.yaml"  # in the spec's run folder, where `day0 plan` writes wi
 _HEADER = b"# day0 plan"
 
 
+_COUNTERS = ("day0.core.structure", "day0.core.modeling")  # the code that counts a structure
+
+
 def structure_cache_key(resolved: ResolvedModel) -> str:
-    """Store key of a model's structure: a digest of its config.json and of the code that counts it
-    (`day0.provenance`: a fix to the structure analysis recounts; the version alone would not)."""
+    """Store key of a model's structure: a digest of its config.json. The entry records the code that
+    counted it (`_from_cache`): a fix to the structure analysis recounts; the version alone would not."""
+    blob = json.dumps(resolved.config, sort_keys=True, default=str).encode()
+    return f"structures/{hashlib.sha256(blob).hexdigest()[:16]}.json"
+
+
+def _code_digest() -> str:
+    """`day0.provenance`'s digest of the counting code's sources (parses them for their imports)."""
     from day0.provenance import code_digest
 
-    blob = json.dumps(resolved.config, sort_keys=True, default=str).encode()
-    blob += "".join(code_digest(m) for m in ("day0.core.structure", "day0.core.modeling")).encode()
-    return f"structures/{hashlib.sha256(blob).hexdigest()[:16]}.json"
+    return "".join(code_digest(m) for m in _COUNTERS)
+
+
+def _code_stamp() -> dict[str, list[int]]:
+    """(modification time ns, size) of every source file the digest covers."""
+    from day0.provenance import module_sources
+
+    files = sorted({p for m in _COUNTERS for p in module_sources(m)})
+    return {str(p): [st.st_mtime_ns, st.st_size] for p in files for st in [p.stat()]}
+
+
+def _stamp_holds(stamp: object) -> bool:
+    """Whether every file the stamp lists is unchanged (then the recorded digest still holds: no parse)."""
+    if not isinstance(stamp, dict) or not stamp:
+        return False
+    for path, recorded in stamp.items():
+        try:
+            st = Path(path).stat()
+        except OSError:
+            return False
+        if [st.st_mtime_ns, st.st_size] != recorded:
+            return False
+    return True
+
+
+def _from_cache(entry: object) -> ModelStructure | None:
+    """The cached structure when the code that counted it is the code here: its files unchanged by
+    time and size, else (moved, touched) the same digest; None to recount."""
+    if not isinstance(entry, dict) or not isinstance(entry.get("code"), dict) or "structure" not in entry:
+        return None  # an entry from before the code was recorded with it
+    code = entry["code"]
+    if not (_stamp_holds(code.get("files")) or code.get("digest") == _code_digest()):
+        return None
+    return ModelStructure.model_validate(entry["structure"])
 
 
 def cached_structure(store: ArtifactStore, spec: PipelineSpec) -> tuple[ModelStructure | None, ResolvedModel]:
@@ -74,7 +119,7 @@ def cached_structure(store: ArtifactStore, spec: PipelineSpec) -> tuple[ModelStr
         return ModelStructure.model_validate(store.get_json(step1)["structure"]), resolved
     key = structure_cache_key(resolved)
     if store.exists(key):
-        return ModelStructure.model_validate(store.get_json(key)), resolved
+        return _from_cache(store.get_json(key)), resolved
     return None, resolved
 
 
@@ -88,7 +133,8 @@ def build_structure(resolved: ResolvedModel) -> ModelStructure:
 
 
 def remember_structure(store: ArtifactStore, resolved: ResolvedModel, structure: ModelStructure) -> None:
-    store.put_json(structure_cache_key(resolved), structure.model_dump(mode="json"))
+    entry = {"code": {"digest": _code_digest(), "files": _code_stamp()}, "structure": structure.model_dump(mode="json")}
+    store.put_json(structure_cache_key(resolved), entry)
 
 
 def _own_file(path: Path) -> bool:
@@ -163,6 +209,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         structure, resolved = cached_structure(store, spec)
     else:
         structure, resolved = None, resolve_model(spec.model)
+    check_parallel(spec, resolved.config, args.spec)  # as `day0 validate` does: contradicting pins exit 2
     if structure is None:
         structure = build_structure(resolved)
         if store is not None:
@@ -185,7 +232,16 @@ def cmd_plan(args: argparse.Namespace) -> int:
             _notice(f"replacing the earlier plan at {store.url(key)}")
         where = store.put_text(key, text, "application/yaml")
     if args.json:
-        doc = {**report.model_dump(mode="json"), "chosen": safe_load(text), "written": where}
+        frameworks = optimized.frameworks.model_dump(mode="json") if optimized.frameworks else None
+        doc = {
+            **report.model_dump(mode="json"),
+            "chosen": safe_load(text),
+            "step4": optimized.model_dump(
+                mode="json", include={"sequence", "techniques", "step_before_s", "step_after_s"}
+            ),
+            "frameworks": frameworks,
+            "written": where,
+        }
         sys.stdout.write(json.dumps(doc, indent=1) + "\n")
         return 0
     print(report.to_markdown(top=args.top, images=False))

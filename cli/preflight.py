@@ -31,7 +31,7 @@ from day0.core.model_source import resolve_model
 from day0.core.plausible import check_config
 from day0.errors import StoreUnavailable, UsageError
 from day0.spec import STEPS, PipelineSpec, load_spec, load_yaml
-from day0.spec_checks import check_context_lengths, check_engine
+from day0.spec_checks import check_context_lengths, check_engine, check_parallel
 from day0.store import FileStore, open_store
 
 __all__ = [
@@ -105,11 +105,12 @@ def check_parameters(path: str) -> None:
 
 def check_spec(spec: PipelineSpec, check_store: bool, source: str = "<spec>") -> None:
     """The model source resolves (offline when the hub is) to a plausible config that the spec's
-    context lengths fit (`source`: the spec's file, named in errors); with `check_store`, the store
-    answers."""
+    context lengths fit and its pinned parallel knobs agree with (`source`: the spec's file, named in
+    errors); with `check_store`, the store answers."""
     resolved = resolve_model(spec.model)
     check_config(spec.model.source, resolved.config)
     check_context_lengths(spec, resolved.config, source)
+    check_parallel(spec, resolved.config, source)
     if check_store:
         check_store_answers(spec.storage)
 

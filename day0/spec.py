@@ -11,12 +11,13 @@ import hashlib
 import json
 import re
 from pathlib import Path
-from typing import Any, Literal, get_args
+from typing import Literal, get_args
 
 from pydantic import Field, ValidationError, field_validator
 
 from day0.core.model_source import hub_reference
 from day0.core.precision import COMPUTE_DTYPES, DEFAULT_TOLERANCES, DType
+from day0.core.typing import Document, JsonObject
 from day0.errors import SpecError, SpecIssue, StoreError, shorten
 from day0.paths import CONFIGS_DIR, config_dirs
 from day0.spec_base import MAX_ACCELERATORS, UserModel
@@ -32,7 +33,7 @@ from day0.spec_cluster import (
     PodEnvVar,
     Toleration,
 )
-from day0.spec_planner import PlannerOverlap, PlannerSpec
+from day0.spec_planner import ParallelKnobs, PlannerOverlap, PlannerSpec
 from day0.spec_serving import SLO, BenchmarkSpec, InferenceSpec, QualityTolerance
 from day0.store import parse_store_uri
 from day0.yamlio import read_user_yaml
@@ -114,8 +115,9 @@ class TrainingSpec(UserModel):
     precision: Precision = Field(default_factory=Precision, description="Compute and master-weight dtypes.")
 
 
-class ParallelConstraints(UserModel):
-    """Degrees are bounded by the largest cluster day0 plans for (`MAX_ACCELERATORS`, 2^20)."""
+class ParallelConstraints(ParallelKnobs):
+    """Degrees are bounded by the largest cluster day0 plans for (`MAX_ACCELERATORS`, 2^20); the knobs
+    that may be pinned beside them are `ParallelKnobs`'."""
 
     tensor_parallel: int | None = Field(None, ge=1, le=MAX_ACCELERATORS, description="Fixed tensor-parallel degree.")
     pipeline_parallel: int | None = Field(
@@ -274,12 +276,12 @@ _CONFIG_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
 # --- loading -----------------------------------------------------------------------------------
 
 
-def load_yaml(path: Path) -> Any:
+def load_yaml(path: Path) -> Document:
     """A user's YAML file, bounded and strict (`day0.yamlio`): raises `SpecError` naming the file."""
     return read_user_yaml(path)
 
 
-def _resolve_named(raw: dict[str, Any], field: str, folder: str, issues: list[SpecIssue]) -> None:
+def _resolve_named(raw: JsonObject, field: str, folder: str, issues: list[SpecIssue]) -> None:
     """Replace `field: name` with the contents of <name>.yaml in the first of `config_dirs(folder)`
     holding it (configs/<folder>, after DAY0_CLUSTERS_DIR for clusters)."""
     value = raw.get(field)
@@ -308,7 +310,7 @@ def _resolve_named(raw: dict[str, Any], field: str, folder: str, issues: list[Sp
     raw[field] = load_yaml(path)
 
 
-def spec_from_dict(raw: Any, source: str = "<spec>") -> PipelineSpec:
+def spec_from_dict(raw: object, source: str = "<spec>") -> PipelineSpec:
     if not isinstance(raw, dict):
         raise SpecError(source, [SpecIssue("", f"expected a mapping at the top level, got {type(raw).__name__}")])
     raw = dict(raw)

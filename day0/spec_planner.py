@@ -1,6 +1,11 @@
-"""Steps 3-4's section of the spec: the cost model's assumptions (`day0.spec` re-exports it).
+"""Steps 3-4's sections of the spec: the cost model's assumptions (`planner:`) and the knobs a plan may pin
+beside its degrees (`parallel:`'s `ParallelKnobs`; `day0.spec` re-exports both).
 
-Contract: `UserModel` rules (`day0.spec_base`); every figure within a bound named in its description.
+Contract: `UserModel` rules (`day0.spec_base`); every figure within a bound named in its description. A
+knob left out (None) is searched (steps 3-4 choose it); a knob written is kept exactly, and where another
+value would be better the plan says so beside it. Contradictions between knobs, and knobs the model
+cannot have (recompute modules it lacks), are refused by `day0.spec_checks.check_parallel`, naming both
+fields.
 """
 
 from __future__ import annotations
@@ -9,9 +14,18 @@ from typing import Annotated, Literal, get_args
 
 from pydantic import Field
 
+from day0.core.recompute import Recompute
 from day0.spec_base import HBM_GBPS, MAX_ACCELERATORS, UserModel
 
-__all__ = ["PlannerOverlap", "PlannerSpec", "RecomputeModule"]
+__all__ = [
+    "Fp8Pin",
+    "OverlapPin",
+    "ParallelKnobs",
+    "PlannerOverlap",
+    "PlannerSpec",
+    "RecomputeModule",
+    "RecomputePin",
+]
 
 
 class PlannerOverlap(UserModel):
@@ -23,6 +37,7 @@ class PlannerOverlap(UserModel):
 
 
 RecomputeModule = Literal["core_attn", "layernorm", "mla_up_proj", "moe_act", "mlp_act"]
+OffloadPin = Literal["none", "optimizer", "activations", "optimizer+activations"]
 
 
 class PlannerSpec(UserModel):
@@ -72,3 +87,101 @@ class PlannerSpec(UserModel):
         description="Node-limited MoE routing: nodes a token may reach (default unlimited).",
     )
     overlap: PlannerOverlap = Field(default_factory=PlannerOverlap, description="Communication overlap switches.")
+    dropout: bool = Field(False, description="The model trains with dropout: 1-byte masks are stored (default false).")
+    optimizer_state_dtype: Literal["fp32", "bf16"] = Field(
+        "fp32", description="Dtype of the Adam moments (DeepSeek-V3 keeps them in bf16; default fp32)."
+    )
+    mtp_layers: int = Field(
+        0, ge=0, le=16, description="Multi-token-prediction modules trained along (DeepSeek-V3: 1; default 0)."
+    )
+
+
+class RecomputePin(UserModel):
+    """Activation recompute as Megatron-Core names it (`--recompute-granularity`, `--recompute-modules`,
+    `--recompute-method`, `--recompute-num-layers`)."""
+
+    granularity: Recompute = Field(description="none, selective (the modules below) or full (whole layers).")
+    modules: list[RecomputeModule] | None = Field(
+        None,
+        description="selective only: what is recomputed (Megatron-Core recompute modules; default: "
+        "planner.selective_recompute).",
+    )
+    method: Literal["uniform", "block"] | None = Field(
+        None,
+        description="full only: 'uniform' checkpoints every group of num_layers layers, 'block' recomputes "
+        "the first num_layers of each pipeline chunk (default uniform).",
+    )
+    num_layers: int | None = Field(
+        None, ge=1, le=1024, description="full only: layers per checkpointed group (uniform) or per chunk (block)."
+    )
+
+
+class Fp8Pin(UserModel):
+    """The FP8 recipe (Transformer Engine's, as Megatron names it: `--fp8-format`, `--fp8-recipe`);
+    it needs `training.precision.compute: fp8`."""
+
+    recipe: Literal["delayed", "tensorwise", "blockwise", "mxfp8"] = Field(
+        "blockwise",
+        description="Scaling recipe: delayed or tensorwise (per tensor), blockwise (DeepSeek-V3's 1x128 / "
+        "128x128 tiles), mxfp8 (Blackwell); default blockwise.",
+    )
+    format: Literal["e4m3", "hybrid"] = Field(
+        "hybrid", description="e4m3 everywhere, or hybrid: e5m2 for output gradients (default hybrid)."
+    )
+    activation_cache: bool | None = Field(
+        None, description="Cache GEMM inputs in FP8 (default: planner.fp8_activation_cache)."
+    )
+    dispatch: bool | None = Field(None, description="MoE dispatch all-to-all in FP8 (default: step 4 decides).")
+
+
+class OverlapPin(UserModel):
+    """Communication overlap pinned on or off (unset: step 4 switches it on where it pays)."""
+
+    tp: bool | None = Field(None, description="TP collectives overlapped with GEMMs (Megatron --tp-comm-overlap).")
+    ep: bool | None = Field(
+        None, description="MoE all-to-all overlapped with another micro-batch (--overlap-moe-expert-parallel-comm)."
+    )
+    dp: bool | None = Field(
+        None, description="Gradient reduction and parameter gather overlapped (--overlap-grad-reduce/-param-gather)."
+    )
+
+
+class ParallelKnobs(UserModel):
+    """What `parallel:` may pin besides the degrees (unset: searched). A spec pinning every degree and
+    every knob makes `day0 plan` evaluate exactly that plan, or say which term does not fit and by how much."""
+
+    expert_tensor_parallel: int | None = Field(
+        None, ge=1, le=MAX_ACCELERATORS, description="Fixed expert-tensor-parallel degree (1 or the TP degree)."
+    )
+    virtual_pipeline_stages: int | None = Field(
+        None, ge=1, le=64, description="Fixed virtual pipeline stages per rank (interleaved 1F1B; needs PP > 1)."
+    )
+    micro_batch: int | None = Field(
+        None,
+        ge=1,
+        le=1_000_000,
+        description="Fixed micro-batch, sequences (as a written training.micro_batch is; at most a million).",
+    )
+    recompute: Recompute | RecomputePin | None = Field(
+        None, description="Fixed activation recompute: none, selective, full, or a mapping with its details."
+    )
+    zero_stage: int | None = Field(None, ge=0, le=3, description="Fixed ZeRO stage, 0-3.")
+    distributed_optimizer: bool | None = Field(
+        None, description="Megatron's distributed optimizer (optimizer states sharded: ZeRO-1)."
+    )
+    offload: OffloadPin | None = Field(None, description="Fixed CPU offload: none, optimizer, activations or both.")
+    sequence_parallel: bool | None = Field(
+        None, description="Megatron sequence parallelism with TP (default: planner.sequence_parallel)."
+    )
+    dualpipe: bool | None = Field(None, description="The DualPipe schedule (needs an even PP, no virtual stages).")
+    fp8: Fp8Pin | None = Field(None, description="The FP8 recipe (needs training.precision.compute: fp8).")
+    overlap: OverlapPin = Field(default_factory=OverlapPin, description="Communication overlap pinned on or off.")
+    grad_reduce_dtype: Literal["fp32", "bf16"] | None = Field(
+        None, description="Gradient reduction dtype (Megatron --grad-reduce-in-bf16 for bf16; default: step 4)."
+    )
+
+    def recompute_pin(self) -> RecomputePin | None:
+        """`recompute` as a `RecomputePin` (a bare granularity becomes one with its defaults)."""
+        if isinstance(self.recompute, str):
+            return RecomputePin(granularity=self.recompute)
+        return self.recompute

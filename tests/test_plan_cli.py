@@ -193,16 +193,36 @@ def test_unreachable_store_plans_to_out_only(
     assert yaml.safe_load(out.read_text())["feasible"] is False
 
 
-def test_the_structure_cache_is_keyed_by_the_code_that_counts_it(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A fix to the structure analysis must recount, not serve the structure the old code counted."""
+def test_the_structure_cache_is_keyed_by_the_code_that_counts_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A fix to the structure analysis must recount, not serve the structure the old code counted; while
+    its files are unchanged (time and size), the recorded digest holds without parsing them again."""
     import day0.provenance
-    from cli.plan import structure_cache_key
+    from cli.plan import cached_structure, remember_structure, structure_cache_key
     from day0.core.model_source import resolve_model
-    from day0.spec import ModelSpec
+    from day0.core.structure import ModelStructure
+    from day0.spec import load_spec
+    from day0.store import open_store
 
-    resolved = resolve_model(ModelSpec(source="tiny-deepseek-v3"))
-    before = structure_cache_key(resolved)
-    assert structure_cache_key(resolved) == before, "stable for the same code"
-    real = day0.provenance.code_digest
-    monkeypatch.setattr(day0.provenance, "code_digest", lambda m: "changed" if m == "day0.core.structure" else real(m))
-    assert structure_cache_key(resolved) != before
+    path = _spec_in(tmp_path)
+    spec = load_spec(path)
+    store, resolved = open_store(spec.storage), resolve_model(spec.model)
+    assert cached_structure(store, spec)[0] is not None  # _spec_in remembered it
+
+    def no_parse(module: str) -> str:
+        raise AssertionError("the digest was recomputed although no counting file changed")
+
+    monkeypatch.setattr(day0.provenance, "code_digest", no_parse)
+    assert cached_structure(store, spec)[0] is not None
+    entry = store.get_json(structure_cache_key(resolved))
+    touched = next(iter(entry["code"]["files"]))
+    entry["code"]["files"][touched][0] -= 1  # as if the file were edited since
+    store.put_json(structure_cache_key(resolved), entry)
+    monkeypatch.undo()  # the digest is recomputed now: the same code gives the same digest ...
+    assert cached_structure(store, spec)[0] is not None
+    monkeypatch.setattr(day0.provenance, "code_digest", lambda m: "changed" if m == "day0.core.structure" else "x")
+    assert cached_structure(store, spec)[0] is None  # ... a fixed analysis does not: recount
+    structure = ModelStructure.model_validate_json((DATA / "deepseek-v3.structure.json").read_text())
+    remember_structure(store, resolved, structure)
+    assert cached_structure(store, spec)[0] == structure

@@ -72,10 +72,20 @@ def test_plan_on_a_cached_structure_imports_only_what_it_needs_and_agrees_with_o
     assert doc["chosen"]["parallel"]["pipeline_parallel"] >= 1 and "step_s" in doc["chosen"]["estimate"]
 
 
-def test_planner_section_reaches_the_options(tmp_path: Path) -> None:
+def _unpinned() -> dict:
+    """deepseek-v3-2048-h800 without its written training.micro_batch (which pins the micro-batch)."""
     raw = load_yaml(DATA / "deepseek-v3-2048-h800.yaml")
+    raw["training"].pop("micro_batch")
+    return raw
+
+
+def test_planner_section_reaches_the_options(tmp_path: Path) -> None:
+    raw = _unpinned()
     _, default = planner_inputs(spec_from_dict(raw))
     assert default == PlannerOptions()  # the spec's documented defaults are the planner's
+    written = load_yaml(DATA / "deepseek-v3-2048-h800.yaml")  # training.micro_batch: 1 written: pinned
+    _, pinned = planner_inputs(spec_from_dict(written))
+    assert pinned.micro_batches == [1] and pinned.pinned == {"micro_batch": "training.micro_batch"}
     raw["planner"] = {
         "gemm_efficiency": {"bf16": 0.7},
         "max_context_parallel": 2,
@@ -108,7 +118,7 @@ def _profile() -> CalibratedProfile:
 
 
 def test_a_calibrated_profile_replaces_the_datasheet_unless_told_not_to(tmp_path: Path) -> None:
-    raw = load_yaml(DATA / "deepseek-v3-2048-h800.yaml")
+    raw = _unpinned()
     cluster, o = planner_inputs(spec_from_dict(raw), _profile())
     assert o.gemm_efficiency["bf16"] == pytest.approx(700 / 989) and o.hbm_bandwidth_gbps == 2500
     assert cluster.hardware.intra_node_bandwidth_gbps == 120 and o.collective_efficiency == 1.0

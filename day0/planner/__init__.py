@@ -3,8 +3,13 @@
 Contract: pure functions over step 1's `ModelStructure` (no torch, no I/O). `plan_parallelism` ranks
 feasible plans (or says why none fits and how many accelerators would); `choose_optimizations` picks
 memory/communication techniques for a chosen plan, each with its estimated memory and time effect.
-Around them: `step` (from a spec's `planner:` section and the platform's calibrated `profile`),
-`published` (the model against published training runs), `trial_estimate` (step 5's own configuration).
+Around them: `step` (from a spec's `planner:` section, the knobs its `parallel:` pins (`pins`) and the
+platform's calibrated `profile`; with `advice`: the elastic pool's two ends and what to do next),
+`frameworks` (the chosen plan as Megatron-LM arguments and a torchtitan config), `plan_text` (the
+report's text: every time term on the critical path or marked hidden), `published` (the model against
+published training runs), `trial_estimate` (step 5's own configuration). The cost model itself:
+`model` (per-layer costs), `memory`, `timing` and `step_time` (the terms), `rates` (per-tuple rates,
+memoised per search), `stages`, `evaluate` (`PlanContext`), `bounds`, `space`, `search`, `explain`.
 """
 
 from day0.planner.inputs import ClusterFigures, CommSettings, PlannerOptions, cluster_figures, cluster_from_spec

@@ -16,7 +16,9 @@ from day0.planner import step_time as st
 from day0.planner import timing as tm
 from day0.planner.inputs import ClusterFigures, PlannerOptions
 from day0.planner.model import ModelCosts
+from day0.planner.rates import RateCache
 from day0.planner.stages import layer_counts, stage_work
+from day0.planner.step_time import StageWork
 from day0.planner.values import RECOMPUTES, Degrees
 from day0.spec import TrainingSpec
 
@@ -27,8 +29,11 @@ class StaticBound:
     def __init__(self, costs: ModelCosts, cluster: ClusterFigures, training: TrainingSpec, options: PlannerOptions):
         self.costs, self.cluster, self.training, self.o = costs, cluster, training, options
         prec = training.precision
+        self.rates = RateCache(costs, cluster, training.seq_len, prec.compute, options)
         counts = layer_counts(costs)
         self.work = stage_work(costs, counts, has_head=True)
+        self._mean: dict[int, StageWork] = {}
+        self._quick: dict[tuple, float] = {}
         ks = [(n, k) for n, k in zip(counts, costs.kinds)]
         self.dense = sum(n * k.dense_params for n, k in ks)
         self.replicated = sum(n * k.replicated_params for n, k in ks)
@@ -40,15 +45,55 @@ class StaticBound:
         allowed = [rc for rc in RECOMPUTES if rc in options.recompute]
         both = options.comm.tp_overlap and options.comm.ep_overlap
         self.recompute = allowed if both else allowed[:1]
+        # block recompute repeats only some layers, unevenly over the stages: the bound takes none of them
+        self.full_fraction = 0.0 if options.recompute_method == "block" else 1.0
         self.optimizer_per_param = min(st.optimizer_seconds_per_param(off, self.pb, options) for off in options.offload)
 
     def __call__(self, d: Degrees) -> float:
         o, tr, pp = self.o, self.training, d.pipeline_parallel
-        rates = st.step_rates(self.costs, self.cluster, tr.seq_len, tr.precision.compute, o, d)
-        mean = self.work.scaled(1 / pp)
-        slot = min(st.stage_seconds(mean, rc, rates, tr.seq_len, d, o).slot_s for rc in self.recompute) + rates.p2p_s
+        rates = self.rates.rates(d)
+        mean = self._mean.get(pp)
+        if mean is None:
+            mean = self._mean[pp] = self.work.scaled(1 / pp)
+        slot = (
+            min(st.stage_seconds(mean, rc, rates, tr.seq_len, d, o, self.full_fraction).slot_s for rc in self.recompute)
+            + rates.p2p_s
+        )
         pipe = tm.pipeline_seconds(d.num_microbatches, pp, d.virtual_pipeline_stages, slot, o.dualpipe)[0]
         return (pipe + self._dp_and_optimizer(d, slot, rates.dp_bandwidth)) * (1 - 1e-9)
+
+    def quick(self, d: Degrees) -> float:
+        """A cheaper bound, never above `self(d)`: the pipeline term of the mean stage's compute, its TP and
+        EP collectives at what overlap cannot hide (all, or the SM share), its exposed CP ring and its
+        point-to-point (recompute, host dispatch, DP sync and the optimizer are >= 0 and left out). The
+        whole model's part depends on TP, CP, micro-batch, EP and expert-TP only: cached on them."""
+        key = (d.tensor_parallel, d.context_parallel, d.micro_batch, d.expert_parallel, d.expert_tensor_parallel)
+        whole = self._quick.get(key)
+        if whole is None:
+            whole = self._quick[key] = self._whole_model_slot(d)
+        pp = d.pipeline_parallel
+        slot = whole / pp + self.rates.p2p_seconds(d)
+        pipe = tm.pipeline_seconds(d.num_microbatches, pp, d.virtual_pipeline_stages, slot, self.o.dualpipe)[0]
+        return pipe * (1 - 1e-8)
+
+    def _whole_model_slot(self, d: Degrees) -> float:
+        r, w, seq, o = self.rates.rates(d), self.work, self.training.seq_len, self.o
+        tok = r.tokens / d.tensor_parallel
+        attn = tok * seq * w.attn_per_seq / r.attention_flops
+        attn += 0.0 if o.flash_attention else tok * seq * w.scores_traffic_per_seq / r.hbm
+        compute = 3 * (
+            2 * tok * w.dense_active / r.linear_flops
+            + tok * w.head_flops / r.head_flops
+            + 2 * tok * w.routed_active / r.expert_flops
+            + attn
+            + tok * w.memory_bound / r.hbm
+        )
+        sm = o.overlap_sm_fraction
+        tp = w.layers * 8 * r.tp_ring_s * (sm if o.comm.tp_overlap else 1.0)
+        ep = w.moe_layers * (r.dispatch_s + 3 * r.combine_s) * (sm if o.comm.ep_overlap else 1.0)
+        cp_deg = d.context_parallel
+        cp = st.cp_ring_seconds(tok, w, r, cp_deg)
+        return compute + tp + ep + max(0.0, cp - 3 * attn * (cp_deg - 1) / cp_deg)
 
     def _dp_and_optimizer(self, d: Degrees, slot: float, bandwidth: float) -> float:
         """min over ZeRO stages of exposed DP sync + the cheapest optimizer update, for the mean stage."""

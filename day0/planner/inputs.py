@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from day0.core.recompute import Recompute
 from day0.planner.model import ActivationPolicy, ModelCosts, model_costs
 from day0.spec import HardwareSpec, PipelineSpec
 
@@ -32,7 +33,6 @@ __all__ = [
 ]
 
 GIB = 1024**3
-Recompute = Literal["none", "selective", "full"]
 Offload = Literal["none", "optimizer", "activations", "optimizer+activations"]
 
 
@@ -49,6 +49,15 @@ class ClusterFigures(_Model):
     per_node: int = Field(ge=1, description="Accelerators per node; TP stays inside one node.")
     host_memory_gib_per_accelerator: float = Field(32, gt=0, description="Host RAM per accelerator (offload).")
     pools: list[str] = Field(default_factory=list, description="Node pools the plan spans.")
+    elastic_min_accelerators: int | None = Field(
+        None,
+        ge=0,
+        description="With elastic pools: the accelerators at their minima (fixed pools + elastic minima); "
+        "`accelerators` counts their maxima.",
+    )
+    pool_nodes: dict[str, tuple[int, int]] = Field(
+        default_factory=dict, description="Nodes of each pool the plan spans: (minimum, maximum)."
+    )
     notes: list[str] = Field(default_factory=list, description="What was assumed or left out, for the report.")
 
     @property
@@ -140,13 +149,28 @@ class PlannerOptions(_Model):
         None, ge=1, description="Node-limited routing: each token reaches at most this many nodes (DeepSeek-V3: 4)."
     )
     mtp_layers: int = Field(0, ge=0, description="Multi-token-prediction modules trained along (DeepSeek-V3: 1).")
+    fp8_recipe: Literal["delayed", "tensorwise", "blockwise", "mxfp8"] = Field(
+        "blockwise", description="The FP8 scaling recipe with fp8 compute (what the framework configs name)."
+    )
+    fp8_format: Literal["e4m3", "hybrid"] = Field("hybrid", description="FP8 format: e4m3, or e5m2 for gradients.")
     max_context_parallel: int = Field(8, ge=1, description="Largest CP degree searched.")
     max_virtual_stages: int = Field(4, ge=1, description="Most virtual pipeline stages per rank searched.")
     micro_batches: list[int] = Field(default_factory=lambda: [1, 2, 4, 8], description="Micro-batch sizes searched.")
     zero_stages: list[int] = Field(default_factory=lambda: [0, 1, 2, 3])
     recompute: list[Recompute] = Field(default_factory=lambda: list(get_args(Recompute)))
+    recompute_method: Literal["uniform", "block"] = Field(
+        "uniform",
+        description="How full recompute picks its layers (Megatron --recompute-method): 'uniform' checkpoints "
+        "every group of `recompute_num_layers` layers, 'block' recomputes only the first that many per chunk.",
+    )
+    recompute_num_layers: int = Field(1, ge=1, description="Megatron --recompute-num-layers (default 1).")
     offload: list[Offload] = Field(default_factory=lambda: list(get_args(Offload)))
     keep_plans: int = Field(50, ge=1, description="Ranked plans kept (best per degree tuple).")
+    pinned: dict[str, str] = Field(
+        default_factory=dict,
+        description="Knobs the spec pins, by planner name (micro_batch, recompute, zero_stage, offload, tp_overlap, "
+        "...), each with the spec field that pins it: the search keeps them and step 4 never changes them.",
+    )
     comm: CommSettings = Field(default_factory=CommSettings)
     profile: str = Field("datasheet", description="Where the hardware figures come from: datasheet or calibrated.")
 
@@ -218,4 +242,9 @@ def cluster_from_spec(spec: PipelineSpec) -> ClusterFigures:
     if memory_gib != hw.memory_gib:
         notes.append(f"node pool memory {memory_gib:g} GiB used instead of the platform's {hw.memory_gib:g} GiB")
     figures = cluster_figures(hw, max(nodes * per_node, 1), per_node, memory_gib, host)
-    return figures.model_copy(update={"pools": [p.name for p in chosen], "notes": notes})
+    span = {p.name: (p.elastic.min if p.elastic else p.max_nodes, p.max_nodes) for p in chosen}
+    low = sum(lo for lo, _ in span.values()) * per_node
+    update = {"pools": [p.name for p in chosen], "notes": notes, "pool_nodes": span}
+    if any(p.elastic for p in chosen) and low != figures.accelerators:
+        update["elastic_min_accelerators"] = low
+    return figures.model_copy(update=update)

@@ -30,7 +30,8 @@ __all__ = [
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # built on first use: `day0 plan` imports this module on every run, a stored profile is the exception
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
 
 class GemmPoint(_Model):

@@ -3,7 +3,8 @@ from the published throughput), and what the planner predicts under the publishe
 
 Contract: pure. `PublishedRun` is one row of tests/data/planner/published_runs.yaml; `predict_run(run,
 structure, hardware)` plans with the published degrees fixed (knobs the source does not state are
-searched) and returns the chosen plan's step time, MFU and memory beside the published figures.
+searched) and returns the chosen plan (`chosen`: a spec pinning its every knob reproduces it through
+`day0 plan`) with its step time, MFU and memory beside the published figures.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from day0.core.precision import DType
 from day0.planner.inputs import PlannerOptions, cluster_figures
 from day0.planner.model import model_costs
+from day0.planner.results import Plan
 from day0.planner.search import plan_parallelism
 from day0.planner.step_time import model_flops_per_step
 from day0.spec import HardwareSpec, ParallelConstraints, Precision, TrainingSpec
@@ -85,6 +87,7 @@ class RunPrediction(BaseModel):
     feasible: bool
     plan: str
     message: str
+    chosen: Plan | None = Field(None, description="The plan the prediction is of (its degrees and knobs).")
 
 
 def megatron_flops_per_step(s: ModelStructure, global_batch: int, seq: int) -> float:
@@ -172,4 +175,5 @@ def predict_run(run: PublishedRun, s: ModelStructure, hw: PublishedHardware) -> 
         feasible=True,
         plan=f"{best.parallel.micro_batch=} {best.parallel.virtual_pipeline_stages=} {best.memory_knobs}",
         message=report.message,
+        chosen=best,
     )

@@ -11,18 +11,28 @@ infeasibility note); `to_markdown()` is the human report.
 from __future__ import annotations
 
 from dataclasses import fields
-from typing import Any
 
 from pydantic import BaseModel, Field
 
 from day0.core.result import Judgement, StepResult
+from day0.core.typing import JsonObject
 from day0.planner.evaluate import PlanContext
 from day0.planner.inputs import GIB, ClusterFigures, PlannerOptions
+from day0.planner.stages import partition
 from day0.planner.values import Degrees, MemoryEstimate, MemoryKnobs, TimeEstimate
 from day0.spec import TrainingSpec
 from day0.yamlio import safe_dump
 
-__all__ = ["Infeasibility", "MemoryKnobs", "Plan", "PlanReport", "degrees_label", "make_plan"]
+__all__ = [
+    "MEMORY_TERMS",
+    "ClusterPoint",
+    "Infeasibility",
+    "MemoryKnobs",
+    "Plan",
+    "PlanReport",
+    "degrees_label",
+    "make_plan",
+]
 
 
 class Plan(BaseModel):
@@ -35,8 +45,11 @@ class Plan(BaseModel):
     feasible: bool
     reason: str | None = None
     layers_per_stage: list[int]
+    chunk_layers: list[int] = Field(
+        default_factory=list, description="Layers of each pipeline chunk in order (chunk c on rank c mod PP)."
+    )
 
-    def to_yaml_dict(self) -> dict[str, Any]:
+    def to_yaml_dict(self) -> JsonObject:
         dump = self.model_dump(include={"parallel", "memory_knobs"})
         return {
             "parallel": dump["parallel"],
@@ -59,6 +72,19 @@ def degrees_label(d: Degrees) -> str:
         f"TP{d.tensor_parallel} PP{d.pipeline_parallel}{vpp} EP{d.expert_parallel}{etp} "
         f"CP{d.context_parallel} DP{d.data_parallel}, micro-batch {d.micro_batch}"
     )
+
+
+class ClusterPoint(BaseModel):
+    """The best plan at one size of an elastic cluster (its minimum or its maximum)."""
+
+    label: str = Field(description="'elastic minimum' or 'elastic maximum', with the nodes of each pool.")
+    accelerators: int
+    feasible: bool
+    degrees: str | None = None
+    step_s: float | None = None
+    memory_gib: float | None = None
+    mfu: float | None = None
+    message: str
 
 
 class Infeasibility(BaseModel):
@@ -87,6 +113,10 @@ class PlanReport(StepResult):
     configurations_evaluated: int
     search_seconds: float
     notes: list[str] = Field(default_factory=list)
+    elastic: list[ClusterPoint] = Field(
+        default_factory=list, description="With an elastic pool: the best plan at its minimum and at its maximum."
+    )
+    advice: list[str] = Field(default_factory=list, description="What to do next, one line each, with the numbers.")
     options: PlannerOptions = Field(
         default_factory=PlannerOptions,
         description="The assumptions used (last: duck-typed readers find the best plan's knobs first).",
@@ -124,7 +154,7 @@ class PlanReport(StepResult):
         if self.plans:
             from day0.plots import grouped_bars
 
-            terms = [t for t in _MEMORY_TERMS if any(getattr(p.memory, t) for p in self.plans[:3])]
+            terms = [t for t in MEMORY_TERMS if any(getattr(p.memory, t) for p in self.plans[:3])]
             out["memory.png"] = grouped_bars(
                 f"{self.model}: memory per accelerator by term (capacity {self.cluster.hardware.memory_gib:g} GiB)",
                 [t.removesuffix("_bytes").replace("_", " ") for t in terms],
@@ -147,68 +177,19 @@ class PlanReport(StepResult):
 
     def table(self, top: int = 10) -> str:
         """The ranked plans; when none fits, the closest setups first, each with why it does not fit."""
-        head = (
-            "| # | TP | PP | VPP | EP | ETP | CP | DP | mb | recompute | ZeRO | offload | GiB | step s | "
-            "tokens/s | MFU |\n|---" + "|---" * 15 + "|"
-        )
-        rows = [_row("-", p) + f" does not fit: {p.reason} |" for p in self.closest_infeasible]
-        rows += [_row(str(p.rank), p) for p in self.plans[:top]]
-        return "\n".join([head, *rows])
+        from day0.planner.plan_text import plan_table
+
+        return plan_table(self, top)
 
     def to_markdown(self, top: int = 10, images: bool = True) -> str:
         """The step's section; `images=False` leaves out the link to memory.png, for a caller that
         shows the text without the step's files (`day0 plan` prints it)."""
-        c, j = self.cluster, self.judge()
-        hw = c.hardware
-        lines = [
-            f"# Step 3: parallel plan for `{self.model}`: {j.verdict.upper()}",
-            "",
-            *[f"- {label}: {value}" for label, value in j.headline.items()],
-            *[f"- **{j.verdict}**: {r}" for r in j.reasons],
-            "",
-            f"- cluster: {c.accelerators} accelerators ({c.per_node}/node, {hw.memory_gib:g} GiB, "
-            f"{hw.bf16_tflops:g} bf16 TFLOP/s, {hw.intra_node_bandwidth_gbps:g}/{hw.inter_node_bandwidth_gbps:g} "
-            "GB/s intra/inter-node)",
-            f"- training: seq {self.training.seq_len}, global batch {self.training.global_batch}, "
-            f"compute {self.training.precision.compute}, master {self.training.precision.master_weights}",
-            f"- search: {self.tuples_considered} degree tuples, {self.configurations_evaluated} configurations "
-            f"evaluated in {self.search_seconds:.2f} s",
-            "",
-            f"**{self.message}**",
-            "",
-        ]
-        if self.plans or self.closest_infeasible:
-            lines += [self.table(top)]
-        if self.plans:
-            lines += ["", _memory_section(self.plans[0]), ""]
-            lines += ["![memory per accelerator by term](memory.png)", ""] if images else []
-            lines += [_time_section(self.plans[0])]
-        if self.infeasible:
-            lines += ["", "## Rejected", "", "| reason | tuples |", "|---|---|"]
-            lines += [f"| {i.reason} | {i.count} |" for i in self.infeasible[:10]]
-        o, compute = self.options, self.training.precision.compute
-        measured = len(o.gemm_points(compute))
-        gemms = (
-            f"GEMMs at the rates calibrated for {measured} {compute} shapes"
-            if measured
-            else f"GEMMs on a roofline at up to {o.gemm_fraction(compute):.0%} of the {compute} peak"
-        )
-        lines += [
-            "",
-            f"- assumptions ({o.profile} profile): {gemms}, "
-            f"memory-bound kernels at {o.hbm_bandwidth_gbps:g} GB/s, collectives at "
-            f"{o.collective_efficiency:.0%} of the link figures, "
-            f"{'FlashAttention' if o.flash_attention else 'stored attention scores'}, fused norm/SwiGLU kernels, "
-            f"TP {'with' if o.sequence_parallel else 'without'} sequence parallelism, "
-            f"{o.grad_dtype} gradients, {o.optimizer_state_dtype} Adam moments, "
-            f"{o.fragmentation_fraction:.0%} fragmentation reserve + {o.framework_overhead_gib:g} GiB runtime, "
-            f"1F1B / interleaved 1F1B pipeline; MFU against the peak of the GEMM dtype",
-        ]
-        lines += [f"- note: {n}" for n in [*self.cluster.notes, *self.notes]]
-        return "\n".join(lines) + "\n"
+        from day0.planner.plan_text import report_markdown
+
+        return report_markdown(self, top, images)
 
 
-_MEMORY_TERMS = [
+MEMORY_TERMS = [
     f.name
     for f in fields(MemoryEstimate)
     if f.name.endswith("_bytes")
@@ -221,41 +202,6 @@ _MEMORY_TERMS = [
         "host_capacity_bytes",
     )
 ]
-
-
-def _row(rank: str, p: Plan) -> str:
-    d, k = p.parallel, p.memory_knobs
-    return (
-        f"| {rank} | {d.tensor_parallel} | {d.pipeline_parallel} | {d.virtual_pipeline_stages} | "
-        f"{d.expert_parallel} | {d.expert_tensor_parallel} | {d.context_parallel} | {d.data_parallel} | "
-        f"{d.micro_batch} | {k.recompute} | {k.zero_stage} | {k.offload} | "
-        f"{p.memory.total_bytes / GIB:.1f} | {p.time.step_s:.2f} | {p.time.tokens_per_s:,.0f} | {p.time.mfu:.1%} |"
-    )
-
-
-def _memory_section(p: Plan) -> str:
-    m = p.memory
-    rows = [(name.removesuffix("_bytes").replace("_", " "), getattr(m, name)) for name in _MEMORY_TERMS]
-    body = "\n".join(f"| {n} | {v / GIB:.2f} |" for n, v in rows)
-    return (
-        f"## Memory of the best plan (stage {m.peak_stage}, {m.inflight_microbatches:g} micro-batches in flight)"
-        f"\n\n| term | GiB |\n|---|---|\n{body}\n| **total** | **{m.total_bytes / GIB:.2f}** of "
-        f"{m.capacity_bytes / GIB:.0f} |"
-    )
-
-
-def _time_section(p: Plan) -> str:
-    t = p.time
-    rows = [
-        (f.name.removesuffix("_s").replace("_", " "), getattr(t, f.name))
-        for f in fields(TimeEstimate)
-        if f.name.endswith("_s") and f.name != "tokens_per_s"
-    ]
-    body = "\n".join(f"| {n} | {v:.3f} |" for n, v in rows)
-    return (
-        f"## Time of the best plan\n\n| term | s |\n|---|---|\n{body}\n\n"
-        f"MFU {t.mfu:.1%}, {t.tokens_per_s:,.0f} tokens/s"
-    )
 
 
 def make_plan(
@@ -271,4 +217,7 @@ def make_plan(
         feasible=m.feasible and reason is None,
         reason=reason,
         layers_per_stage=list(ctx.layers_per_rank),
+        chunk_layers=list(
+            partition(ctx.costs, ctx.d.pipeline_parallel * ctx.d.virtual_pipeline_stages, ctx.training.seq_len)
+        ),
     )

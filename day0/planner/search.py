@@ -13,23 +13,24 @@ import heapq
 import math
 import time
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from day0.planner.bounds import StaticBound
 from day0.planner.evaluate import PlanContext
+from day0.planner.explain import pinned_layout_reasons
 from day0.planner.inputs import GIB, ClusterFigures, PlannerOptions, costs_for
 from day0.planner.memory import param_bytes, usable_bytes
 from day0.planner.model import ModelCosts
-from day0.planner.results import Infeasibility, Plan, PlanReport, make_plan
+from day0.planner.results import MEMORY_TERMS, Infeasibility, Plan, PlanReport, make_plan
 from day0.planner.space import enumerate_degrees, knob_settings
-from day0.planner.values import OFFLOADS, RECOMPUTES, Degrees, MemoryKnobs
+from day0.planner.values import OFFLOADS, RECOMPUTES, Degrees, MemoryEstimate, MemoryKnobs
 from day0.spec import ParallelConstraints, TrainingSpec
 
 if TYPE_CHECKING:
     from day0.core.structure import ModelStructure
 
-__all__ = ["best_knobs", "brute_force", "min_accelerators", "plan_parallelism"]
+__all__ = ["best_knobs", "brute_force", "min_accelerators", "overflow_reason", "plan_parallelism"]
 
 _MAX_ACCELERATORS = 1 << 18
 
@@ -50,12 +51,25 @@ def _key(d: Degrees, k: MemoryKnobs, step: float) -> tuple:
     )
 
 
-def best_knobs(ctx: PlanContext, knobs: list[MemoryKnobs]) -> tuple[tuple, MemoryKnobs] | None:
-    """The fastest knob setting that fits: times first (cheap), memory checked in that order."""
-    timed = sorted((_key(ctx.d, k, ctx.time(k).step_s), k) for k in knobs)
-    for key, k in timed:
-        if ctx.memory(k).feasible:
-            return key, k
+def _knob_rank(k: MemoryKnobs) -> tuple[int, int, int]:
+    return k.zero_stage, RECOMPUTES.index(k.recompute), OFFLOADS.index(k.offload)
+
+
+def best_knobs(
+    ctx: PlanContext, knobs: list[MemoryKnobs], worse_than: tuple | None = None
+) -> tuple[tuple, MemoryKnobs] | None:
+    """The fastest knob setting that fits: times first (cheap), memory checked in that order; None also
+    when every setting that fits ranks after `worse_than` (the search's worst kept plan). Within one
+    degree tuple `_key` orders by (step, knob rank), so the full key is built for the winner only."""
+    steps = ctx.step_table(knobs)
+    limit = worse_than[0] if worse_than is not None else math.inf
+    timed = sorted((step, _knob_rank(k), j) for j, (step, k) in enumerate(zip(steps, knobs)) if step <= limit)
+    for step, _rank, j in timed:
+        key = _key(ctx.d, knobs[j], step)
+        if worse_than is not None and key > worse_than:
+            return None
+        if ctx.fits(knobs[j]):
+            return key, knobs[j]
     return None
 
 
@@ -78,39 +92,52 @@ def plan_parallelism(
     rejected: Counter[str] = Counter()
     knobs = knob_settings(options)
     bound_of = StaticBound(costs, cluster, training, options)
-    order = sorted(
-        (bound_of(d), _key(d, knobs[0], 0.0)[1:], d)
-        for d in enumerate_degrees(costs, cluster, training, cons, options, rejected)
-    )
+    # best-first on a two-level bound: every tuple enters with the cheap compute-only bound, and is
+    # re-queued with the static bound when it first reaches the front; a tuple is evaluated when its
+    # static bound reaches the front, and the search stops when any bound is above the kept plans
+    degrees = list(enumerate_degrees(costs, cluster, training, cons, options, rejected))
+    queue = [(bound_of.quick(d), 0, _key(d, knobs[0], 0.0)[1:], i) for i, d in enumerate(degrees)]
+    heapq.heapify(queue)
     min_mem, evaluated, visited, leanest = math.inf, 0, 0, None
     kept: list[tuple] = []  # heap of negated keys: kept[0] is the worst kept plan
-    for bound, _, d in order:
+    while queue:
+        bound, refined, tie, i = heapq.heappop(queue)
         if len(kept) >= options.keep_plans and bound > -kept[0][0][0]:
             break
+        d = degrees[i]
+        if not refined:
+            heapq.heappush(queue, (bound_of(d), 1, tie, i))
+            continue
         visited += 1
-        ctx = PlanContext(costs, cluster, training, d, options)
+        ctx = PlanContext(costs, cluster, training, d, options, bound_of.rates)
+        if len(kept) >= options.keep_plans and ctx.time_lower_bound() > -kept[0][0][0]:
+            continue  # before the memory bound: with plans kept, the leanest setup is not reported
         lb = ctx.memory_lower_bound()
         if lb < min_mem:
             min_mem, leanest = lb, ctx
         if lb > ctx.capacity:
             rejected["memory: no ZeRO/recompute/offload setting fits"] += 1
             continue
-        if len(kept) >= options.keep_plans and ctx.time_lower_bound() > -kept[0][0][0]:
-            continue
         evaluated += len(knobs)
-        found = best_knobs(ctx, knobs)
+        worst = tuple(-x for x in kept[0][0]) if len(kept) >= options.keep_plans else None
+        found = best_knobs(ctx, knobs, worst)
         if found is None:
-            rejected["memory: no ZeRO/recompute/offload setting fits"] += 1
+            rejected[
+                "memory: no ZeRO/recompute/offload setting fits"
+                if worst is None
+                else "pruned: every setting that fits ranks below the kept plans"
+            ] += 1
             continue
         item = (tuple(-x for x in found[0]), found[1], ctx)
         if len(kept) < options.keep_plans:
             heapq.heappush(kept, item)
         elif item[0] > kept[0][0]:
             heapq.heapreplace(kept, item)
-    if len(order) > visited:
-        rejected["pruned: step-time lower bound above the kept plans"] += len(order) - visited
+    if len(degrees) > visited:
+        rejected["pruned: step-time lower bound above the kept plans"] += len(degrees) - visited
     ranked = sorted(((tuple(-x for x in neg), k, ctx) for neg, k, ctx in kept), key=lambda r: r[0])
-    outcome = _Outcome(ranked, rejected, min_mem, len(order), evaluated, time.perf_counter() - t0)
+    layout = pinned_layout_reasons(costs, cluster, training, cons, options) if not degrees else []
+    outcome = _Outcome(ranked, rejected, min_mem, len(degrees), evaluated, time.perf_counter() - t0, layout)
     report = _report(structure, cluster, training, cons, options, outcome, find_min_accelerators)
     if not report.plans and leanest is not None:
         report.closest_infeasible = [_leanest_plan(leanest, knobs)]
@@ -118,16 +145,27 @@ def plan_parallelism(
 
 
 def _leanest_plan(ctx: PlanContext, knobs: list[MemoryKnobs]) -> Plan:
-    """The least-memory knob setting of a tuple, as an infeasible plan that says by how much it misses."""
+    """The least-memory knob setting of a tuple, as an infeasible plan that says by how much it misses
+    and which terms hold the memory."""
     k = min(knobs, key=lambda k: (ctx.memory(k).total_bytes, _key(ctx.d, k, 0.0)))
     m = ctx.memory(k)
-    reason = (
-        f"needs {m.total_bytes / GIB:.1f} GiB per accelerator, {m.capacity_bytes / GIB:g} GiB available"
-        if m.total_bytes > m.capacity_bytes
-        else f"needs {m.host_offload_bytes / GIB:.1f} GiB host memory per "
-        f"accelerator, {m.host_capacity_bytes / GIB:g} GiB available"
+    return make_plan(ctx, k, m, ctx.time(k), overflow_reason(m))
+
+
+def overflow_reason(m: MemoryEstimate) -> str:
+    """'needs X GiB per accelerator, Y GiB available: Z GiB over; largest terms ...' (or the host's)."""
+    if m.total_bytes > m.capacity_bytes:
+        terms = sorted(((getattr(m, t), t) for t in MEMORY_TERMS), reverse=True)[:3]
+        largest = ", ".join(f"{t.removesuffix('_bytes').replace('_', ' ')} {v / GIB:.1f}" for v, t in terms)
+        return (
+            f"needs {m.total_bytes / GIB:.1f} GiB per accelerator, {m.capacity_bytes / GIB:g} GiB available: "
+            f"{(m.total_bytes - m.capacity_bytes) / GIB:.1f} GiB over (largest: {largest} GiB)"
+        )
+    over = (m.host_offload_bytes - m.host_capacity_bytes) / GIB
+    return (
+        f"needs {m.host_offload_bytes / GIB:.1f} GiB host memory per accelerator, "
+        f"{m.host_capacity_bytes / GIB:g} GiB available: {over:.1f} GiB over"
     )
-    return make_plan(ctx, k, m, ctx.time(k), reason)
 
 
 def brute_force(
@@ -147,7 +185,7 @@ def brute_force(
         ctx, tuples, best = PlanContext(costs, cluster, training, d, options), tuples + 1, None
         for k in knobs:
             evaluated += 1
-            step, m = ctx.time(k).step_s, ctx.memory(k)
+            step, m = ctx.step_seconds(k), ctx.memory(k)
             min_mem = min(min_mem, m.total_bytes)
             if m.feasible and (best is None or _key(d, k, step) < best[0]):
                 best = (_key(d, k, step), k, ctx)
@@ -224,6 +262,7 @@ class _Outcome:
     tuples: int
     evaluated: int
     seconds: float
+    layout: list[str] = field(default_factory=list)  # why the pinned degrees admit no layout, with numbers
 
 
 def _report(
@@ -264,7 +303,8 @@ def _report(
         if min_mem < math.inf:
             message += f"; the leanest setup needs {min_mem / GIB:.1f} GiB per accelerator"
         if tuples == 0:
-            message += "; no parallel layout satisfies the constraints (see rejected)"
+            why = "; ".join(outcome.layout) if outcome.layout else "see rejected"
+            message += f"; no parallel layout satisfies the constraints ({why})"
         elif find_min:
             need, states = min_accelerators(structure, cluster, training, cons, options)
             floor = math.ceil(
@@ -281,8 +321,8 @@ def _report(
                 if need
                 else f"; no count up to {_MAX_ACCELERATORS} fits"
             )
-    if structure.moe and "deepseek" in structure.model_type:
-        notes.append("1F1B schedule assumed; DualPipe (DeepSeek-V3) keeps two weight copies and is not modelled")
+    if structure.moe and "deepseek" in structure.model_type and not options.dualpipe:
+        notes.append("1F1B schedule assumed; parallel.dualpipe: true plans DeepSeek-V3's DualPipe (two weight copies)")
     return PlanReport(
         model=structure.model,
         params_total=structure.params_total,

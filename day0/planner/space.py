@@ -62,7 +62,8 @@ def enumerate_degrees(
         for x in _fixed(c.context_parallel, [2**i for i in range(8) if 2**i <= options.max_context_parallel])
         if x == 1 or training.seq_len % (2 * x) == 0
     ]
-    mbs = sorted({*options.micro_batches, training.micro_batch})
+    mbs = [c.micro_batch] if c.micro_batch is not None else sorted({*options.micro_batches, training.micro_batch})
+    pinned_vpp = c.virtual_pipeline_stages
     for tp in tps:
         for cp in cps:
             if n % (tp * cp):
@@ -72,6 +73,10 @@ def enumerate_degrees(
             for pp in _fixed(c.pipeline_parallel, _divisors(rest)):
                 if rest % pp or pp > L or pp > (c.max_pipeline_parallel or L):
                     rejected["PP does not divide the accelerators, exceeds the layers or max_pipeline_parallel"] += 1
+                    continue
+                dualpipe_odd = "dualpipe" in options.pinned and options.dualpipe and pp % 2 == 1
+                if ((pinned_vpp or 1) > 1 and pp == 1) or dualpipe_odd:
+                    rejected["PP 1 (or odd, with DualPipe) under pinned virtual stages or DualPipe"] += 1
                     continue
                 dp = rest // pp
                 if c.data_parallel is not None and dp != c.data_parallel:
@@ -99,6 +104,11 @@ def _inner(
         if (e == 1 or moe) and (not moe or costs.num_experts % e == 0)
     ]
     etps = [1, tp] if moe and tp > 1 else [1]
+    if c.expert_tensor_parallel is not None:
+        etps = [e for e in etps if e == c.expert_tensor_parallel]
+        if not etps:
+            rejected[f"expert-TP {c.expert_tensor_parallel} is neither 1 nor TP {tp}"] += 1
+            return
     for mb in mbs:
         if training.global_batch % (dp * mb):
             rejected["global batch not divisible by DP x micro-batch"] += 1
@@ -106,23 +116,17 @@ def _inner(
         m = training.global_batch // (dp * mb)
         vpps = [
             v
-            for v in range(1, options.max_virtual_stages + 1)
+            for v in _fixed(c.virtual_pipeline_stages, list(range(1, options.max_virtual_stages + 1)))
             if v == 1 or (pp > 1 and pp * v <= costs.num_layers and m % pp == 0)
         ]
+        if not vpps:
+            rejected["virtual stages need PP x VPP <= layers and micro-batches a multiple of PP"] += 1
+            continue
         for ep in eps:
             for etp in etps:
                 if (tp * cp * dp) % (ep * etp):
                     rejected["EP x expert-TP does not divide DP x CP x TP"] += 1
                     continue
                 for vpp in vpps:
-                    yield Degrees(
-                        tensor_parallel=tp,
-                        pipeline_parallel=pp,
-                        virtual_pipeline_stages=vpp,
-                        expert_parallel=ep,
-                        expert_tensor_parallel=etp,
-                        context_parallel=cp,
-                        data_parallel=dp,
-                        micro_batch=mb,
-                        num_microbatches=m,
-                    )
+                    # positional: pydantic validates keywords about twice as slowly (this runs per tuple)
+                    yield Degrees(tp, pp, vpp, ep, etp, cp, dp, mb, m)

@@ -1,6 +1,7 @@
 """Steps 3 and 4 from a `PipelineSpec`: what the Prefect tasks and the CLI call.
 
-    plan_for_spec(spec, structure, profile)                  -> PlanReport        (step 3)
+    plan_for_spec(spec, structure, profile)                  -> PlanReport        (step 3: ranked plans, the
+                                                                                 elastic pool's two ends, what next)
     optimize_for_spec(spec, structure, plan_report)          -> OptimizationReport (step 4)
 
 Contract: pure over the spec, step 1's structure (`AnalyzeResult.structure`) and the platform's
@@ -14,8 +15,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from day0.errors import UsageError
+from day0.planner.advice import elastic_points, next_steps
 from day0.planner.inputs import ClusterFigures, CommSettings, PlannerOptions, cluster_from_spec
 from day0.planner.optimize import OptimizationReport, choose_optimizations
+from day0.planner.pins import constraints_for, pin_options
 from day0.planner.profile import CalibratedProfile, apply_profile
 from day0.planner.results import PlanReport
 from day0.planner.search import plan_parallelism
@@ -41,8 +44,12 @@ def planner_inputs(
         selective_modules=list(p.selective_recompute),
         dualpipe=p.dualpipe,
         expert_max_nodes=p.expert_max_nodes,
+        dropout=p.dropout,
+        optimizer_state_dtype=p.optimizer_state_dtype,
+        mtp_layers=p.mtp_layers,
         comm=CommSettings(tp_overlap=p.overlap.tp, ep_overlap=p.overlap.ep, dp_overlap=p.overlap.dp),
     )
+    options = pin_options(spec, options)
     if p.profile == "calibrated" and profile is None:
         raise UsageError(
             f"planner.profile: 'calibrated' but the store has no profile for platform {spec.platform.name!r}; "
@@ -66,8 +73,11 @@ def plan_for_spec(
     spec: PipelineSpec, structure: ModelStructure, profile: CalibratedProfile | None = None
 ) -> PlanReport:
     cluster, options = planner_inputs(spec, profile)
-    constraints = None if spec.parallel == "auto" else spec.parallel
-    return plan_parallelism(structure, cluster, spec.training, constraints, options)
+    constraints = constraints_for(spec)
+    report = plan_parallelism(structure, cluster, spec.training, constraints, options)
+    elastic = elastic_points(structure, cluster, spec.training, constraints, options, report)
+    advice = next_steps(structure, report, constraints, spec.platform.name)
+    return report.model_copy(update={"elastic": elastic, "advice": advice})
 
 
 def optimize_for_spec(spec: PipelineSpec, structure: ModelStructure, report: PlanReport) -> OptimizationReport:

@@ -23,17 +23,18 @@ from dataclasses import dataclass, fields
 
 from day0.planner import timing as tm
 from day0.planner.inputs import ClusterFigures, CommSettings, PlannerOptions
-from day0.planner.kernels import FORWARD_SHARE, model_kernels, optimizer_tensors
+from day0.planner.kernels import FORWARD_SHARE
 from day0.planner.memory import ParamBytes
 from day0.planner.model import ModelCosts
+from day0.planner.rates import BYTES, RateCache, StepRates, gemm_peak_flops
 from day0.planner.values import Degrees
-from day0.spec import HardwareSpec
 
 __all__ = [
     "StageTime",
     "StageWork",
     "StepRates",
     "activation_offload_seconds",
+    "cp_ring_seconds",
     "dp_exposed_seconds",
     "dp_sync_seconds",
     "gemm_peak_flops",
@@ -46,8 +47,6 @@ __all__ = [
     "stage_seconds",
     "step_rates",
 ]
-
-_BYTES = {"fp32": 4, "bf16": 2, "fp8": 1}
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,32 +69,7 @@ class StageWork:
         return StageWork(*(getattr(self, f.name) * factor for f in fields(self)))
 
 
-@dataclass(frozen=True, slots=True)
-class StepRates:
-    """What one degree tuple fixes: achieved FLOP/s per GEMM kind and the unit communication times."""
-
-    tokens: float  # tokens per rank per micro-batch, gathered over TP (s·b / CP)
-    linear_flops: float  # dense GEMMs: peak of the compute dtype x roofline efficiency of the layer's shapes
-    expert_flops: float  # routed-expert grouped GEMMs: rows = tokens per local expert
-    attention_flops: float  # causal attention FLOPs per second (bf16; an unfused kernel computes all s² scores)
-    head_flops: float  # output head GEMM FLOP/s: bf16 even in fp8 recipes (DeepSeek-V3 sec. 3.3.1)
-    hbm: float  # bytes/s of memory-bound kernels
-    tp_ring_s: float  # one TP all-gather or reduce-scatter of a layer's activations
-    dispatch_s: float  # one MoE all-to-all at the dispatch dtype
-    combine_s: float  # one MoE all-to-all at bf16
-    cp_bandwidth: float  # bytes/s of the CP ring
-    p2p_s: float  # pipeline sends/receives per micro-batch (forward + backward, every chunk)
-    dp_bandwidth: float  # bytes/s of the data-parallel ring
-    kernel_s: float  # host time per dispatched op (the platform's launch + dispatcher + autograd cost)
-    layer_kernels: float  # ops of one layer's forward + backward (a dense layer's)
-    moe_kernels: float  # what a MoE layer adds to them
-    head_kernels_per_flop: float  # embedding, head and loss ops per unit of `StageWork.head_flops`
-    optimizer_kernels: float  # one rank's clipping + optimizer ops per step
-    optimizer_tensors: float  # the parameter tensors one rank's optimizer loops over
-    launch_async: bool  # device kernels run behind the host (only dispatch beyond device time shows)
-
-
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # built per stage and recompute mode: not frozen, for a cheap init
 class StageTime:
     """One stage's time per micro-batch and its parts (comm before overlap)."""
 
@@ -106,87 +80,36 @@ class StageTime:
     cp_comm_s: float
     slot_s: float  # compute + recompute + exposed communication + exposed dispatch
     launch_s: float = 0.0  # host dispatch left on the critical path
-
-
-def gemm_peak_flops(hardware: HardwareSpec, compute: str) -> float:
-    """Dense GEMM peak FLOP/s: the platform's fp8 peak when training computes in fp8 and the platform
-    states one, its bf16 peak otherwise."""
-    if compute == "fp8" and hardware.fp8_tflops:
-        return hardware.fp8_tflops * 1e12
-    return hardware.bf16_tflops * 1e12
+    tp_exposed_s: float = 0.0  # of the TP collectives, on the critical path (the rest overlaps GEMMs)
+    ep_exposed_s: float = 0.0  # of the MoE all-to-all, on the critical path
+    cp_exposed_s: float = 0.0  # of the CP K/V ring, on the critical path (the rest hides behind attention)
+    host_s: float = 0.0  # host dispatch of the stage's ops, before any of it hides behind device work
 
 
 def grad_reduce_bytes(comm: CommSettings, pb: ParamBytes) -> int:
     """Bytes per gradient element on the data-parallel ring: the reduce dtype if set, else the grad dtype."""
-    return _BYTES[comm.grad_reduce_dtype] if comm.grad_reduce_dtype else pb.grad
+    return BYTES[comm.grad_reduce_dtype] if comm.grad_reduce_dtype else pb.grad
 
 
 def step_rates(
     costs: ModelCosts, cluster: ClusterFigures, seq: int, compute: str, options: PlannerOptions, d: Degrees
 ) -> StepRates:
-    c, o, hw, n = costs, options, cluster.hardware, cluster.per_node
-    tp, ep, etp = d.tensor_parallel, d.expert_parallel, d.expert_tensor_parallel
-    tokens = seq * d.micro_batch / d.context_parallel
-    tok = tokens / tp
-    peak, frac, wbytes = gemm_peak_flops(hw, compute), o.gemm_fraction(compute), _BYTES.get(compute, 2)
-    hbm = o.hbm_bandwidth_gbps * 1e9
-    shapes = tm.layer_gemm_shapes(tokens, c.hidden, c.qkv_width, c.ffn, c.gated, tp)
-    measured, measured16 = o.gemm_points(compute), o.gemm_points("bf16")
-    eff = tm.gemm_efficiency(shapes, wbytes, peak, frac, hbm, measured)
-    rows = tm.expert_rows(tok, c.top_k, ep, etp, c.num_experts)
-    ex_shapes = tm.expert_gemm_shapes(rows, c.hidden, c.expert_ffn, etp)
-    ex_eff = tm.gemm_efficiency(ex_shapes, wbytes, peak, frac, hbm, measured)
-    bf16, frac16 = hw.bf16_tflops * 1e12, o.gemm_fraction("bf16")
-    if o.flash_attention:
-        attention = bf16 * o.attention_efficiency
-    else:  # batched QK^T and AV per head over the whole s x s square, then masked: twice the causal FLOPs
-        bmm = [(seq, seq, c.head_dim), (seq, c.head_dim, seq)]
-        attention = bf16 * tm.gemm_efficiency(bmm, 2, bf16, frac16, hbm, measured16) / 2
-    coll, lat = o.collective_efficiency, o.collective_latency_us * 1e-6
-    intra, inter = hw.intra_node_bandwidth_gbps * coll, hw.inter_node_bandwidth_gbps * coll
-    dispatch, combine = (
-        tm.expert_alltoall_seconds(tok, c.top_k, c.hidden * b, ep, etp, n, intra, inter, o.expert_max_nodes)
-        + (lat if ep > 1 else 0.0)
-        for b in (_BYTES[o.comm.dispatch_dtype], 2)
-    )
-    dp_span = tp * d.context_parallel * d.data_parallel
-    p2p = (
-        2 * d.virtual_pipeline_stages * tok * c.hidden * 2 / tm.link_bandwidth(dp_span * 2, n, intra, inter)
-        if d.pipeline_parallel > 1
-        else 0.0
-    )
-    head = tm.gemm_efficiency([(tokens, c.vocab / tp, c.hidden)], 2, bf16, frac16, hbm, measured16)
-    kernels = model_kernels(c, compute)
-    return StepRates(
-        tokens=tokens,
-        head_flops=bf16 * head,
-        linear_flops=peak * eff,
-        expert_flops=peak * ex_eff,
-        attention_flops=attention,
-        hbm=hbm,
-        tp_ring_s=tm.ring_seconds(tokens * c.hidden * 2, tp, intra * 1e9) + (lat if tp > 1 else 0.0),
-        dispatch_s=dispatch,
-        combine_s=combine,
-        cp_bandwidth=tm.link_bandwidth(tp * d.context_parallel, n, intra, inter),
-        p2p_s=p2p,
-        dp_bandwidth=tm.link_bandwidth(dp_span, n, intra, inter),
-        kernel_s=hw.kernel_launch_us * 1e-6,
-        layer_kernels=kernels.dense_layer,
-        moe_kernels=kernels.moe_extra,
-        head_kernels_per_flop=kernels.outside / c.head_flops_per_token,
-        optimizer_kernels=kernels.optimizer / d.pipeline_parallel,
-        optimizer_tensors=optimizer_tensors(c) / d.pipeline_parallel,
-        launch_async=hw.launch_async,
-    )
+    """The rates of one degree tuple (a search shares one `RateCache` across its tuples)."""
+    return RateCache(costs, cluster, seq, compute, options).rates(d)
 
 
-def stage_seconds(w: StageWork, recompute: str, r: StepRates, seq: int, d: Degrees, o: PlannerOptions) -> StageTime:
+def stage_seconds(
+    w: StageWork, recompute: str, r: StepRates, seq: int, d: Degrees, o: PlannerOptions, full_fraction: float = 1.0
+) -> StageTime:
     """Forward + backward of one micro-batch on a stage doing `w`: GEMMs, attention and memory-bound
     kernels at 3x their forward; selective recompute repeats `selective_flops` (and an unfused core
-    attention when it recomputes it), full recompute the whole forward but the head; TP/EP collectives
-    exposed unless overlapped; the CP K/V ring exposed beyond the attention it overlaps; host dispatch of the
-    stage's ops (full recompute repeats the forward's share) added or hidden behind the busy time."""
-    tok, full, flash, comm = r.tokens / d.tensor_parallel, recompute == "full", o.flash_attention, o.comm
+    attention when it recomputes it), full recompute the whole forward but the head (`full_fraction` of
+    it: Megatron's `block` method recomputes only some layers); TP/EP collectives exposed unless
+    overlapped; the CP K/V ring (CP-1 exchanges per pass, each paying the collective latency) exposed
+    beyond the attention of the remote blocks it overlaps; host dispatch of the stage's ops (full
+    recompute repeats the forward's share) added or hidden behind the busy time."""
+    tok, flash, comm = r.tokens / d.tensor_parallel, o.flash_attention, o.comm
+    full = full_fraction if recompute == "full" else 0.0
     lin, routed = 2 * tok * w.dense_active / r.linear_flops, 2 * tok * w.routed_active / r.expert_flops
     attn = tok * seq * w.attn_per_seq / r.attention_flops
     attn += 0.0 if flash else tok * seq * w.scores_traffic_per_seq / r.hbm
@@ -197,25 +120,40 @@ def stage_seconds(w: StageWork, recompute: str, r: StepRates, seq: int, d: Degre
         extra = tok * w.selective_flops / r.linear_flops + tok * w.selective_memory_bound / r.hbm
         extra += attn if core else 0.0
     else:
-        extra = lin + routed + attn + membound if full else 0.0
+        extra = full * (lin + routed + attn + membound)
     tp = w.layers * (8 + 4 * full) * r.tp_ring_s
     ep = w.moe_layers * (r.dispatch_s + 3 * r.combine_s + full * (r.dispatch_s + r.combine_s))
     cp_deg = d.context_parallel
-    cp = 3 * (cp_deg - 1) * tok * w.cp_kv / r.cp_bandwidth if cp_deg > 1 else 0.0
+    cp = cp_ring_seconds(tok, w, r, cp_deg)
     busy = compute + extra
     layer_ops = (w.layers * r.layer_kernels + w.moe_layers * r.moe_kernels) * (1 + FORWARD_SHARE * full)
     launch = tm.launch_seconds(layer_ops + w.head_flops * r.head_kernels_per_flop, r.kernel_s, busy, r.launch_async)
+    host = tm.launch_seconds(layer_ops + w.head_flops * r.head_kernels_per_flop, r.kernel_s, 0.0, False)
     sm = o.overlap_sm_fraction
-    slot = (
-        busy
-        + tm.exposed(tp, busy, comm.tp_overlap, sm)
-        + tm.exposed(ep, busy, comm.ep_overlap, sm)
-        + max(0.0, cp - 3 * attn)
-        + launch
-    )
+    tp_x, ep_x = tm.exposed(tp, busy, comm.tp_overlap, sm), tm.exposed(ep, busy, comm.ep_overlap, sm)
+    cp_x = max(0.0, cp - 3 * attn * (cp_deg - 1) / cp_deg)
     return StageTime(
-        compute_s=compute, recompute_s=extra, tp_comm_s=tp, ep_comm_s=ep, cp_comm_s=cp, slot_s=slot, launch_s=launch
+        compute_s=compute,
+        recompute_s=extra,
+        tp_comm_s=tp,
+        ep_comm_s=ep,
+        cp_comm_s=cp,
+        slot_s=busy + tp_x + ep_x + cp_x + launch,
+        launch_s=launch,
+        tp_exposed_s=tp_x,
+        ep_exposed_s=ep_x,
+        cp_exposed_s=cp_x,
+        host_s=host,
     )
+
+
+def cp_ring_seconds(tokens: float, w: StageWork, r: StepRates, cp: int) -> float:
+    """Context parallelism's K/V ring for one micro-batch, forward and backward: CP-1 exchanges of each
+    layer's K and V (3 passes: forward, and backward's K/V and their gradients), each paying the collective
+    latency (Liu et al. 2023, ring attention; Megatron's p2p CP)."""
+    if cp <= 1:
+        return 0.0
+    return 3 * (cp - 1) * (tokens * w.cp_kv / r.cp_bandwidth + w.layers * r.collective_latency_s)
 
 
 def activation_offload_seconds(activation_bytes: float, compute_s: float, host_bandwidth_gbps: float) -> float:

@@ -12,9 +12,10 @@ from __future__ import annotations
 from pydantic import computed_field
 from pydantic.dataclasses import dataclass
 
+from day0.core.recompute import RECOMPUTES
+
 __all__ = ["OFFLOADS", "RECOMPUTES", "Degrees", "MemoryEstimate", "MemoryKnobs", "TimeEstimate"]
 
-RECOMPUTES = ("none", "selective", "full")
 OFFLOADS = ("none", "optimizer", "activations", "optimizer+activations")
 
 
@@ -93,7 +94,10 @@ class MemoryEstimate:
 
 @dataclass(frozen=True, slots=True)
 class TimeEstimate:
-    """Seconds per optimizer step; comm terms on the slowest stage, before overlap unless marked exposed."""
+    """Seconds per optimizer step; comm terms on the slowest stage, before overlap unless marked exposed.
+    The critical-path parts sum to `step_s` (`results.time_terms` lists them, with what hides the rest):
+    compute + recompute + the exposed TP/EP/CP comm + exposed host dispatch + pp comm + offload + bubble
+    + exposed DP + optimizer."""
 
     compute_s: float
     recompute_s: float
@@ -109,3 +113,9 @@ class TimeEstimate:
     tokens_per_s: float
     mfu: float  # model FLOPs / (step time x accelerators x peak of the GEMM dtype used)
     model_tflops_per_step: float
+    tp_comm_exposed_s: float = 0.0  # what of tp_comm_s is on the critical path (overlap and SM slowdown)
+    ep_comm_exposed_s: float = 0.0
+    cp_comm_exposed_s: float = 0.0  # beyond the attention of the remote K/V blocks it overlaps
+    host_dispatch_s: float = 0.0  # host time dispatching the slowest stage's ops
+    host_dispatch_exposed_s: float = 0.0  # of which beyond the device's busy time (all of it when synchronous)
+    dp_comm_s: float = 0.0  # data-parallel sync before overlap

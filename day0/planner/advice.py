@@ -1,0 +1,185 @@
+"""What a planner user does next: the plan at an elastic cluster's minimum beside its maximum, and one line
+per move that would help, each with its numbers.
+
+Contract: pure over step 3's inputs and its report. `elastic_points` plans the cluster at its elastic
+minimum (the degrees the spec pins kept, DP and the accelerator count left to the smaller cluster) and
+puts the report's best plan at its maximum beside it. `next_steps` names: a better micro-batch than the
+pinned one, what unpinning each pinned memory knob would give on the chosen degrees, a knob setting that
+would make the leanest infeasible setup fit, the smallest whole-node cluster with a feasible plan, and
+calibration when the figures are the datasheet's. Each is evaluated with the same cost model, on the
+chosen (or leanest) degree tuple, so the lines cost a handful of evaluations, not searches.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from day0.planner.evaluate import PlanContext
+from day0.planner.inputs import GIB, ClusterFigures, PlannerOptions, costs_for
+from day0.planner.results import ClusterPoint, Plan, PlanReport, degrees_label
+from day0.planner.search import best_knobs, min_accelerators, plan_parallelism
+from day0.planner.space import knob_settings
+from day0.planner.values import OFFLOADS, RECOMPUTES, Degrees
+from day0.spec import ParallelConstraints, TrainingSpec
+
+if TYPE_CHECKING:
+    from day0.core.structure import ModelStructure
+
+__all__ = ["elastic_points", "next_steps"]
+
+_MICRO_BATCHES = (1, 2, 4, 8)
+_FULL = {"recompute": list(RECOMPUTES), "zero_stages": [0, 1, 2, 3], "offload": list(OFFLOADS)}
+_KNOB_OPTION = {"recompute": "recompute", "zero_stage": "zero_stages", "offload": "offload"}
+
+
+def _resized(constraints: ParallelConstraints | None) -> ParallelConstraints:
+    """The pins that still mean something on a cluster of another size (DP and the count follow it)."""
+    return (constraints or ParallelConstraints()).model_copy(update={"data_parallel": None, "accelerators": None})
+
+
+def _point(label: str, n: int, plan: Plan | None, message: str) -> ClusterPoint:
+    if plan is None:
+        return ClusterPoint(label=label, accelerators=n, feasible=False, message=message)
+    return ClusterPoint(
+        label=label,
+        accelerators=n,
+        feasible=True,
+        degrees=degrees_label(plan.parallel),
+        step_s=plan.time.step_s,
+        memory_gib=plan.memory.total_bytes / GIB,
+        mfu=plan.time.mfu,
+        message=message,
+    )
+
+
+def elastic_points(
+    structure: ModelStructure,
+    cluster: ClusterFigures,
+    training: TrainingSpec,
+    constraints: ParallelConstraints | None,
+    options: PlannerOptions,
+    report: PlanReport,
+) -> list[ClusterPoint]:
+    """The best plan at the elastic minimum and at the maximum (empty without an elastic pool)."""
+    low = cluster.elastic_min_accelerators
+    if low is None:
+        return []
+    nodes = cluster.pool_nodes
+    lows = ", ".join(f"{name} {lo}" for name, (lo, _hi) in nodes.items())
+    highs = ", ".join(f"{name} {hi}" for name, (_lo, hi) in nodes.items())
+    top = _point(f"elastic maximum (nodes: {highs})", cluster.accelerators, report.best, report.message)
+    if low == 0:
+        return [_point(f"elastic minimum (nodes: {lows})", 0, None, "no accelerators at the pools' minima"), top]
+    small = plan_parallelism(
+        structure, cluster.with_accelerators(low), training, _resized(constraints), options, find_min_accelerators=False
+    )
+    return [_point(f"elastic minimum (nodes: {lows})", low, small.best, small.message), top]
+
+
+def _context(structure: ModelStructure, report: PlanReport, d: Degrees, options: PlannerOptions) -> PlanContext:
+    costs = costs_for(structure, options, report.training.precision.compute)
+    return PlanContext(costs, report.cluster, report.training, d, options)
+
+
+def _fastest(ctx: PlanContext, options: PlannerOptions) -> tuple[float, float] | None:
+    """(step s, GiB) of the fastest fitting knob setting of a tuple, or None when none fits."""
+    found = best_knobs(ctx, knob_settings(options))
+    if found is None:
+        return None
+    return found[0][0], ctx.memory(found[1]).total_bytes / GIB
+
+
+def _micro_batch_line(structure: ModelStructure, report: PlanReport, best: Plan) -> str | None:
+    o, d, tr = report.options, best.parallel, report.training
+    if "micro_batch" not in o.pinned:
+        return None
+    lines = []
+    for mb in _MICRO_BATCHES:
+        if mb == d.micro_batch or tr.global_batch % (d.data_parallel * mb):
+            continue
+        m = tr.global_batch // (d.data_parallel * mb)
+        if d.virtual_pipeline_stages > 1 and m % d.pipeline_parallel:
+            continue
+        other = d.__class__(**{**_fields(d), "micro_batch": mb, "num_microbatches": m})
+        got = _fastest(_context(structure, report, other, o.model_copy(update={"micro_batches": [mb]})), o)
+        if got is not None and got[0] < best.time.step_s:
+            lines.append((got[0], mb, got[1]))
+    if not lines:
+        return None
+    step, mb, gib = min(lines)
+    gain = 1 - step / best.time.step_s
+    return (
+        f"micro-batch {mb} would take {step:.3f} s per step ({gain:.1%} faster, {gib:.1f} GiB) with the same "
+        f"degrees; micro-batch {d.micro_batch} is pinned by {o.pinned['micro_batch']}"
+    )
+
+
+def _fields(d: Degrees) -> dict[str, int]:
+    return {k: getattr(d, k) for k in d.__dataclass_fields__}
+
+
+def _unpin_lines(structure: ModelStructure, report: PlanReport, plan: Plan, fits: bool) -> list[str]:
+    """For each pinned memory knob: the fastest setting on these degrees with that knob free."""
+    o, out = report.options, []
+    for knob, option in _KNOB_OPTION.items():
+        if knob not in o.pinned:
+            continue
+        free = o.model_copy(update={option: _FULL[option]})
+        got = _fastest(_context(structure, report, plan.parallel, free), free)
+        if got is None:
+            continue
+        pinned_value = getattr(plan.memory_knobs, knob)
+        if fits and got[0] < plan.time.step_s * (1 - 1e-9):
+            out.append(
+                f"unpinning {o.pinned[knob]} ({knob} {pinned_value}): {got[0]:.3f} s per step "
+                f"({1 - got[0] / plan.time.step_s:.1%} faster, {got[1]:.1f} GiB) on the same degrees"
+            )
+        elif not fits:
+            out.append(
+                f"unpinning {o.pinned[knob]} ({knob} {pinned_value}) makes this setup fit: "
+                f"{got[1]:.1f} GiB, {got[0]:.3f} s per step"
+            )
+    return out
+
+
+def _fit_line(structure: ModelStructure, report: PlanReport, leanest: Plan) -> str | None:
+    """When nothing fits and no knob is pinned: does any ZeRO/recompute/offload make the leanest fit?"""
+    free = report.options.model_copy(update=_FULL)
+    got = _fastest(_context(structure, report, leanest.parallel, free), free)
+    return None if got is None else f"{degrees_label(leanest.parallel)} fits with other memory knobs: {got[1]:.1f} GiB"
+
+
+def next_steps(
+    structure: ModelStructure,
+    report: PlanReport,
+    constraints: ParallelConstraints | None,
+    platform: str,
+) -> list[str]:
+    """What to do next, one line each (see the module contract)."""
+    out: list[str] = []
+    best = report.best
+    if best is not None:
+        line = _micro_batch_line(structure, report, best)
+        out += [line] if line else []
+        out += _unpin_lines(structure, report, best, fits=True)
+    elif report.closest_infeasible:
+        leanest = report.closest_infeasible[0]
+        out += _unpin_lines(structure, report, leanest, fits=False)
+        line = _fit_line(structure, report, leanest) if not report.options.pinned else None
+        out += [line] if line else []
+    need = report.min_accelerators
+    if need is None and report.tuples_considered:
+        need = min_accelerators(structure, report.cluster, report.training, _resized(constraints), report.options)[0]
+    if need is not None:
+        per, now = report.cluster.per_node, report.cluster.accelerators
+        where = f"of the {now} here" if need < now else ("this cluster" if need == now else f"the cluster has {now}")
+        nodes = need // per
+        out.append(
+            f"the smallest whole-node cluster with a feasible plan: {need} accelerator{'s' * (need != 1)} "
+            f"({nodes} node{'s' * (nodes != 1)} of {per}; {where})"
+        )
+    if report.options.profile == "datasheet":
+        out.append(
+            f"the figures are the datasheet's: `day0 calibrate {platform}` measures the platform, then plan again"
+        )
+    return out
