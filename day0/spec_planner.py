@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal, get_args
 
-from pydantic import Field
+from pydantic import BaseModel, Field
 
 from day0.core.recompute import Recompute
 from day0.spec_base import HBM_GBPS, MAX_ACCELERATORS, UserModel
@@ -25,6 +25,7 @@ __all__ = [
     "PlannerSpec",
     "RecomputeModule",
     "RecomputePin",
+    "SearchChoices",
 ]
 
 
@@ -40,7 +41,34 @@ RecomputeModule = Literal["core_attn", "layernorm", "mla_up_proj", "moe_act", "m
 OffloadPin = Literal["none", "optimizer", "activations", "optimizer+activations"]
 
 
-class PlannerSpec(UserModel):
+class SearchChoices(BaseModel):
+    """What the planner searches and assumes that a spec's `planner:` section may set: declared once,
+    here, and shared by `PlannerSpec` and the cost model's `day0.planner.inputs.PlannerOptions`."""
+
+    max_context_parallel: int = Field(8, ge=1, le=1024, description="Largest CP degree searched (default 8).")
+    max_virtual_stages: int = Field(4, ge=1, le=64, description="Most virtual pipeline stages searched (default 4).")
+    sequence_parallel: bool = Field(True, description="Megatron sequence parallelism with TP (default true).")
+    flash_attention: bool = Field(True, description="Attention scores are never stored (default true).")
+    fp8_activation_cache: bool = Field(
+        False, description="With fp8 compute, cache GEMM inputs in FP8 (DeepSeek-V3 style; default false)."
+    )
+    dualpipe: bool = Field(False, description="Plan for DualPipe: half the bubble, two weight copies (default false).")
+    expert_max_nodes: int | None = Field(
+        None,
+        ge=1,
+        le=MAX_ACCELERATORS,
+        description="Node-limited MoE routing: nodes a token may reach (default unlimited).",
+    )
+    dropout: bool = Field(False, description="The model trains with dropout: 1-byte masks are stored (default false).")
+    optimizer_state_dtype: Literal["fp32", "bf16"] = Field(
+        "fp32", description="Dtype of the Adam moments (DeepSeek-V3 keeps them in bf16; default fp32)."
+    )
+    mtp_layers: int = Field(
+        0, ge=0, le=16, description="Multi-token-prediction modules trained along (DeepSeek-V3: 1; default 0)."
+    )
+
+
+class PlannerSpec(UserModel, SearchChoices):
     """Steps 3-4's cost-model assumptions. Unset figures come from the platform's calibrated profile when
     the store holds one (`day0 calibrate PLATFORM`), else from the datasheet defaults named below."""
 
@@ -68,32 +96,11 @@ class PlannerSpec(UserModel):
         description="Achieved device memory bandwidth, GB/s (default 3000, or calibrated); from 1 GB/s (below any "
         "DRAM) to 100 TB/s (an H200's HBM gives 4.8 TB/s).",
     )
-    max_context_parallel: int = Field(8, ge=1, le=1024, description="Largest CP degree searched (default 8).")
-    max_virtual_stages: int = Field(4, ge=1, le=64, description="Most virtual pipeline stages searched (default 4).")
-    sequence_parallel: bool = Field(True, description="Megatron sequence parallelism with TP (default true).")
-    flash_attention: bool = Field(True, description="Attention scores are never stored (default true).")
-    fp8_activation_cache: bool = Field(
-        False, description="With fp8 compute, cache GEMM inputs in FP8 (DeepSeek-V3 style; default false)."
-    )
     selective_recompute: list[RecomputeModule] = Field(
         default_factory=lambda: list(get_args(RecomputeModule)),
         description="What selective recompute recomputes (Megatron-Core recompute modules; default all five).",
     )
-    dualpipe: bool = Field(False, description="Plan for DualPipe: half the bubble, two weight copies (default false).")
-    expert_max_nodes: int | None = Field(
-        None,
-        ge=1,
-        le=MAX_ACCELERATORS,
-        description="Node-limited MoE routing: nodes a token may reach (default unlimited).",
-    )
     overlap: PlannerOverlap = Field(default_factory=PlannerOverlap, description="Communication overlap switches.")
-    dropout: bool = Field(False, description="The model trains with dropout: 1-byte masks are stored (default false).")
-    optimizer_state_dtype: Literal["fp32", "bf16"] = Field(
-        "fp32", description="Dtype of the Adam moments (DeepSeek-V3 keeps them in bf16; default fp32)."
-    )
-    mtp_layers: int = Field(
-        0, ge=0, le=16, description="Multi-token-prediction modules trained along (DeepSeek-V3: 1; default 0)."
-    )
 
 
 class RecomputePin(UserModel):

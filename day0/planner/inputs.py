@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from day0.core.recompute import Recompute
 from day0.planner.model import ActivationPolicy, ModelCosts, model_costs
 from day0.spec import HardwareSpec, PipelineSpec
+from day0.spec_planner import SearchChoices
 
 if TYPE_CHECKING:
     from day0.core.structure import ModelStructure
@@ -83,8 +84,9 @@ class CommSettings(_Model):
 SelectiveModule = Literal["core_attn", "layernorm", "mla_up_proj", "moe_act", "mlp_act"]
 
 
-class PlannerOptions(_Model):
-    """Every assumption of the cost model; `options_from_spec` fills it from a spec's `planner:` section and,
+class PlannerOptions(_Model, SearchChoices):
+    """Every assumption of the cost model (those a spec may set declared once in `SearchChoices`);
+    `day0.planner.step.planner_inputs` fills it from a spec's `planner:` section and,
     when present, the platform's calibrated profile (`day0.planner.profile`)."""
 
     gemm_efficiency: dict[str, float] = Field(
@@ -101,9 +103,7 @@ class PlannerOptions(_Model):
     attention_efficiency: float = Field(
         0.5, gt=0, le=1, description="FlashAttention forward+backward fraction of the bf16 peak (Dao 2023: 0.5-0.7)."
     )
-    flash_attention: bool = Field(True, description="Attention scores are never stored (FlashAttention).")
     grad_dtype: Literal["fp32", "bf16"] = Field("fp32", description="Gradient accumulation dtype (Megatron main_grad).")
-    optimizer_state_dtype: Literal["fp32", "bf16"] = Field("fp32", description="Adam moments dtype.")
     fragmentation_fraction: float = Field(0.05, ge=0, lt=1, description="Memory held back for allocator fragmentation.")
     framework_overhead_gib: float = Field(1.0, ge=0, description="CUDA context, NCCL communicators, workspaces.")
     host_bandwidth_gbps: float = Field(25, gt=0, description="Host<->device (PCIe) per accelerator, GB/s.")
@@ -133,28 +133,14 @@ class PlannerOptions(_Model):
         "step with clipping (`fused_optimizer: false`); None: its bytes at the memory bandwidth plus its ops' "
         "dispatch. Filled from the platform's calibrated profile.",
     )
-    sequence_parallel: bool = Field(True, description="Megatron sequence parallelism with TP (Korthikanti 2022).")
-    dropout: bool = Field(False, description="The model trains with dropout (1-byte masks are stored).")
-    fp8_activation_cache: bool = Field(
-        False, description="With fp8 compute, GEMM inputs are cached in FP8 (DeepSeek-V3 sec. 3.3.3)."
-    )
     selective_modules: list[SelectiveModule] = Field(
         default_factory=lambda: list(get_args(SelectiveModule)),
         description="What selective recompute recomputes (Megatron-Core --recompute-modules).",
     )
-    dualpipe: bool = Field(
-        False, description="DualPipe schedule: about half the 1F1B bubble, two weight copies (DeepSeek-V3 3.2.1)."
-    )
-    expert_max_nodes: int | None = Field(
-        None, ge=1, description="Node-limited routing: each token reaches at most this many nodes (DeepSeek-V3: 4)."
-    )
-    mtp_layers: int = Field(0, ge=0, description="Multi-token-prediction modules trained along (DeepSeek-V3: 1).")
     fp8_recipe: Literal["delayed", "tensorwise", "blockwise", "mxfp8"] = Field(
         "blockwise", description="The FP8 scaling recipe with fp8 compute (what the framework configs name)."
     )
     fp8_format: Literal["e4m3", "hybrid"] = Field("hybrid", description="FP8 format: e4m3, or e5m2 for gradients.")
-    max_context_parallel: int = Field(8, ge=1, description="Largest CP degree searched.")
-    max_virtual_stages: int = Field(4, ge=1, description="Most virtual pipeline stages per rank searched.")
     micro_batches: list[int] = Field(default_factory=lambda: [1, 2, 4, 8], description="Micro-batch sizes searched.")
     zero_stages: list[int] = Field(default_factory=lambda: [0, 1, 2, 3])
     recompute: list[Recompute] = Field(default_factory=lambda: list(get_args(Recompute)))

@@ -23,6 +23,7 @@ from day0.planner.profile import CalibratedProfile, apply_profile
 from day0.planner.results import PlanReport
 from day0.planner.search import plan_parallelism
 from day0.spec import PipelineSpec
+from day0.spec_planner import SearchChoices
 
 if TYPE_CHECKING:
     from day0.core.structure import ModelStructure
@@ -36,17 +37,8 @@ def planner_inputs(
     """The cluster figures and planner options for `spec` (see the module contract for precedence)."""
     p, cluster = spec.planner, cluster_from_spec(spec)
     options = PlannerOptions(
-        max_context_parallel=p.max_context_parallel,
-        max_virtual_stages=p.max_virtual_stages,
-        sequence_parallel=p.sequence_parallel,
-        flash_attention=p.flash_attention,
-        fp8_activation_cache=p.fp8_activation_cache,
+        **{name: getattr(p, name) for name in SearchChoices.model_fields},
         selective_modules=list(p.selective_recompute),
-        dualpipe=p.dualpipe,
-        expert_max_nodes=p.expert_max_nodes,
-        dropout=p.dropout,
-        optimizer_state_dtype=p.optimizer_state_dtype,
-        mtp_layers=p.mtp_layers,
         comm=CommSettings(tp_overlap=p.overlap.tp, ep_overlap=p.overlap.ep, dp_overlap=p.overlap.dp),
     )
     options = pin_options(spec, options)
