@@ -36,6 +36,13 @@ def _hidden(total: float, critical: float, behind: str, shown: str) -> str:
     return shown
 
 
+def _switched(total: float, critical: float, overlapped: bool, behind: str) -> str:
+    """The note of a term an overlap switch may hide: what of it `behind` hides when switched on."""
+    if overlapped:
+        return _hidden(total, critical, behind, "not overlapped")
+    return "not overlapped" if total else ""
+
+
 def time_terms(plan: Plan, options: PlannerOptions) -> list[TimeTerm]:
     """Every time term of the plan's step (see the module contract)."""
     t, d, k, comm = plan.time, plan.parallel, plan.memory_knobs, options.comm
@@ -48,17 +55,13 @@ def time_terms(plan: Plan, options: PlannerOptions) -> list[TimeTerm]:
             "tp comm",
             t.tp_comm_s,
             t.tp_comm_exposed_s,
-            _hidden(t.tp_comm_s, t.tp_comm_exposed_s, "the GEMMs" + sm, "not overlapped")
-            if comm.tp_overlap
-            else ("not overlapped" if t.tp_comm_s else ""),
+            _switched(t.tp_comm_s, t.tp_comm_exposed_s, comm.tp_overlap, "the GEMMs" + sm),
         ),
         TimeTerm(
             "ep comm",
             t.ep_comm_s,
             t.ep_comm_exposed_s,
-            _hidden(t.ep_comm_s, t.ep_comm_exposed_s, "another micro-batch's compute" + sm, "not overlapped")
-            if comm.ep_overlap
-            else ("not overlapped" if t.ep_comm_s else ""),
+            _switched(t.ep_comm_s, t.ep_comm_exposed_s, comm.ep_overlap, "another micro-batch's compute" + sm),
         ),
         TimeTerm(
             "cp comm",
@@ -93,9 +96,7 @@ def time_terms(plan: Plan, options: PlannerOptions) -> list[TimeTerm]:
             "dp comm",
             max(t.dp_comm_s, t.dp_comm_exposed_s),
             t.dp_comm_exposed_s,
-            _hidden(t.dp_comm_s, t.dp_comm_exposed_s, zero_sync, "not overlapped")
-            if comm.dp_overlap
-            else ("not overlapped" if t.dp_comm_s else ""),
+            _switched(t.dp_comm_s, t.dp_comm_exposed_s, comm.dp_overlap, zero_sync),
         ),
         TimeTerm("optimizer", t.optimizer_s, t.optimizer_s, f"ZeRO-{k.zero_stage}, offload {k.offload}"),
     ]
