@@ -135,14 +135,19 @@ def test_steps_meet_only_through_results_and_runs() -> None:
     assert not wrong, "a step's internals imported from outside it:\n" + "\n".join(sorted(wrong))
 
 
+def _test_support_imports(path: Path) -> list[str]:
+    """Modules of `testsupport` or `tests` that the file at `path` imports."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_bytes())):
+        names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+        if isinstance(node, ast.ImportFrom) and not node.level:
+            names = [node.module or ""]
+        found += [n for n in names if n.split(".")[0] in ("testsupport", "tests")]
+    return found
+
+
 def test_the_product_imports_no_test_support() -> None:
-    wrong = []
-    for m, p in MODULES.items():
-        for node in ast.walk(ast.parse(p.read_bytes())):
-            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
-            if isinstance(node, ast.ImportFrom) and not node.level:
-                names = [node.module or ""]
-            wrong += [f"{m} imports {n}" for n in names if n.split(".")[0] in ("testsupport", "tests")]
+    wrong = [f"{m} imports {n}" for m, p in MODULES.items() for n in _test_support_imports(p)]
     assert not wrong, "\n".join(wrong)
 
 
@@ -184,3 +189,7 @@ def test_the_rules_see_a_violation(tmp_path: Path) -> None:
     path = tmp_path / "bad.py"
     path.write_text("from flows.adapt import adapt\nimport day0.steps.trial.loop\n")
     assert _imports("day0.steps.operators.bad", path) >= {"flows.adapt", "day0.steps.trial.loop"}
+    assert _step("day0.steps.trial.loop") == ("trial", "loop") and _part("day0.steps.registry") == "steps.registry"
+    support = tmp_path / "support.py"
+    support.write_text("from testsupport.chaos import run_with_node_kill\nimport tests._webhook_helpers\n")
+    assert _test_support_imports(support) == ["testsupport.chaos", "tests._webhook_helpers"]
