@@ -13,10 +13,10 @@ export RAY_AUTH_MODE ?= disabled
 
 setup: $(STAMP)
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml Makefile
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip uv
-	$(BIN)/uv pip install --compile-bytecode --python $(BIN)/python -e '.[dev]'
+	$(BIN)/uv pip install --compile-bytecode --python $(BIN)/python -e '.[dev,k8s]'
 	touch $(STAMP)
 
 run: setup

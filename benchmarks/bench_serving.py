@@ -116,7 +116,7 @@ def served_curve() -> list[dict]:
     data = prepare_data(None, 512)
     config = scale_config(resolve_model_source("tiny-qwen3-moe").config, TrialScale(), vocab_size=data.vocab_size,
                           seq_len=128, eos_token_id=data.eos_token_id)  # fmt: skip
-    served = ServedModel(label="tiny-qwen3-moe", config=config, tokenizer_dir=data.tokenizer_dir)
+    served = ServedModel(label="tiny-qwen3-moe", config=config, tokenizer=str(data.tokenizer_dir))
     words = held_out_text().split()
     requests = [
         LoadRequest(prompt=" ".join(words[i * 11 : i * 11 + 24]), max_tokens=OUTPUT_TOKENS)

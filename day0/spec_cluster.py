@@ -209,6 +209,20 @@ class ClusterSpec(UserModel):
         default_factory=list,
         description="Environment of every Ray container (head, workers, autoscaler), e.g. MY_POD_IP from status.podIP.",
     )
+    image: str | None = Field(
+        None,
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9._/:@-]{0,254}$",
+        description="Image of the RayCluster's pods (kuberay): it must hold day0, since the steps' jobs run "
+        "`python -m day0...` there (default: `day0:<day0's version>`, what `make image` builds).",
+    )
+    store_secret: str | None = Field(
+        None,
+        pattern=r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$",
+        description="Kubernetes Secret (in `namespace`) with keys access-key-id and secret-access-key: the "
+        "Ray containers read the store's credentials from it (secretKeyRef). The credentials never travel "
+        "in a job's runtime env, metadata or command line; without it the pods use boto3's own chain "
+        "(e.g. workload identity).",
+    )
 
     @model_validator(mode="after")
     def _plausible_size(self) -> ClusterSpec:

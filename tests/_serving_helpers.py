@@ -19,7 +19,7 @@ def served(name: str = "tiny-qwen3-moe") -> ServedModel:
         resolve_model_source(name).config, TrialScale(), vocab_size=data.vocab_size, seq_len=128,
         eos_token_id=data.eos_token_id,
     )  # fmt: skip
-    return ServedModel(label=f"{name} (untrained)", config=config, tokenizer_dir=data.tokenizer_dir)
+    return ServedModel(label=f"{name} (untrained)", config=config, tokenizer=str(data.tokenizer_dir))
 
 
 def cpu() -> PlatformSpec:

@@ -74,14 +74,25 @@ def test_kuberay_preconditions_name_the_field() -> None:
     check_backend(_spec())  # local: nothing to check
 
 
-def test_job_env_carries_the_store_and_never_unrelated_settings(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_job_env_carries_where_the_store_is_and_never_a_credential(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("DAY0_STORE_ENDPOINT_URL", "http://127.0.0.1:9")
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "k")
+    monkeypatch.setenv("DAY0_STORE_REGION", "eu-west-1")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "eu-west-1")
+    for name in (
+        "AWS_ACCESS_KEY_ID",
+        "AWS_SECRET_ACCESS_KEY",
+        "AWS_SESSION_TOKEN",
+        "DAY0_STORE_ACCESS_KEY_ID",
+        "DAY0_STORE_SECRET_ACCESS_KEY",
+    ):
+        monkeypatch.setenv(name, "s3cr3t-value")
     monkeypatch.setenv("HOME_SECRET_UNRELATED", "x")
     monkeypatch.setenv("DAY0_TRIAL_FAULTS", '{"nan_at_step": 1}')  # a drill travels in the trial's request
     monkeypatch.setenv("DAY0_TESTING_ANYTHING", "1")
     env = job_env()
-    assert env["DAY0_STORE_ENDPOINT_URL"] == "http://127.0.0.1:9" and env["AWS_ACCESS_KEY_ID"] == "k"
+    assert env["DAY0_STORE_ENDPOINT_URL"] == "http://127.0.0.1:9" and env["DAY0_STORE_REGION"] == "eu-west-1"
+    assert env["AWS_DEFAULT_REGION"] == "eu-west-1"
+    assert "s3cr3t-value" not in env.values(), sorted(env)  # credentials come from the pods' Secret
     assert "HOME_SECRET_UNRELATED" not in env and env["PYTHONUNBUFFERED"] == "1"
     assert not [name for name in env if name.startswith(("DAY0_TRIAL_", "DAY0_TESTING_"))]
 

@@ -121,6 +121,8 @@ def test_manifest_shape() -> None:
     limits = pod["containers"][0]["resources"]["limits"]
     assert limits["nvidia.com/gpu"] == 8 and limits["cpu"] == "14"
     assert elastic["rayStartParams"]["num-gpus"] == "8"
+    assert json.loads(json.loads(elastic["rayStartParams"]["resources"])) == {"day0_driver": 1}
+    assert "resources" not in head["rayStartParams"]  # no driver slot: jobs never run on the head
     assert elastic["template"]["metadata"]["labels"]["day0.io/pool"] == "cloud-elastic"
     json.dumps(rc)  # plain data only
 
@@ -141,7 +143,7 @@ def test_fixed_only_has_no_autoscaler_and_custom_accelerators() -> None:
     rc = build_raycluster(spec, "r", image="rayproject/ray:2.60.0-py311")
     assert "enableInTreeAutoscaling" not in rc["spec"]
     group = rc["spec"]["workerGroupSpecs"][0]
-    assert json.loads(json.loads(group["rayStartParams"]["resources"])) == {"Ascend910": 8}
+    assert json.loads(json.loads(group["rayStartParams"]["resources"])) == {"Ascend910": 8, "day0_driver": 1}
     assert group["template"]["spec"]["containers"][0]["resources"]["limits"]["huawei.com/Ascend910"] == 8
 
 
@@ -152,3 +154,76 @@ def test_explicit_workers_and_errors() -> None:
         build_raycluster(two_pools(), "r", workers={"nope": 1}, image="ray:2.60.0")
     with pytest.raises(ClusterError, match="node_pools is empty"):
         build_raycluster(ClusterSpec(backend="kuberay"), "r", image="ray:2.60.0")
+
+
+def test_the_image_is_the_specs_else_days_and_ray_version_is_the_installed_one() -> None:
+    from importlib.metadata import version
+
+    from day0 import __version__
+
+    rc = build_raycluster(two_pools(), "r")
+    containers = [
+        c
+        for g in [rc["spec"]["headGroupSpec"], *rc["spec"]["workerGroupSpecs"]]
+        for c in g["template"]["spec"]["containers"]
+    ]
+    assert {c["image"] for c in containers} == {f"day0:{__version__}"}
+    assert rc["spec"]["rayVersion"] == version("ray")
+    rc = build_raycluster(two_pools(image="registry.example/ml/day0:1.2.3"), "r")
+    assert rc["spec"]["headGroupSpec"]["template"]["spec"]["containers"][0]["image"] == "registry.example/ml/day0:1.2.3"
+    with pytest.raises(ValueError, match="image"):
+        two_pools(image="day0:1 ; rm -rf /")
+
+
+def test_store_credentials_come_from_the_secret_in_every_ray_container_but_the_autoscaler() -> None:
+    rc = build_raycluster(two_pools(store_secret="day0-s3"), "r")
+    groups = [rc["spec"]["headGroupSpec"], *rc["spec"]["workerGroupSpecs"]]
+    for group in groups:
+        (container,) = group["template"]["spec"]["containers"]
+        refs = {e["name"]: e["valueFrom"]["secretKeyRef"] for e in container["env"] if "valueFrom" in e}
+        assert refs == {
+            "DAY0_STORE_ACCESS_KEY_ID": {"name": "day0-s3", "key": "access-key-id"},
+            "DAY0_STORE_SECRET_ACCESS_KEY": {"name": "day0-s3", "key": "secret-access-key"},
+        }
+        assert not any("value" in e for e in container["env"])  # no literal credential anywhere
+    assert "env" not in rc["spec"]["autoscalerOptions"]
+    bare = build_raycluster(two_pools(), "r")
+    assert all("env" not in g["template"]["spec"]["containers"][0] for g in bare["spec"]["workerGroupSpecs"])
+    with pytest.raises(ValueError, match="store_secret"):
+        two_pools(store_secret="Not A Name")
+
+
+def test_a_jobs_driver_asks_for_a_workers_driver_slot_and_step_6s_also_for_an_accelerator() -> None:
+    from day0.backends.resources import driver_placement
+    from day0.spec import PlatformSpec
+
+    platform = PlatformSpec.model_validate(
+        {
+            "name": "gpu",
+            "device_type": "cuda",
+            "hardware": {
+                "memory_gib": 80,
+                "bf16_tflops": 989,
+                "intra_node_bandwidth_gbps": 450,
+                "inter_node_bandwidth_gbps": 50,
+            },
+        }
+    )
+    assert driver_placement(platform, two_pools(), False) == {"entrypoint_resources": {"day0_driver": 1}}
+    assert driver_placement(platform, two_pools(), True) == {
+        "entrypoint_num_gpus": 1,
+        "entrypoint_resources": {"day0_driver": 1},
+    }
+    npu = ClusterSpec.model_validate(
+        {
+            "backend": "kuberay",
+            "node_pools": [
+                {
+                    "name": "npu",
+                    "accelerator": {"resource": "huawei.com/Ascend910", "per_node": 8, "memory_gib": 64},
+                    "nodes": 1,
+                }
+            ],
+        }
+    )
+    assert driver_placement(platform, npu, True) == {"entrypoint_resources": {"day0_driver": 1, "Ascend910": 1}}

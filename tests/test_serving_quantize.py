@@ -25,7 +25,7 @@ class WrongScales(Int8PerChannel):
 
 @pytest.fixture(scope="module")
 def batch() -> torch.Tensor:
-    tokenizer = load_tokenizer(served().tokenizer_dir)
+    tokenizer = load_tokenizer(served().tokenizer)
     return windows(list(tokenizer(held_out_text())["input_ids"]), 128, 8)
 
 

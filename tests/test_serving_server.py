@@ -49,7 +49,7 @@ def _requests(n: int, max_tokens: int) -> list[LoadRequest]:
 
 
 def test_short_benchmark_against_a_real_server(qwen_dir: Path) -> None:
-    tokenizer = load_tokenizer(served().tokenizer_dir)
+    tokenizer = load_tokenizer(served().tokenizer)
     requests = _requests(16, 24)
     with serve(EngineConfig(model_dir=qwen_dir, cache_blocks=64, block_size=32, max_batch_tokens=512)) as (
         server,

@@ -30,7 +30,7 @@ def test_without_a_trial_the_scaled_down_model_is_served() -> None:
     assert served.checkpoint is None and served.seed == 3 and "untrained" in served.label
     cfg = served.config
     assert (cfg["num_hidden_layers"], cfg["hidden_size"], cfg["num_experts"]) == (1, 64, 4)
-    assert cfg["vocab_size"] == 512 and (served.tokenizer_dir / "tokenizer.json").is_file()
+    assert cfg["vocab_size"] == 512 and (Path(served.tokenizer) / "tokenizer.json").is_file()
 
 
 def test_the_trials_checkpoint_is_served_with_its_weights(tmp_path: Path) -> None:
@@ -57,3 +57,23 @@ def test_a_full_size_model_without_trial_scale_is_refused_naming_the_field() -> 
     served = served_model(spec, SimpleNamespace(model=resolve_model_source("deepseek-v3")), None)  # type: ignore[arg-type]  # a stand-in
     with pytest.raises(UsageError, match=r"trial\.scale: the served model would have 6\d\d\.\dB parameters"):
         build_model(served)
+
+
+def test_the_tokenizer_travels_through_the_runs_store_never_as_a_host_path(tmp_path: Path) -> None:
+    from day0.runs import RunContext
+    from day0.steps.inference.model import load_tokenizer
+    from day0.steps.inference.run import publish_tokenizer, served_model
+
+    spec = spec_from_dict(_spec().model_dump(mode="json") | {"storage": f"file://{tmp_path / 'store'}"})
+    ctx = RunContext.create(spec)
+    local = Path(served_model(spec, SimpleNamespace(model=resolve_model_source("tiny-qwen3-moe")), None).tokenizer)  # type: ignore[arg-type]  # a stand-in
+    url = publish_tokenizer(ctx, local)
+    assert url.startswith(f"file://{tmp_path / 'store'}") and url.endswith("/inference/tokenizer")
+    assert str(local) not in url
+    stored = ctx.store().list(ctx.key("inference", "tokenizer"))
+    assert any(k.endswith("/tokenizer.json") for k in stored) and not any(k.endswith(".npy") for k in stored)
+    text = "def f(x):\n    return x + 1"
+    assert load_tokenizer(url)(text)["input_ids"] == load_tokenizer(local)(text)["input_ids"]
+    empty = f"file://{tmp_path / 'nothing-here'}"
+    with pytest.raises(UsageError, match=r"no tokenizer.json in file://.*nothing-here"):
+        load_tokenizer(empty)

@@ -10,8 +10,9 @@ the logs are the same everywhere.
 
 A step's work is a `StepJob`: a request model in, a result model out, one function between them.
 The local backend calls the function in the flow's process; a remote backend writes the request to
-the artifact store, runs `python -m <module> REQUEST_URL RESULT_URL` on the cluster's head (the
-module's `main = JOB.main`), and reads the result back: the same code on a laptop and on 256 nodes.
+the artifact store, submits `python -m <module> REQUEST_URL RESULT_URL` through the head (the
+module's `main = JOB.main`; the driver is placed on a worker node, see `DriverPlacement`), and reads
+the result back: the same code on a laptop and on 256 nodes.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ if TYPE_CHECKING:
     from day0.store import ArtifactStore
 
 __all__ = [
+    "DriverPlacement",
     "JobError",
     "JobOptions",
     "JobOutcome",
@@ -54,6 +56,14 @@ Res = TypeVar("Res", bound=BaseModel)
 
 Terminal = Literal["SUCCEEDED", "FAILED", "STOPPED"]
 _TERMINAL = {"SUCCEEDED", "FAILED", "STOPPED"}
+
+
+class DriverPlacement(TypedDict, total=False):
+    """Where a job's driver runs: Ray's entrypoint resource arguments of `submit_job`."""
+
+    entrypoint_num_cpus: float
+    entrypoint_num_gpus: float
+    entrypoint_resources: dict[str, float]
 
 
 class JobError(RuntimeError):
@@ -105,6 +115,9 @@ class StepJob(Generic[Req, Res]):
     request_type: type[Req]
     result_type: type[Res]
     run: Callable[[Req, Progress], Res]
+    # The job's driver itself works on an accelerator (step 6 serves from it), rather than only
+    # coordinating Ray tasks and Train workers that ask for their own: a cluster places it accordingly.
+    driver_uses_accelerator: bool = False
 
     def entrypoint(self, request_url: str, result_url: str) -> str:
         return f"python -m {self.module} {shlex.quote(request_url)} {shlex.quote(result_url)}"
@@ -149,8 +162,10 @@ def submit(
     sub_id: str | None = None,
     runtime_env: JsonObject | None = None,
     metadata: Mapping[str, str] | None = None,
+    placement: DriverPlacement | None = None,
 ) -> str:
-    """Submit `entrypoint` (a shell command run by the head's job supervisor); return its id."""
+    """Submit `entrypoint` (a shell command run by a job supervisor: on the head, unless `placement`
+    asks for resources only worker nodes have); return its id."""
     try:
         return str(
             client.submit_job(
@@ -158,6 +173,7 @@ def submit(
                 submission_id=sub_id,
                 runtime_env=dict(runtime_env or {}),
                 metadata=dict(metadata or {}),
+                **(placement or {}),
             )
         )
     except Exception as exc:  # the SDK raises bare RuntimeError/HTTP errors
@@ -237,6 +253,7 @@ class JobOptions(TypedDict, total=False):
     sub_id: str | None
     runtime_env: JsonObject | None
     metadata: Mapping[str, str] | None
+    placement: DriverPlacement | None
     poll_s: float
     on_log: Progress | None
 
@@ -249,14 +266,15 @@ def run_job(
     sub_id: str | None = None,
     runtime_env: JsonObject | None = None,
     metadata: Mapping[str, str] | None = None,
+    placement: DriverPlacement | None = None,
     poll_s: float = 1.0,
     on_log: Progress | None = None,
 ) -> JobOutcome:
     """Submit and wait. Cancellation (KeyboardInterrupt, task cancel) stops the job before re-raising,
-    so no driver is left running on the head."""
+    so no driver is left running on the cluster."""
     client = connect(address)
     start = time.monotonic()
-    job = submit(client, entrypoint, sub_id=sub_id, runtime_env=runtime_env, metadata=metadata)
+    job = submit(client, entrypoint, sub_id=sub_id, runtime_env=runtime_env, metadata=metadata, placement=placement)
     try:
         return wait(client, job, timeout_s, poll_s=poll_s, started=start, on_log=on_log)
     except BaseException:  # noqa: BLE001 - stop the job on any exit (Ctrl-C included), then re-raise

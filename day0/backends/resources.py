@@ -9,9 +9,15 @@ for one CPU.
 
 from __future__ import annotations
 
+from day0.backends.jobs import DriverPlacement
 from day0.spec import ClusterSpec, PlatformSpec
 
-__all__ = ["accelerator_resource", "task_options", "train_worker_resources"]
+__all__ = ["DRIVER_RESOURCE", "accelerator_resource", "driver_placement", "task_options", "train_worker_resources"]
+
+# A custom Ray resource every KubeRay worker advertises once (and the head never): a job's driver asks
+# for it, so it runs on a worker pod, never on the head, without taking a CPU or an accelerator that the
+# step's own tasks and Train workers need.
+DRIVER_RESOURCE = "day0_driver"
 
 
 def accelerator_resource(platform: PlatformSpec, cluster: ClusterSpec | None = None) -> str | None:
@@ -46,3 +52,17 @@ def train_worker_resources(platform: PlatformSpec, cluster: ClusterSpec | None =
     if resource is None or resource == "GPU":
         return None
     return {"CPU": 1, resource: 1}
+
+
+def driver_placement(platform: PlatformSpec, cluster: ClusterSpec, uses_accelerator: bool) -> DriverPlacement:
+    """Where a step's job driver runs on a RayCluster: a worker's driver slot, plus one accelerator
+    when the driver itself works on one (step 6's server)."""
+    resources: dict[str, float] = {DRIVER_RESOURCE: 1}
+    placement: DriverPlacement = {}
+    resource = accelerator_resource(platform, cluster) if uses_accelerator else None
+    if resource == "GPU":
+        placement["entrypoint_num_gpus"] = 1
+    elif resource is not None:
+        resources[resource] = 1
+    placement["entrypoint_resources"] = resources
+    return placement

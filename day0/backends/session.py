@@ -11,7 +11,9 @@
   deleted when the run ends on every path (the flow's `finally`, which SIGTERM reaches through the
   CLI's handler, and the flow's cancellation hook). A run that starts sweeps leftover clusters of its
   own run id first; `cluster.keep_cluster` keeps the cluster. Requests and results travel through the
-  artifact store, which must therefore be S3 (the pods cannot see the flow's disk).
+  artifact store, which must therefore be S3 (the pods cannot see the flow's disk). Every job's driver
+  runs on a worker pod (a driver slot, plus an accelerator for step 6), never on the head; the store's
+  credentials come from the pods' Secret, never from the job's runtime env.
 
 One backend per run id, kept in this process while the run's flow is inside `run_backend`; a task
 called outside a flow gets a local backend.
@@ -29,6 +31,7 @@ from typing import TYPE_CHECKING, Protocol, TypeVar
 from pydantic import BaseModel
 
 from day0.backends.jobs import StepJob, submission_id
+from day0.backends.resources import driver_placement
 from day0.core.result import Execution, ExecutionEvent, Progress
 from day0.errors import UsageError
 from day0.runs import RunContext
@@ -55,10 +58,12 @@ __all__ = [
 Req = TypeVar("Req", bound=BaseModel)
 Res = TypeVar("Res", bound=BaseModel)
 
-# Environment a job needs on the cluster: the store's endpoint and credentials, offline mode, and
-# test-only fault injection (never set in production).
+# Environment a job needs on the cluster: where the store is, and offline mode. Never a credential:
+# those reach the Ray containers from a Kubernetes Secret (`cluster.store_secret`), because a job's
+# runtime env is shown by the Ray dashboard's job API to anyone who can reach it.
 _JOB_ENV_PREFIXES = ("DAY0_STORE_", "AWS_")
 _JOB_ENV_NAMES = ("HF_HUB_OFFLINE", "RAY_AUTH_MODE")
+_SECRET_WORDS = ("KEY", "SECRET", "TOKEN", "PASSWORD", "CREDENTIAL", "SESSION")
 
 
 class JobFailed(RuntimeError):
@@ -104,9 +109,17 @@ def check_backend(spec: PipelineSpec) -> None:
         raise UsageError("cluster.node_pools: the kuberay backend needs at least one node pool")
 
 
+def _secret(name: str) -> bool:
+    return any(word in name.upper() for word in _SECRET_WORDS)
+
+
 def job_env() -> dict[str, str]:
-    """The flow's settings a job on the cluster needs (see `_JOB_ENV_PREFIXES`)."""
-    env = {k: v for k, v in os.environ.items() if k.startswith(_JOB_ENV_PREFIXES) or k in _JOB_ENV_NAMES}
+    """The flow's settings a job on the cluster needs (see `_JOB_ENV_PREFIXES`), credentials left out."""
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if (k.startswith(_JOB_ENV_PREFIXES) or k in _JOB_ENV_NAMES) and not _secret(k)
+    }
     env.setdefault("PYTHONUNBUFFERED", "1")
     return env
 
@@ -171,6 +184,7 @@ class KubeRayBackend:
             sub_id=sub_id,
             runtime_env={"env_vars": job_env()},
             metadata={"day0.step": step, "day0.run_id": self.ctx.run_id},
+            placement=driver_placement(self.ctx.spec.platform, spec, job.driver_uses_accelerator),
             on_log=lambda line: progress(f"[job] {line}"),
         ).job
         events = _events(rc.events[self._reported :])

@@ -3,13 +3,15 @@
 Contracts:
 - Pure: no API server, no kubernetes client; the same inputs give the same dict.
 - `build_raycluster` is the one builder of the custom resource: a head group on CPU nodes
-  (no accelerators, `num-cpus: 0`), one worker group per node pool (accelerator resource,
-  nodeSelector, tolerations, replicas/min/max), in-tree autoscaling when a pool is elastic,
+  (no accelerators, `num-cpus: 0`), one worker group per node pool (accelerator resource, one job
+  driver slot, nodeSelector, tolerations, replicas/min/max), in-tree autoscaling when a pool is elastic,
   `app.kubernetes.io/*` labels and the run id on everything. The spec's own `ray_start_params`
   (cluster-wide, then per pool) win over day0's, and `pod_env` reaches every Ray container.
 - Names are DNS-1035 labels, unique per run id and short enough for the names KubeRay derives.
 - Sizing from a plan fills fixed pools first and overflows to elastic pools; a plan larger than
   the pools is a `ClusterError` that names the numbers.
+- The store's credentials reach the Ray containers from a Kubernetes Secret (`cluster.store_secret`,
+  secretKeyRef), never from the job's runtime env; the image is the spec's (it must hold day0).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from collections.abc import Mapping
 from typing import TypedDict
 
 from day0.backends.kuberay.status import ClusterError
+from day0.backends.resources import DRIVER_RESOURCE
 from day0.core.typing import KubeObject
 from day0.spec import ClusterSpec, NodePool
 
@@ -29,9 +32,11 @@ __all__ = [
     "GROUP",
     "PLURAL",
     "RUN_ID_LABEL",
+    "STORE_SECRET_ENV",
     "VERSION",
     "build_raycluster",
     "cluster_name",
+    "default_image",
     "label_value",
     "labels",
     "plan_accelerators",
@@ -158,10 +163,12 @@ def _tolerations(pool: NodePool) -> list[KubeObject]:
 def _ray_start_params(pool: NodePool, cpus: int) -> dict[str, str]:
     acc = pool.accelerator
     params = {"num-cpus": str(cpus)}
+    custom = {DRIVER_RESOURCE: 1}  # one job driver per worker pod: drivers never run on the head
     if acc.resource == "nvidia.com/gpu":
         params["num-gpus"] = str(acc.per_node)
     elif acc.resource != "cpu":  # a custom Ray resource named after the device (`Ascend910: 8`)
-        params["resources"] = json.dumps(json.dumps({acc.resource.split("/")[-1]: acc.per_node}))
+        custom[acc.resource.split("/")[-1]] = acc.per_node
+    params["resources"] = json.dumps(json.dumps(custom))
     return params
 
 
@@ -249,10 +256,10 @@ def build_raycluster(
     if unknown:
         raise ClusterError(f"workers given for unknown pools {sorted(unknown)}")
     name = cluster_name(run_id)
-    image = image or _default_image()
+    image = image or cluster.image or default_image()
     meta = labels(run_id, name)
     spec: KubeObject = {
-        "rayVersion": image.split(":")[-1].split("-")[0],
+        "rayVersion": _ray_version(),
         "headGroupSpec": _head_group(
             image,
             meta,
@@ -284,8 +291,23 @@ def build_raycluster(
     }
 
 
+# The store's credentials as the Ray containers see them: the names `day0.store` reads, from the keys
+# of the Secret the Helm chart's `store.existingSecret` also holds.
+STORE_SECRET_ENV = {"DAY0_STORE_ACCESS_KEY_ID": "access-key-id", "DAY0_STORE_SECRET_ACCESS_KEY": "secret-access-key"}
+
+
+def _store_env(secret: str | None) -> list[KubeObject]:
+    if secret is None:
+        return []
+    return [
+        {"name": name, "valueFrom": {"secretKeyRef": {"name": secret, "key": key}}}
+        for name, key in STORE_SECRET_ENV.items()
+    ]
+
+
 def _apply_pod_options(spec: KubeObject, cluster: ClusterSpec) -> None:
-    """The spec's own `ray start` flags (cluster-wide, then per pool) and container environment."""
+    """The spec's own `ray start` flags (cluster-wide, then per pool) and container environment; the
+    store's credentials from `cluster.store_secret` in the head and worker containers."""
     env = [
         {"name": e.name, "value": e.value}
         if e.field_path is None
@@ -296,16 +318,24 @@ def _apply_pod_options(spec: KubeObject, cluster: ClusterSpec) -> None:
     spec["headGroupSpec"]["rayStartParams"].update(cluster.ray_start_params)
     for group in spec["workerGroupSpecs"]:
         group["rayStartParams"].update({**cluster.ray_start_params, **pools[group["groupName"]].ray_start_params})
-    if not env:
-        return
+    ray_env = [*env, *_store_env(cluster.store_secret)]
     for group in [spec["headGroupSpec"], *spec["workerGroupSpecs"]]:
         for container in group["template"]["spec"]["containers"]:
-            container["env"] = [*container.get("env", []), *env]
-    if "autoscalerOptions" in spec:
+            if ray_env:
+                container["env"] = [*container.get("env", []), *ray_env]
+    if env and "autoscalerOptions" in spec:  # the autoscaler reads no store
         spec["autoscalerOptions"]["env"] = list(env)
 
 
-def _default_image() -> str:
-    import ray
+def default_image() -> str:
+    """The image `make image` builds by default: day0 (the jobs run `python -m day0...`) with Ray."""
+    from day0 import __version__
 
-    return f"rayproject/ray:{ray.__version__}-py311"
+    return f"day0:{__version__}"
+
+
+def _ray_version() -> str:
+    """The Ray the jobs are submitted with, which the image must match (KubeRay's `rayVersion`)."""
+    from importlib.metadata import version
+
+    return version("ray")

@@ -15,7 +15,10 @@ from day0.steps.inference.serve import InferenceRequest, run_inference
 
 __all__ = ["JOB", "main"]
 
-JOB = StepJob("day0.steps.inference.job", InferenceRequest, InferenceResult, run_inference)
+# The driver serves the model itself: on a cluster it runs on an accelerator worker pod.
+JOB = StepJob(
+    "day0.steps.inference.job", InferenceRequest, InferenceResult, run_inference, driver_uses_accelerator=True
+)
 main = JOB.main
 
 if __name__ == "__main__":

@@ -1,5 +1,5 @@
 """The served model: built from plain values (a scaled HF config, a seed, an optional trained
-checkpoint, a tokenizer directory) so this package never reaches into another step's code, and
+checkpoint, a tokenizer in the store) so this package never reaches into another step's code, and
 written as a normal model directory that an engine loads (`config.json`, safetensors, tokenizer).
 
 Why a directory: engines (`transformers serve`, vLLM, SGLang) load models from one. A quantised
@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import importlib
 import shutil
+import tempfile
 import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -53,7 +54,10 @@ class ServedModel(BaseModel):
 
     label: str = Field(description="What it is, for the report (e.g. 'trial checkpoint of tiny-qwen3-moe').")
     config: HFConfigDict = Field(description="The HF config.json of the (scaled-down) model.")
-    tokenizer_dir: Path = Field(description="A saved HF tokenizer whose vocabulary matches config.vocab_size.")
+    tokenizer: str = Field(
+        description="A saved HF tokenizer whose vocabulary matches config.vocab_size: the store URL of its folder "
+        "(s3://..., file://...; what a run sends, since a cluster's pods cannot see the flow's disk) or a directory."
+    )
     seed: int = Field(0, description="Initial weights' seed (the trial's), used when there is no checkpoint.")
     checkpoint: str | None = Field(
         None, description="Directory or store URI holding the trained `model.pt` state dict (step 5's)."
@@ -64,11 +68,27 @@ def held_out_text() -> str:
     return "\n\n".join(importlib.import_module(m).__doc__ or "" for m in HELD_OUT_MODULES)
 
 
-def load_tokenizer(directory: Path) -> PreTrainedTokenizerFast:
+def load_tokenizer(location: str | Path) -> PreTrainedTokenizerFast:
+    """The tokenizer saved at `location`: a directory, or a store folder URL (its files are fetched)."""
+
+    where = str(location)
+    if "://" not in where:
+        return _load_tokenizer_dir(Path(where), where)
+    from day0.store import open_store
+
+    store = open_store(where)
+    with tempfile.TemporaryDirectory(prefix="day0-tokenizer-") as tmp:
+        for name in store.list():
+            if "/" not in name:
+                (Path(tmp) / name).write_bytes(store.get_bytes(name))
+        return _load_tokenizer_dir(Path(tmp), where)
+
+
+def _load_tokenizer_dir(directory: Path, where: str) -> PreTrainedTokenizerFast:
     from transformers import PreTrainedTokenizerFast
 
     if not (directory / "tokenizer.json").is_file():
-        raise UsageError(f"served model: no tokenizer.json in {directory}")
+        raise UsageError(f"served model: no tokenizer.json in {where}")
     return PreTrainedTokenizerFast.from_pretrained(directory)
 
 
@@ -128,5 +148,5 @@ def write_model_dir(model: torch.nn.Module, served: ServedModel, directory: Path
     if directory.exists():
         shutil.rmtree(directory)
     plain.save_pretrained(directory)
-    load_tokenizer(served.tokenizer_dir).save_pretrained(directory)
+    load_tokenizer(served.tokenizer).save_pretrained(directory)
     return directory

@@ -3,11 +3,15 @@ benchmark against the SLO.
 
 The served model is step 5's trained candidate checkpoint when step 5 ran, else the same
 scaled-down model the trial would build (step 1's config scaled by `trial.scale`, initialised from
-`trial.seed`), with the trial's tokenizer. This module composes those values through the trial step's
-`run` module, so the rest of `day0.steps.inference` takes plain data.
+`trial.seed`), with the trial's tokenizer, which it copies into the run's store folder for the job
+(the job never reads a path on the flow's host; the checkpoint is in the store already). This module
+composes those values through the trial step's `run` module, so the rest of `day0.steps.inference`
+takes plain data.
 """
 
 from __future__ import annotations
+
+from pathlib import Path
 
 from day0.backends.session import backend_for
 from day0.core.result import Progress
@@ -20,7 +24,7 @@ from day0.steps.inference.model import ServedModel
 from day0.steps.trial.result import TrialResult
 from day0.steps.trial.run import scaled_model
 
-__all__ = ["run", "served_model"]
+__all__ = ["publish_tokenizer", "run", "served_model"]
 
 
 def _checkpoint(spec: PipelineSpec, trained: TrialResult | None) -> str | None:
@@ -41,8 +45,17 @@ def served_model(spec: PipelineSpec, analyzed: AnalyzeResult, trained: TrialResu
         else (f"{analyzed.model.source} scaled down as trial.scale says, untrained (seed {spec.trial.seed})")
     )
     return ServedModel(
-        label=what, config=config, tokenizer_dir=data.tokenizer_dir, seed=spec.trial.seed, checkpoint=checkpoint
+        label=what, config=config, tokenizer=str(data.tokenizer_dir), seed=spec.trial.seed, checkpoint=checkpoint
     )
+
+
+def publish_tokenizer(ctx: RunContext, directory: Path) -> str:
+    """The tokenizer's files copied into the run's store folder; their folder's URL. The job reads them
+    from there: on a cluster its pod cannot see the flow's disk."""
+    store, folder = ctx.store(), ctx.key("inference", "tokenizer")
+    for path in sorted(directory.glob("*.json")):  # tokenizer.json and its configs (not the token-id cache)
+        store.put_bytes(f"{folder}/{path.name}", path.read_bytes(), "application/json")
+    return store.url(folder)
 
 
 def run(
@@ -51,9 +64,11 @@ def run(
     """Serve and benchmark step 5's model when it trained well (else the scaled-down one) on the run's
     platform, as a job on the run's backend (in this process locally; on the run's RayCluster on KubeRay)."""
     spec = ctx.spec
+    served = served_model(spec, analyzed, trained)
+    served = served.model_copy(update={"tokenizer": publish_tokenizer(ctx, Path(served.tokenizer))})
     request = InferenceRequest(
         model=analyzed.model.source,
-        served=served_model(spec, analyzed, trained),
+        served=served,
         inference=spec.inference,
         platform=spec.platform,
         full_model=FullModel(

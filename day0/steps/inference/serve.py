@@ -177,7 +177,7 @@ def run_inference(
     """Step 6 for `request` (see the module docstring); `expert_codec` overrides the experts' quantiser."""
     t0, say, inf = time.time(), progress or (lambda msg: None), request.inference
     _check_engine(inf, request.platform)
-    tokenizer = load_tokenizer(request.served.tokenizer_dir)
+    tokenizer = load_tokenizer(request.served.tokenizer)
     tokens = list(tokenizer(held_out_text())["input_ids"])
     say(f"building the served model: {request.served.label}")
     reference = build_model(request.served)
