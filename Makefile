@@ -43,10 +43,12 @@ browser:
 	scripts/browser.sh
 
 # Register prefect.yaml's deployments (adapt/release, regression/nightly) with the server at
-# PREFECT_API_URL, with a process work pool; run them with `prefect worker start --pool day0-local`.
+# PREFECT_API_URL, with a process work pool, and the automation that reruns a crashed flow run
+# (flows/recovery.py); run them with `prefect worker start --pool day0-local`.
 deploy: setup
 	$(BIN)/prefect work-pool create day0-local --type process --overwrite
 	DAY0_REPO=$(CURDIR) $(BIN)/prefect --no-prompt deploy --all
+	$(BIN)/python -m flows.recovery
 
 bench: setup
 	$(BIN)/python -m benchmarks.run $(BENCH)

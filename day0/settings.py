@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, ModelWrapValidatorHandler, Va
 
 from day0.errors import UsageError
 
-__all__ = ["EnvSettings", "HubSettings", "LimitsSettings", "StoreSettings"]
+__all__ = ["EnvSettings", "HubSettings", "LimitsSettings", "RunSettings", "StoreSettings"]
 
 
 class EnvSettings(BaseModel):
@@ -67,6 +67,16 @@ class LimitsSettings(EnvSettings):
     max_file_bytes: int = Field(1 << 20, ge=1, description="Largest spec or config file read, bytes.")
     max_yaml_nodes: int = Field(
         100_000, ge=1, description="Most YAML nodes a document may expand to (aliases counted at their expanded size)."
+    )
+
+
+class RunSettings(EnvSettings):
+    """How often a deployed flow run is started again after its process died (`flows.recovery`)."""
+
+    env_prefix = "DAY0_RUN_"
+
+    max_attempts: int = Field(
+        3, ge=1, le=20, description="Attempts of one flow run: a rerun after a crash past this many fails at once."
     )
 
 

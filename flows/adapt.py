@@ -39,6 +39,7 @@ from day0.spec import STEPS, PipelineSpec, load_spec, spec_from_dict
 from day0.steps.registry import pods_needed, prerequisites
 from flows._artifacts import publish_report_artifacts
 from flows._gate import StepGate
+from flows.recovery import check_attempt
 from tasks.steps import TASKS
 
 if TYPE_CHECKING:
@@ -148,6 +149,7 @@ def adapt(
     store's `namespace` folder (`runs`: users' runs). Returns the run summary (`RunSummary` as a
     dict); raises `RunFailed` (the flow run ends Failed, naming the steps) when a step failed."""
     log, start = get_run_logger(), time.perf_counter()
+    check_attempt(flow_run.get_run_count())  # a crashed run is rescheduled (flows/recovery.py), within bounds
     ctx = _context(spec, namespace, flow_run_id=flow_run.get_id(), fresh=fresh)
     pipeline_spec = ctx.spec
     check_runnable(pipeline_spec)

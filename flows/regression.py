@@ -25,6 +25,7 @@ from typing import Literal, TypeVar
 
 from prefect import flow, get_run_logger
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
+from prefect.runtime import flow_run
 from pydantic import BaseModel, ConfigDict, Field
 
 from day0.core.typing import JsonObject
@@ -44,6 +45,7 @@ from day0.steps.operators.result import OperatorsResult
 from day0.steps.trial.result import TrialResult
 from day0.store import open_store
 from flows.adapt import adapt
+from flows.recovery import check_attempt
 
 __all__ = ["RegressionFailed", "RegressionOutcome", "RegressionWatch", "regression"]
 
@@ -112,6 +114,7 @@ class RegressionOutcome(BaseModel):
 @flow(name="regression", log_prints=True)
 def regression(watch: str = "configs/regression/watch.yaml", update_baseline: bool = False) -> RegressionOutcome:
     """Compare every watched model with its baseline: each model's outcome lines and the trend rows."""
+    check_attempt(flow_run.get_run_count())  # a crashed run is rescheduled (flows/recovery.py), within bounds
     log, config = get_run_logger(), _load_watch(Path(watch))
     history = RegressionStore(open_store(config.storage))
     outcome: dict[str, list[str]] = {}

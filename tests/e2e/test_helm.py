@@ -104,11 +104,21 @@ def test_lint_is_clean(values: Path | None) -> None:
 
 
 @pytest.mark.parametrize("values", [None, *CI_VALUES, E2E_VALUES], ids=lambda v: v.stem if v else "defaults")
-def test_rendered_manifests_pass_the_api_servers_dry_run(values: Path | None, namespace: str) -> None:
+def test_rendered_manifests_pass_the_api_servers_dry_run(values: Path | None, namespace: str, api: Any) -> None:
+    from kubernetes import client
+
     args = ["-f", str(values)] if values else []
-    out = helm("template", "r", str(CHART), "--namespace", namespace, *args).stdout
-    applied = kubectl("apply", "--dry-run=server", "-n", namespace, "-f", "-", stdin=out).stdout
-    docs = [d for d in yaml.safe_load_all(out) if d]
+    docs = render(*args, namespace=namespace)
+    runs = find(docs, "Namespace", "-runs")["metadata"]["name"]
+    assert runs == f"{namespace}-runs"
+    client.CoreV1Api(api).create_namespace({"metadata": {"name": runs}})  # a dry run creates nothing to put objects in
+    try:
+        for doc in docs:  # what helm install does: the release namespace for objects that name none
+            if doc["kind"] not in ("Namespace", "ClusterRole", "ClusterRoleBinding"):
+                doc["metadata"].setdefault("namespace", namespace)
+        applied = kubectl("apply", "--dry-run=server", "-f", "-", stdin=yaml.safe_dump_all(docs)).stdout
+    finally:
+        client.CoreV1Api(api).delete_namespace(runs)
     assert applied.count("(server dry run)") == len(docs), applied
     for doc in docs:  # the chart's conventions, on every object
         labels = doc["metadata"]["labels"]
@@ -175,6 +185,30 @@ def test_the_cluster_configmap_sets_every_cluster_spec_field() -> None:
     assert set(yaml.safe_load(text)) == set(ClusterSpec.model_fields) - {"address"}
 
 
+def test_runs_get_a_namespace_of_their_own() -> None:
+    """Flow-run Jobs, RayClusters and the rights to them live in `<release ns>-runs`; the release
+    namespace holds only the control pods; runs.namespace may not be the release namespace."""
+    docs = render(namespace="ops")
+    (ns,) = [d for d in docs if d["kind"] == "Namespace"]
+    assert ns["metadata"]["name"] == "ops-runs"
+    template = json.loads(find(docs, "ConfigMap", "-work-pool")["data"]["base-job-template.json"])
+    assert template["variables"]["properties"]["namespace"]["default"] == "ops-runs"
+    (text,) = find(docs, "ConfigMap", "-clusters")["data"].values()
+    assert yaml.safe_load(text)["namespace"] == "ops-runs"
+    for kind in ("Role", "RoleBinding"):
+        assert {d["metadata"]["namespace"] for d in docs if d["kind"] == kind} == {"ops-runs"}, kind
+    assert find(docs, "ServiceAccount", "-runner")["metadata"]["namespace"] == "ops-runs"
+    assert "namespace" not in find(docs, "ServiceAccount", "-worker")["metadata"]  # the release namespace
+    worker = find(docs, "Deployment", "-worker")["spec"]["template"]["spec"]["containers"][0]
+    observed = {e["name"]: e.get("value") for e in worker["env"]}["PREFECT_INTEGRATIONS_KUBERNETES_OBSERVER_NAMESPACES"]
+    assert observed == "ops-runs"
+    assert not [d for d in render("--set", "runs.createNamespace=false", namespace="ops") if d["kind"] == "Namespace"]
+    own = render("--set", "runs.namespace=gpu-runs", namespace="ops")
+    assert find(own, "ServiceAccount", "-runner")["metadata"]["namespace"] == "gpu-runs"
+    done = helm("template", "r", str(CHART), "-n", "ops", "--set", "runs.namespace=ops", check=False)
+    assert done.returncode != 0 and 'runs.namespace: "ops" is the release namespace' in done.stderr, done.stderr
+
+
 # --- the plain manifests -----------------------------------------------------------------------
 
 
@@ -208,7 +242,7 @@ def test_the_cluster_configmap_is_a_cluster_spec(
     docs = render(*(["-f", str(values)] if values else []))
     name = _mounted_cluster(find(docs, "ConfigMap", "-clusters"), tmp_path, monkeypatch)
     cluster = spec_from_dict({**MINIMAL, "cluster": name}).cluster
-    assert cluster.backend == "kuberay" and cluster.namespace == "default"
+    assert cluster.backend == "kuberay" and cluster.namespace == "default-runs"
     sizes = {p.name: (p.elastic.min, p.elastic.max) if p.elastic else (p.nodes, p.nodes) for p in cluster.node_pools}
     assert sizes == POOLS.get(values.stem if values else "", DEFAULT_POOLS)
     groups = build_raycluster(cluster, "helm-render")["spec"]["workerGroupSpecs"]
@@ -289,20 +323,25 @@ def test_install_upgrade_uninstall(api: Any, namespace: str, tmp_path: Path, mon
     )
     worker = pods["worker"].spec
     assert worker.service_account_name == f"{release}-day0-worker"
-    assert [c.name for c in worker.init_containers] == ["create-work-pool", "register-deployments"]
+    assert [c.name for c in worker.init_containers] == ["create-work-pool", "register-deployments", "register-recovery"]
     assert worker.init_containers[0].command[:4] == ["prefect", "work-pool", "create", "day0-kubernetes"]
 
-    # Least privilege: what the code calls, nothing else.
+    # Least privilege: what the code calls, nothing else, and only in the runs namespace.
+    runs = f"{namespace}-runs"
+    assert core.read_namespace(runs).metadata.labels["app.kubernetes.io/instance"] == release
     runner, wsa = f"{release}-day0-runner", f"{release}-day0-worker"
     for verb, res in RUNNER_ALLOWED:
-        assert can_i(namespace, runner, verb, res), f"runner cannot {verb} {res}"
+        assert can_i(runs, runner, verb, res), f"runner cannot {verb} {res}"
     for verb, res in RUNNER_DENIED:
-        assert not can_i(namespace, runner, verb, res), f"runner can {verb} {res}"
-    assert not can_i(namespace, runner, "list", "rayclusters.ray.io", ns="default"), "runner reaches another namespace"
+        assert not can_i(runs, runner, verb, res), f"runner can {verb} {res}"
+    for ns in (namespace, "default"):  # the control pods' namespace above all
+        assert not can_i(runs, runner, "delete", "pods", ns=ns), f"runner may delete pods in {ns}"
+        assert not can_i(runs, runner, "list", "rayclusters.ray.io", ns=ns), f"runner reaches {ns}"
     for verb, res in WORKER_ALLOWED:
-        assert can_i(namespace, wsa, verb, res), f"worker cannot {verb} {res}"
+        assert can_i(namespace, wsa, verb, res, ns=runs), f"worker cannot {verb} {res}"
     for verb, res in WORKER_DENIED:
-        assert not can_i(namespace, wsa, verb, res), f"worker can {verb} {res}"
+        assert not can_i(namespace, wsa, verb, res, ns=runs), f"worker can {verb} {res}"
+    assert not can_i(namespace, wsa, "create", "jobs.batch"), "the worker may create Jobs beside the control pods"
     assert not can_i(namespace, "default", "list", "pods"), "the namespace's default account gained rights"
 
     # Upgrade: a pool size and an elastic maximum reach the ConfigMap and the next RayCluster; nothing restarts.
@@ -311,16 +350,16 @@ def test_install_upgrade_uninstall(api: Any, namespace: str, tmp_path: Path, mon
         "upgrade", release, str(CHART), "-n", namespace, "--reuse-values", "--wait", "--timeout", "120s",
         "--set", "clusterSpec.nodePools.gpu-fixed.nodes=6", "--set", "clusterSpec.nodePools.gpu-elastic.elastic.max=12",
     )  # fmt: skip
-    cm = core.read_namespaced_config_map(f"{release}-day0-clusters", namespace).to_dict()
+    cm = core.read_namespaced_config_map(f"{release}-day0-clusters", runs).to_dict()
     name = _mounted_cluster(cm, tmp_path / "clusters", monkeypatch)
     cluster = spec_from_dict({**MINIMAL, "cluster": name}).cluster
-    assert cluster.namespace == namespace
+    assert (cluster.namespace, cluster.store_secret, cluster.image) == (runs, "day0-e2e-s3", "day0-e2e:test")
     rc = build_raycluster(cluster, "helm-upgrade")
     groups = {g["groupName"]: g for g in rc["spec"]["workerGroupSpecs"]}
     assert (groups["gpu-fixed"]["replicas"], groups["gpu-fixed"]["maxReplicas"]) == (6, 6)
     assert (groups["gpu-elastic"]["minReplicas"], groups["gpu-elastic"]["maxReplicas"]) == (0, 12)
     custom = client.CustomObjectsApi(api)
-    custom.create_namespaced_custom_object("ray.io", "v1", namespace, "rayclusters", rc, dry_run="All")
+    custom.create_namespaced_custom_object("ray.io", "v1", runs, "rayclusters", rc, dry_run="All")
     after = core.list_namespaced_pod(namespace, label_selector=sel).items
     assert {p.metadata.uid for p in after} == uids, "a pool-size upgrade restarted pods"
 
@@ -337,6 +376,12 @@ def test_install_upgrade_uninstall(api: Any, namespace: str, tmp_path: Path, mon
         rbac.list_cluster_role(label_selector=sel).items + rbac.list_cluster_role_binding(label_selector=sel).items
     )
     assert [o.metadata.name for o in cluster_scoped if namespace in o.metadata.name] == []
+    for _ in range(60):  # the runs namespace goes with the release (Terminating until its contents are gone)
+        gone = [n for n in core.list_namespace().items if n.metadata.name == runs and not n.metadata.deletion_timestamp]
+        if not gone:
+            break
+        time.sleep(1)
+    assert gone == [], f"namespace {runs} left behind"
     assert helm("list", "-n", namespace, "-q").stdout.strip() == ""
 
 
@@ -366,6 +411,8 @@ def test_the_job_template_puts_flow_runs_on_a_gpu_pool(api: Any, namespace: str)
     template = json.loads(find(docs, "ConfigMap", "-work-pool")["data"]["base-job-template.json"])
     assert {"node_selector", "tolerations", "accelerator_count"} <= set(template["variables"]["properties"])
     job = _flow_run_job(template, accelerator_count=2)
+    runs = job["metadata"]["namespace"]
+    assert runs == f"{namespace}-runs"
     pod = job["spec"]["template"]["spec"]
     container = pod["containers"][0]
     assert pod["nodeSelector"] == {"day0.io/pool": "gpu-fixed"} and pod["serviceAccountName"] == "r-day0-runner"
@@ -373,7 +420,9 @@ def test_the_job_template_puts_flow_runs_on_a_gpu_pool(api: Any, namespace: str)
     assert {"name": "DAY0_CLUSTERS_DIR", "value": "/etc/day0/clusters"} in container["env"]
     assert {"name": "clusters", "configMap": {"name": "r-day0-clusters"}} in pod["volumes"]
     batch, core = client.BatchV1Api(api), client.CoreV1Api(api)
-    core.create_namespaced_service_account(namespace, {"metadata": {"name": "r-day0-runner"}})
+    core.create_namespace({"metadata": {"name": runs}})
+    core.create_namespaced_service_account(runs, {"metadata": {"name": "r-day0-runner"}})
+    namespace = runs  # the ConfigMap and the Job live there
     configmap = helm(
         "template",
         "r",
@@ -402,6 +451,7 @@ def test_the_job_template_puts_flow_runs_on_a_gpu_pool(api: Any, namespace: str)
         assert node.metadata.labels["day0.io/pool"] == "gpu-fixed" and node.status.allocatable["nvidia.com/gpu"] == "8"
     finally:
         batch.delete_namespaced_job(name, namespace, propagation_policy="Background")
+        core.delete_namespace(runs)
 
 
 def test_the_worker_registers_the_pool_and_the_regression_schedule(prefect_server: None, tmp_path: Path) -> None:
@@ -434,6 +484,8 @@ def test_the_worker_registers_the_pool_and_the_regression_schedule(prefect_serve
             True,
         )
         assert prefect.read_deployment_by_name("adapt/release").work_pool_name == "day0-kubernetes"
+        (recovery,) = prefect.read_automations_by_name("day0-rerun-crashed-flow-runs")  # flows/recovery.py
+        assert recovery.enabled
 
 
 # --- a receiver that really runs ---------------------------------------------------------------

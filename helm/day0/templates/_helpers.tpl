@@ -42,7 +42,8 @@ app.kubernetes.io/component: {{ .component }}
 {{- define "day0.prefectServer.fullname" -}}{{ include "day0.fullname" . }}-prefect-server{{- end -}}
 {{- define "day0.clusterSpec.configMapName" -}}{{ include "day0.fullname" . }}-clusters{{- end -}}
 {{- define "day0.workPool.configMapName" -}}{{ include "day0.fullname" . }}-work-pool{{- end -}}
-{{- define "day0.clusterSpec.namespace" -}}{{ default .Release.Namespace .Values.clusterSpec.namespace }}{{- end -}}
+{{/* Where flow-run Jobs and RayClusters run: a namespace of their own (see values: runs.namespace). */}}
+{{- define "day0.runs.namespace" -}}{{ default (printf "%s-runs" .Release.Namespace | trunc 63 | trimSuffix "-") .Values.runs.namespace }}{{- end -}}
 
 {{/* Where the cluster-spec ConfigMap is mounted in flow-run pods (DAY0_CLUSTERS_DIR). */}}
 {{- define "day0.clusterSpec.mountPath" -}}/etc/day0/clusters{{- end -}}
