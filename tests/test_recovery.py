@@ -22,7 +22,7 @@ def _flow_run(client, tags: list[str]):  # type: ignore[no-untyped-def]  # Prefe
     client.create_work_pool(WorkPoolCreate(name=pool, type="process"))
     flow_id = client.create_flow(Flow(fn=lambda: None, name=f"recovery-{uuid.uuid4().hex[:6]}"))
     deployment = client.create_deployment(flow_id=flow_id, name="d", tags=tags, work_pool_name=pool)
-    return client.create_flow_run_from_deployment(deployment, tags=tags)
+    return client.create_flow_run_from_deployment(deployment)  # the server gives it the deployment's tags
 
 
 @pytest.fixture

@@ -249,6 +249,32 @@ def test_the_cluster_configmap_is_a_cluster_spec(
     assert {g["groupName"]: (g["minReplicas"], g["maxReplicas"]) for g in groups} == sizes
 
 
+def test_a_release_runs_on_the_installs_cluster_and_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The receiver's watch list and release spec come from values; the spec a delivery makes is a valid
+    spec for this install's cluster spec and store (never `cluster: local` or a file:// store)."""
+    from day0.webhook.settings import load_watch
+
+    docs = render("--set", "webhook.watch.orgs={acme}", "--set", "webhook.releaseSpec.trial.steps=7")
+    _mounted_cluster(find(docs, "ConfigMap", "-clusters"), tmp_path / "clusters", monkeypatch)
+    for key, text in find(docs, "ConfigMap", "-webhook-watch")["data"].items():
+        (tmp_path / key).write_text(text)
+    env = {
+        e["name"]: e for e in find(docs, "Deployment", "-webhook")["spec"]["template"]["spec"]["containers"][0]["env"]
+    }
+    assert env["DAY0_WEBHOOK_WATCH"]["value"] == "/etc/day0/webhook/watch.yaml"
+    watch = load_watch(tmp_path / "watch.yaml")
+    assert watch.watch.orgs == ["acme"] and watch.deployment == "adapt/release"
+    spec = spec_from_dict(watch.build_spec("acme/new-model", "a" * 40))
+    assert spec.model.source == f"hf://acme/new-model@{'a' * 40}" and spec.trial.steps == 7
+    assert (spec.cluster.backend, spec.cluster.namespace, spec.storage) == (
+        "kuberay",
+        "default-runs",
+        "s3://day0-artifacts/runs",
+    )
+    done = helm("template", "r", str(CHART), "--set", "webhook.releaseSpec.storage=file:///tmp", check=False)
+    assert done.returncode != 0 and "/webhook/releaseSpec" in done.stderr, done.stderr
+
+
 # --- install, least privilege, upgrade, uninstall ----------------------------------------------
 
 
@@ -422,7 +448,6 @@ def test_the_job_template_puts_flow_runs_on_a_gpu_pool(api: Any, namespace: str)
     batch, core = client.BatchV1Api(api), client.CoreV1Api(api)
     core.create_namespace({"metadata": {"name": runs}})
     core.create_namespaced_service_account(runs, {"metadata": {"name": "r-day0-runner"}})
-    namespace = runs  # the ConfigMap and the Job live there
     configmap = helm(
         "template",
         "r",
@@ -434,14 +459,14 @@ def test_the_job_template_puts_flow_runs_on_a_gpu_pool(api: Any, namespace: str)
         "--show-only",
         "templates/clusters-configmap.yaml",
     ).stdout
-    kubectl("apply", "-n", namespace, "-f", "-", stdin=configmap)
+    kubectl("apply", "-n", runs, "-f", "-", stdin=configmap)  # the ConfigMap and the Job live in the runs namespace
     # Sent as JSON, as the worker's client does (integer quantities are fine for the API server).
-    created = json.loads(kubectl("create", "-n", namespace, "-o", "json", "-f", "-", stdin=json.dumps(job)).stdout)
+    created = json.loads(kubectl("create", "-n", runs, "-o", "json", "-f", "-", stdin=json.dumps(job)).stdout)
     name = created["metadata"]["name"]
     try:
         sel = f"job-name={name}"
         for _ in range(120):
-            pods = core.list_namespaced_pod(namespace, label_selector=sel).items
+            pods = core.list_namespaced_pod(runs, label_selector=sel).items
             if pods and pods[0].spec.node_name:
                 break
             time.sleep(0.5)
@@ -450,7 +475,7 @@ def test_the_job_template_puts_flow_runs_on_a_gpu_pool(api: Any, namespace: str)
         node = core.read_node(pods[0].spec.node_name)
         assert node.metadata.labels["day0.io/pool"] == "gpu-fixed" and node.status.allocatable["nvidia.com/gpu"] == "8"
     finally:
-        batch.delete_namespaced_job(name, namespace, propagation_policy="Background")
+        batch.delete_namespaced_job(name, runs, propagation_policy="Background")
         core.delete_namespace(runs)
 
 

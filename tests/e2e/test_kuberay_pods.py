@@ -49,6 +49,7 @@ def pipeline(name: str, prefix: str, bucket: str) -> tuple[dict[str, Any], str]:
             "ready_timeout_s": 240,
             "job_timeout_s": 600,
             "dashboard_via": "pod-ip",
+            "store_secret": STORE_SECRET,  # the pods' store credentials (never the jobs' runtime env)
             "head": {"node_selector": {"day0.io/pool": f"{prefix}-head"}, "cpus": 2, "memory_gib": 4},
             "node_pools": [
                 {
@@ -74,6 +75,25 @@ def pipeline(name: str, prefix: str, bucket: str) -> tuple[dict[str, Any], str]:
         "storage": f"s3://{bucket}/{name}",
     }
     return raw, RunContext.create(spec_from_dict(raw)).run_id
+
+
+STORE_SECRET = "day0-e2e-store"
+
+
+@pytest.fixture(autouse=True)
+def store_secret(api: Any, s3_server: Any) -> Any:
+    """The S3 test server's credentials as the Secret the Ray pods read (cluster.store_secret)."""
+    from kubernetes import client
+
+    core = client.CoreV1Api(api)
+    keys = {"access-key-id": s3_server.access_key, "secret-access-key": s3_server.secret_key}
+    try:
+        core.create_namespaced_secret("day0", {"metadata": {"name": STORE_SECRET}, "stringData": keys})
+    except client.exceptions.ApiException as exc:
+        if exc.status != 409:  # left by an earlier test of this module: the same values
+            raise
+    yield
+    core.delete_namespaced_secret(STORE_SECRET, "day0")
 
 
 @pytest.fixture
