@@ -169,6 +169,27 @@ def test_a_store_that_fails_is_503_and_a_claim_without_its_queue_entry_is_releas
 
 
 @pytest.mark.timeout(300)
+def test_a_prefect_that_is_down_is_503_with_nothing_claimed_and_the_retry_runs_once(
+    api_url: str, tmp_path: Path
+) -> None:
+    from day0.core.ports import free_port
+
+    sha, repo, store = new_sha(), f"{ORG}/Down", tmp_path / "store"
+    rx = _receiver(tmp_path, f"file://{store}", f"http://127.0.0.1:{free_port()}/api")  # nothing listens there
+    with rx:
+        r = _post(rx, hub_payload(repo, sha))
+        assert r.status_code == 503 and "the Prefect API is down" in r.json()["detail"], r.text
+        assert not list(store.rglob("*.json")), "a claim or queue entry was written while Prefect was down"
+        rx.stop()
+        rx.env["PREFECT_API_URL"] = api_url  # Prefect is back
+        rx.start()
+        r = _post(rx, hub_payload(repo, sha))  # the hub's retry
+        assert r.status_code == 202 and r.json()["started"], r.text
+        assert len(wait_runs(DEPLOYMENT, sha)) == 1
+    assert "Traceback" not in _log(rx) and "answered 503" in _log(rx)
+
+
+@pytest.mark.timeout(300)
 def test_a_hung_prefect_delays_no_answer_and_a_killed_receiver_loses_nothing(api_url: str, tmp_path: Path) -> None:
     sha, repo = new_sha(), f"{ORG}/Hung"
     with SilentServer() as hung:

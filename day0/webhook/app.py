@@ -16,7 +16,10 @@ Contract, per POST /webhook (a 2xx means the delivery is handled for good; anyth
   flow run (idempotency key repo@sha), records its id and retries until it has. A copy of a release
   still queued gets 202 too (`queued`, `duplicate`), and re-queues it if no live process holds it.
 - 503 when the store cannot be reached or written in `store_timeout_s`; a claim won without its
-  queue entry is released first, so the hub's retry claims it again.
+  queue entry is released first, so the hub's retry claims it again. 503, before any claim, when
+  the Prefect API is down (refuses connections, or its health endpoint fails): the hub retries, and
+  the release runs once a retried delivery finds Prefect back. A Prefect that is only slow does not
+  hold the answer: the release is queued and the dispatcher retries it.
 Every refusal is one log line and counted in `day0_webhook_rejected_total{reason}`; a client hanging
 up mid-body is counted as `disconnected`. Input is logged and echoed only through `safe.clean`.
 GET /healthz answers {"status": "ok"}; GET /metrics the Prometheus text.
@@ -124,7 +127,10 @@ def create_app(settings: WebhookSettings, watch: WatchConfig | None = None, trig
     app.state.metrics, app.state.dispatcher = metrics, dispatcher
 
     async def accept(repo: str, sha: str, reason: str) -> tuple[int, JsonObject]:
-        """Claim the release and queue it; or answer for the claim that exists."""
+        """Claim the release and queue it; or answer for the claim that exists. Nothing is claimed while
+        Prefect is down (503: the hub's retry claims it once Prefect is back)."""
+        if trigger is None and (why := await prefect.down(settings.health_timeout_s)):
+            raise Unavailable(f"the Prefect API is down ({clean(why, 200)}); nothing was claimed")
         answer: JsonObject = {"repo": repo, "sha": sha}
         for _ in range(2):  # a claim released by a failing peer between our two reads: claim again once
             if await calls.claim(repo, sha):

@@ -41,6 +41,9 @@ class WebhookSettings(EnvSettings):
     store_timeout_s: float = Field(10, gt=0, description="A store call slower than this answers 503.")
     store_threads: int = Field(16, ge=1, description="Threads running blocking store calls off the event loop.")
     trigger_timeout_s: float = Field(30, gt=0, description="A Prefect call slower than this is retried later.")
+    health_timeout_s: float = Field(
+        1, gt=0, le=30, description="Longest wait for Prefect's health check before a release is queued anyway."
+    )
     max_concurrent_triggers: int = Field(
         4, ge=1, description="Flow runs created at once; more wait (a SQLite Prefect server locks when flooded)."
     )

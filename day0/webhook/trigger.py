@@ -5,7 +5,8 @@ receiver refuses to start without one, so it never starts a temporary Prefect se
 (which would hold no deployment and outlive a killed receiver). `PrefectTrigger` keeps one client
 for the process and caches each deployment's id (dropped when Prefect says it is gone), so a trigger is
 one API call: `create_flow_run_from_deployment(..., idempotency_key=repo@sha)`, which returns the
-existing run for a key already used.
+existing run for a key already used. `down()` tells a Prefect API that refuses connections (or whose
+health endpoint fails) from one that is merely slow.
 """
 
 from __future__ import annotations
@@ -64,6 +65,22 @@ class PrefectTrigger:
             self.deployments.pop(deployment, None)  # deleted (or re-created under a new id) since cached
             raise
         return str(run.id)
+
+    async def down(self, timeout_s: float) -> str | None:
+        """Why the Prefect API is down (refused, unresolvable, or its health endpoint failing), or None.
+        A health check that only times out is not "down": a hung server must not slow the answer, and
+        the dispatcher's retries carry a queued release through it."""
+        import httpx
+
+        url = f"{str(prefect_api_url() or '').rstrip('/')}/health"
+        try:
+            async with httpx.AsyncClient(timeout=timeout_s) as http:
+                answer = await http.get(url)
+        except httpx.TimeoutException:
+            return None
+        except httpx.HTTPError as exc:
+            return f"{url}: {type(exc).__name__}: {exc}"
+        return None if answer.status_code < 500 else f"{url}: HTTP {answer.status_code}"
 
     async def aclose(self) -> None:
         if self.client is not None:
