@@ -11,6 +11,7 @@ kwok pods run no processes: what runs inside them is covered where it can run (s
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import json
 import os
@@ -416,19 +417,20 @@ def test_install_upgrade_uninstall(api: Any, namespace: str, tmp_path: Path, mon
 
 def _flow_run_job(template: dict[str, Any], **job_variables: Any) -> dict[str, Any]:
     """The Job a Kubernetes worker submits for a flow run: the variables' defaults overlaid with a
-    deployment's job_variables, applied by Prefect's own templating (prefect-kubernetes then sets
-    the command it runs as args)."""
-    from prefect.utilities.templating import apply_values
+    deployment's job_variables, made and validated by prefect-kubernetes' own job configuration
+    (which refuses a template it cannot run); it then sets the command it runs as args."""
+    from prefect_kubernetes.worker import KubernetesWorkerJobConfiguration
 
     props = template["variables"]["properties"]
     values = {k: v["default"] for k, v in props.items() if "default" in v}
     values |= {"name": "day0-flow-run", "labels": {"prefect.io/flow-run-id": str(uuid.uuid4())}} | job_variables
-    job = apply_values(template["job_configuration"], values)["job_manifest"]
+    config = asyncio.run(KubernetesWorkerJobConfiguration.from_template_and_values(template, values))
+    job = config.job_manifest
     job["spec"]["template"]["spec"]["containers"][0]["args"] = ["prefect", "flow-run", "execute"]
     return job
 
 
-def test_the_job_template_puts_flow_runs_on_a_gpu_pool(api: Any, namespace: str) -> None:
+def test_the_job_template_puts_flow_runs_on_a_gpu_pool(api: Any, namespace: str, prefect_server: None) -> None:
     """A flow-run Job from the base job template, with a deployment's GPU job variables, is
     accepted by the API server and its pod is scheduled onto the fixed GPU pool with its GPUs."""
     from kubernetes import client
@@ -461,8 +463,11 @@ def test_the_job_template_puts_flow_runs_on_a_gpu_pool(api: Any, namespace: str)
     ).stdout
     kubectl("apply", "-n", runs, "-f", "-", stdin=configmap)  # the ConfigMap and the Job live in the runs namespace
     # Sent as JSON, as the worker's client does (integer quantities are fine for the API server).
-    created = json.loads(kubectl("create", "-n", runs, "-o", "json", "-f", "-", stdin=json.dumps(job)).stdout)
-    name = created["metadata"]["name"]
+    # Sent as JSON, as the worker's client does: integer quantities are fine, and the server drops (with a warning,
+    # its default for clients that ask for no field validation) the two fields prefect-kubernetes insists on
+    # finding in the pod template.
+    create = ("create", "--validate=warn", "-n", runs, "-o", "json", "-f", "-")
+    name = json.loads(kubectl(*create, stdin=json.dumps(job)).stdout)["metadata"]["name"]
     try:
         sel = f"job-name={name}"
         for _ in range(120):
