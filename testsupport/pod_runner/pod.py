@@ -187,9 +187,15 @@ class PodWorker(threading.Thread):
                 allocatable=self.host.allocatable(self.node),
                 base=self.host.base_env(self.pod),
             )
-            if not spec.get("command"):
-                raise EnvError(f"container {run.name!r} has no command: the pod runner runs commands, not images")
-            argv = [expand(str(a), env) for a in [*spec["command"], *(spec.get("args") or [])]]
+            # No command: the image's entrypoint runs with `args`. The runner knows no image, so it takes
+            # the images it stands in for to have none (day0's has none: its CMD is replaced by `args`),
+            # which is how a Prefect worker's flow-run Job (args only) starts.
+            words = [*(spec.get("command") or []), *(spec.get("args") or [])]
+            if not words:
+                raise EnvError(
+                    f"container {run.name!r} has no command or args: the pod runner runs commands, not images"
+                )
+            argv = [expand(str(a), env) for a in words]
             mounts = self._mounts(spec)
         except (EnvError, VolumeError) as exc:
             run.state = {"waiting": {"reason": "CreateContainerConfigError", "message": str(exc)}}
