@@ -23,6 +23,8 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
+import tempfile
 import threading
 import time
 import uuid
@@ -62,13 +64,15 @@ def service(api: Any, s3_server: Any, tmp_path_factory: pytest.TempPathFactory) 
         max_backoff_s=5.0,
     ).start()
     tmp = tmp_path_factory.mktemp("release-day")
-    svc = Service(api, runner, prefix, f"rd-{uuid.uuid4().hex[:6]}", s3_server, tmp / "hub")
+    hub = Path(tempfile.mkdtemp(prefix="day0-drill-hub-", dir="/var/tmp"))  # every pod has a /tmp of its own
+    svc = Service(api, runner, prefix, f"rd-{uuid.uuid4().hex[:6]}", s3_server, hub)
     try:
         svc.install(tmp / "values.yaml")
         yield svc
     finally:
         svc.uninstall()
         runner.stop()
+        shutil.rmtree(hub, ignore_errors=True)
         left = marked_processes(lambda m: m.startswith(f"{runner.runner_id}/"))
         assert not left, f"pod runner processes left behind: {left}"
 
@@ -193,10 +197,13 @@ def test_a_release_runs_from_the_webhook_to_a_verdict_on_the_installed_service(s
     # The worker's Job ran the flow in the runs namespace; the run's RayCluster was made there, then deleted.
     from kubernetes import client
 
-    jobs = client.BatchV1Api(service.api).list_namespaced_job(
-        service.runs, label_selector=f"prefect.io/flow-run-id={run.id}"
-    )
-    assert len(jobs.items) == 1 and jobs.items[0].status.succeeded == 1, jobs.items
+    def succeeded() -> list[Any]:  # the Job's status follows its pod's exit by a few seconds
+        jobs = client.BatchV1Api(service.api).list_namespaced_job(
+            service.runs, label_selector=f"prefect.io/flow-run-id={run.id}"
+        )
+        return jobs.items if jobs.items and all(j.status.succeeded == 1 for j in jobs.items) else []
+
+    assert len(service.wait("the flow-run Job to succeed", succeeded, 120)) == 1
     (cluster,) = watch.clusters.values()
     assert cluster["metadata"]["namespace"] == service.runs and cluster["metadata"]["name"] in watch.ready_at
     assert cluster["spec"]["headGroupSpec"]["template"]["spec"]["containers"][0]["image"] == "day0-drill:test"
