@@ -31,7 +31,7 @@ MARK = {
     "error": "**ERROR**",
     "not run": "not run",
 }
-_INCIDENTS = ("node-lost", "pod-lost", "pod-replaced", "recovered")
+_INCIDENTS = ("node-lost", "pod-lost", "pod-replaced", "recovered", "job-resubmitted")
 
 
 class Row(NamedTuple):

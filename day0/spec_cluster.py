@@ -200,6 +200,13 @@ class ClusterSpec(UserModel):
         le=MAX_TIMEOUT_S,
         description="Longest a step's Ray job may run before it is stopped (a week at most).",
     )
+    job_resubmits: int = Field(
+        2,
+        ge=0,
+        le=100,
+        description="Times a step's Ray job is submitted again when its driver's node was lost (drivers run on "
+        "worker pods): the trial resumes from its last checkpoint, the other steps start over.",
+    )
     ray_start_params: dict[str, str] = Field(
         default_factory=dict,
         description="Extra `ray start` flags of the head and every worker group (KubeRay rayStartParams, "

@@ -166,3 +166,65 @@ def test_an_address_where_no_ray_listens_fails_in_seconds(family: str, host: str
     with pytest.raises(ConnectionError, match=f"no Ray cluster answers at {re.escape(address)}:{port}: .*refused"):
         connect(f"{address}:{port}")
     assert time.monotonic() - t0 < 10 and not ray.is_initialized()
+
+
+class _Cluster:
+    """A RayCluster stand-in whose jobs end as scripted (Ray's outcomes), for the backend's resubmission rule."""
+
+    name = "day0-test"
+
+    def __init__(self, store: Any, result_key: str, outcomes: list[tuple[str, str | None]]) -> None:
+        self.store, self.result_key, self.outcomes = store, result_key, list(outcomes)
+        self.events: list[Any] = []
+        self.submitted: list[dict[str, Any]] = []
+
+    def dashboard_address(self, via: str) -> str:
+        return "http://127.0.0.1:9"
+
+    def run_job(self, entrypoint: str, **options: Any) -> Any:
+        from types import SimpleNamespace
+
+        from day0.backends.jobs import JobOutcome
+
+        self.submitted.append(options)
+        status, error_type = self.outcomes.pop(0)
+        if status == "SUCCEEDED":
+            self.store.put_bytes(self.result_key, _Res(square=49).model_dump_json().encode())
+        outcome = JobOutcome(
+            submission_id=options["sub_id"], address="x", status=status, duration_s=1.0, error_type=error_type
+        )
+        return SimpleNamespace(job=outcome)
+
+
+@pytest.mark.parametrize(
+    ("outcomes", "submissions", "ok"),
+    [
+        ([("FAILED", "JOB_SUPERVISOR_ACTOR_DIED"), ("SUCCEEDED", None)], 2, True),  # the driver's node was lost
+        ([("FAILED", "JOB_SUPERVISOR_ACTOR_DIED")] * 3, 3, False),  # job_resubmits: 2, then the step fails
+        ([("FAILED", "JOB_ENTRYPOINT_COMMAND_ERROR")], 1, False),  # the job's own error: never resubmitted
+    ],
+    ids=["resubmitted", "bounded", "own-error"],
+)
+def test_a_job_whose_drivers_node_was_lost_is_submitted_again_within_bounds(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, outcomes: list[Any], submissions: int, ok: bool
+) -> None:
+    from day0.backends.session import JobFailed, KubeRayBackend
+    from day0.store import FileStore
+
+    spec = _spec(cluster=_cluster().model_dump(), storage="s3://bucket/x")
+    ctx = RunContext.create(spec)
+    store = FileStore(tmp_path)
+    monkeypatch.setattr(RunContext, "store", lambda self: store)
+    backend = KubeRayBackend(ctx, 1)
+    cluster = _Cluster(store, ctx.key("square", "job", "result.json"), outcomes)
+    backend.cluster = cluster  # type: ignore[assignment]  # the stand-in
+    said: list[str] = []
+    if ok:
+        result, execution = backend.run("square", SQUARE, _Req(n=7), said.append)
+        assert result.square == 49 and [e.kind for e in execution.events] == ["job-resubmitted"]
+    else:
+        with pytest.raises(JobFailed):
+            backend.run("square", SQUARE, _Req(n=7), said.append)
+    assert len(cluster.submitted) == submissions
+    assert len({o["sub_id"] for o in cluster.submitted}) == submissions  # a new submission id each time
+    assert sum("driver's node was lost" in line for line in said) == (submissions - 1)

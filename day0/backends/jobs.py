@@ -80,10 +80,18 @@ class JobOutcome(BaseModel):
     timed_out: bool = False
     duration_s: float = Field(description="Wall time from submission to a terminal status.")
     logs_tail: str = Field("", description="Last lines of the driver's output.")
+    error_type: str | None = Field(
+        None, description="Ray's JobErrorType for a failed job (e.g. JOB_SUPERVISOR_ACTOR_DIED)."
+    )
 
     @property
     def ok(self) -> bool:
         return self.status == "SUCCEEDED"
+
+    @property
+    def driver_lost(self) -> bool:
+        """The job died with its driver's node (its supervisor actor died), not of its own error."""
+        return self.status == "FAILED" and self.error_type == "JOB_SUPERVISOR_ACTOR_DIED"
 
 
 def _store_and_key(url: str) -> tuple[ArtifactStore, str]:
@@ -224,6 +232,9 @@ def wait(
         timed_out=timed_out,
         duration_s=round(time.monotonic() - start, 3),
         logs_tail=_tail(client, sub_id, log_lines),
+        error_type=str(getattr(info.error_type, "value", info.error_type))
+        if getattr(info, "error_type", None)
+        else None,
     )
 
 

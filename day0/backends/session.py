@@ -124,6 +124,14 @@ def job_env() -> dict[str, str]:
     return env
 
 
+def _driver_lost(sub_id: str, message: str) -> ClusterEvent:
+    from day0.backends.kuberay.status import ClusterEvent
+
+    return ClusterEvent(
+        kind="job-resubmitted", at=time.time(), message=f"{sub_id}: driver's node lost: {message[:300]}"
+    )
+
+
 def _events(raw: list[ClusterEvent]) -> list[ExecutionEvent]:
     return [ExecutionEvent.model_validate(e.model_dump()) for e in raw]
 
@@ -174,19 +182,28 @@ class KubeRayBackend:
         rc = self.cluster or self._provision(progress)
         request_key, result_key = self.ctx.key(step, "job", "request.json"), self.ctx.key(step, "job", "result.json")
         store.put_text(request_key, request.model_dump_json(), "application/json")
-        address = rc.dashboard_address(spec.dashboard_via)
-        sub_id = submission_id(self.ctx.run_id, step)
-        progress(f"job {sub_id}: submitted to {address} ({rc.name})")
-        outcome = rc.run_job(
-            job.entrypoint(store.url(request_key), store.url(result_key)),
-            timeout_s=spec.job_timeout_s,
-            address=address,
-            sub_id=sub_id,
-            runtime_env={"env_vars": job_env()},
-            metadata={"day0.step": step, "day0.run_id": self.ctx.run_id},
-            placement=driver_placement(self.ctx.spec.platform, spec, job.driver_uses_accelerator),
-            on_log=lambda line: progress(f"[job] {line}"),
-        ).job
+        for attempt in range(spec.job_resubmits + 1):
+            address = rc.dashboard_address(spec.dashboard_via)
+            sub_id = submission_id(self.ctx.run_id, step)
+            progress(f"job {sub_id}: submitted to {address} ({rc.name})")
+            outcome = rc.run_job(
+                job.entrypoint(store.url(request_key), store.url(result_key)),
+                timeout_s=spec.job_timeout_s,
+                address=address,
+                sub_id=sub_id,
+                runtime_env={"env_vars": job_env()},
+                metadata={"day0.step": step, "day0.run_id": self.ctx.run_id},
+                placement=driver_placement(self.ctx.spec.platform, spec, job.driver_uses_accelerator),
+                on_log=lambda line: progress(f"[job] {line}"),
+            ).job
+            if not outcome.driver_lost or attempt == spec.job_resubmits:
+                break
+            # The driver runs on a worker pod, so a lost node can take it; the work resumes (the trial from its
+            # checkpoint) in a new submission once KubeRay has replaced the pod.
+            progress(
+                f"job {sub_id}: its driver's node was lost; submitting again ({attempt + 1} of {spec.job_resubmits})"
+            )
+            rc.events.append(_driver_lost(sub_id, outcome.message))
         events = _events(rc.events[self._reported :])
         self._reported = len(rc.events)
         if not outcome.ok:

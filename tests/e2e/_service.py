@@ -201,8 +201,10 @@ class Service:
             "600s",
         )
 
-    def upgrade(self, *sets: str) -> None:
+    def upgrade(self, *sets: str, strings: dict[str, str] | None = None) -> None:
+        """`helm upgrade --reuse-values` with `--set` of `sets` and a JSON string value for each of `strings`."""
         args = [a for s in sets for a in ("--set", s)]
+        args += [a for k, v in (strings or {}).items() for a in ("--set-json", f"{k}={json.dumps(v)}")]
         helm(
             "upgrade",
             self.release,

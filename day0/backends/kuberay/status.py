@@ -53,7 +53,16 @@ GROUP_LABEL = "ray.io/group"
 NODE_TYPE_LABEL = "ray.io/node-type"
 
 EventKind = Literal[
-    "created", "ready", "scale-up", "node-lost", "pod-lost", "pod-replaced", "recovered", "deleted", "warning"
+    "created",
+    "ready",
+    "scale-up",
+    "node-lost",
+    "pod-lost",
+    "pod-replaced",
+    "recovered",
+    "deleted",
+    "warning",
+    "job-resubmitted",  # a step's job whose driver's node was lost, submitted again (day0.backends.session)
 ]
 
 
