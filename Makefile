@@ -9,7 +9,7 @@ export PREFECT_SERVER_ANALYTICS_ENABLED ?= false
 export HF_HUB_OFFLINE ?= 1
 export RAY_AUTH_MODE ?= disabled
 
-.PHONY: setup run lint test test-fast deploy bench clean browser
+.PHONY: setup run lint test test-fast drill deploy bench clean browser
 
 setup: $(STAMP)
 
@@ -31,7 +31,12 @@ lint: setup
 # The whole suite: unit, integration (Prefect server, Ray, versitygw S3) and the Kubernetes e2e
 # tests against the kwok control plane (built once into $(DAY0_CACHE), then reused).
 test: setup lint e2e-build browser
-	$(BIN)/python -m pytest -q -ra --durations=40 tests
+	$(BIN)/python -m pytest -q -ra --durations=40 -m "not drill" tests
+
+# The release-day drill whole, with the fault drill `make test` leaves out (marker `drill`: a Ray worker's
+# node lost mid-trial on the installed service, which needs the module's first run): about 23 min here.
+drill: setup e2e-build
+	$(BIN)/python -m pytest -q -ra --durations=10 tests/e2e/test_release_day.py
 
 # The unit tests alone (no Prefect server, Ray cluster, S3 server or control plane: the markers
 # `integration` and `e2e`, see tests/conftest.py), for quick feedback while editing; lint first.

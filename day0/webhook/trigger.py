@@ -6,7 +6,9 @@ receiver refuses to start without one, so it never starts a temporary Prefect se
 for the process and caches each deployment's id (dropped when Prefect says it is gone), so a trigger is
 one API call: `create_flow_run_from_deployment(..., idempotency_key=repo@sha)`, which returns the
 existing run for a key already used. `down()` tells a Prefect API that refuses connections (or whose
-health endpoint fails) from one that is merely slow.
+health endpoint fails) from one that is merely slow; concurrent deliveries share one health check on one
+HTTP client (a client per check builds an SSL context each time, which holds the event loop for tens of
+milliseconds: a burst of deliveries stalled `/healthz` for over a second).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from uuid import UUID
 from day0.core.typing import JsonObject
 
 if TYPE_CHECKING:
+    import httpx
     from prefect.client.orchestration import PrefectClient
 
 __all__ = ["PrefectTrigger", "prefect_api_url"]
@@ -35,6 +38,8 @@ class PrefectTrigger:
         self.client: PrefectClient | None = None
         self.deployments: dict[str, UUID] = {}
         self.opening = asyncio.Lock()
+        self.http: httpx.AsyncClient | None = None
+        self.checking: asyncio.Future[str | None] | None = None  # the health check in flight
 
     async def _client(self) -> PrefectClient:
         async with self.opening:  # concurrent first calls share one client
@@ -70,12 +75,19 @@ class PrefectTrigger:
         """Why the Prefect API is down (refused, unresolvable, or its health endpoint failing), or None.
         A health check that only times out is not "down": a hung server must not slow the answer, and
         the dispatcher's retries carry a queued release through it."""
+        if self.checking is None:
+            self.checking = asyncio.ensure_future(self._check_health(timeout_s))
+            self.checking.add_done_callback(lambda _: setattr(self, "checking", None))
+        return await asyncio.shield(self.checking)
+
+    async def _check_health(self, timeout_s: float) -> str | None:
         import httpx
 
+        if self.http is None:
+            self.http = httpx.AsyncClient(timeout=timeout_s)
         url = f"{str(prefect_api_url() or '').rstrip('/')}/health"
         try:
-            async with httpx.AsyncClient(timeout=timeout_s) as http:
-                answer = await http.get(url)
+            answer = await self.http.get(url)
         except httpx.TimeoutException:
             return None
         except httpx.HTTPError as exc:
@@ -83,6 +95,9 @@ class PrefectTrigger:
         return None if answer.status_code < 500 else f"{url}: HTTP {answer.status_code}"
 
     async def aclose(self) -> None:
+        if self.http is not None:
+            http, self.http = self.http, None
+            await http.aclose()
         if self.client is not None:
             client, self.client = self.client, None
             await client.__aexit__(None, None, None)
