@@ -5,7 +5,7 @@
   process CPU time (`time.process_time()`), the best of 3 cold searches (the stage-partition caches
   cleared before each), target <= 0.5 s; on 4,096 against a brute-force enumeration of the same cost
   model (which must find the identical ranked plans);
-- accuracy: the step-time error on every published run of tests/data/planner/published_runs.yaml;
+- accuracy: the step-time error on every published run of tests/data/planner/published_runs.yaml (misses apart);
 - start-up: the wall time of a `day0 plan` process on a cached structure, as a ratio to
   `python -c 'import pydantic, yaml'` measured in the same run (target <= 3), both with a warm bytecode
   cache as an installed package has; the tiny pipeline is the start-up case, DeepSeek-V3 on 2048 H800
@@ -83,13 +83,16 @@ def published_errors() -> dict:
             "predicted_step_s": round(p.predicted_step_s or 0, 3),
             "error": round(p.error, 4) if p.error is not None else None,
             "mfu": round(p.mfu or 0, 4),
+            "miss": raw.get("miss"),
         }
     errors = [abs(r["error"]) for r in rows.values() if r["error"] is not None]
+    within = [abs(r["error"]) for r in rows.values() if r["error"] is not None and not r["miss"]]
     return {
         "runs": rows,
         "mean_abs_error": round(sum(errors) / len(errors), 4),
         "max_abs_error": round(max(errors), 4),
-        "target": "mean <= 10%, every run <= 25%",
+        "within_bound": {"runs": len(within), "mean_abs_error": round(sum(within) / len(within), 4)},
+        "target": "every run <= 20%, mean <= 8% (issue 25); runs marked miss: say why",
     }
 
 

@@ -1,42 +1,21 @@
-"""The cost model against published training runs (tests/data/planner/published_runs.yaml): the step time
-of every run within 25% of the published figure and 10% on average, MFU never above 100%, activation
-memory within 5% of Megatron's formula on the GPT runs, and the published MoE recipes judged to fit."""
+"""The cost model against published training runs (tests/data/planner/published_runs.yaml) through the Python
+API: the step time of every run the table does not mark `miss:` within 20% of the published figure and 10%
+on average (tests/test_planner_published_cli.py holds the same runs to 8% through `day0 plan`), MFU never
+above 100%, activation memory within 5% of Megatron's formula on the GPT runs, and the published MoE
+recipes judged to fit."""
 
 from __future__ import annotations
 
-from functools import cache
-from pathlib import Path
-
 import pytest
-import yaml
 
 from day0.core.structure import ModelStructure
 from day0.planner.inputs import PlannerOptions, costs_for
 from day0.planner.memory import activation_bytes_per_token
-from day0.planner.published import PublishedHardware, PublishedRun, RunPrediction, predict_run, run_options
-from day0.planner.results import Plan
-from day0.planner.step import optimize_for_spec, plan_for_spec
-from day0.spec import PipelineSpec, spec_from_dict
+from day0.planner.published import PublishedRun
+from tests._published_helpers import DATA, MEMORY_ONLY, MISSES, RUNS, predict, structure
 
-DATA = Path(__file__).parent / "data" / "planner"
-TABLE = yaml.safe_load((DATA / "published_runs.yaml").read_text())
-HARDWARE = {k: PublishedHardware(**v) for k, v in TABLE["hardware"].items()}
-RUNS = [PublishedRun(**r) for r in TABLE["runs"]]
-MEMORY_ONLY = [PublishedRun(**r) for r in TABLE["memory_only"]]
 GPT = ["gpt-22b", "gpt-175b", "gpt-530b", "gpt-1t"]  # Korthikanti et al. 2022 table 3
-
-
-@cache
-def structure(name: str) -> ModelStructure:
-    path = DATA / "published" / f"{name}.structure.json"
-    path = path if path.exists() else DATA / f"{name}.structure.json"
-    return ModelStructure.model_validate_json(path.read_text())
-
-
-@cache
-def predict(run_id: str) -> RunPrediction:
-    run = next(r for r in RUNS + MEMORY_ONLY if r.id == run_id)
-    return predict_run(run, structure(run.model), HARDWARE[run.hardware])
+ASSERTED = [r for r in RUNS if r.id not in MISSES]
 
 
 def test_the_table_spans_sources_kinds_and_dtypes() -> None:
@@ -49,18 +28,18 @@ def test_the_table_spans_sources_kinds_and_dtypes() -> None:
         assert r.source and ("step_s" in r.published or r.derived), r.id
 
 
-@pytest.mark.parametrize("run", RUNS, ids=lambda r: r.id)
-def test_step_time_within_25_percent_and_mfu_at_most_1(run: PublishedRun) -> None:
+@pytest.mark.parametrize("run", ASSERTED, ids=lambda r: r.id)
+def test_step_time_within_20_percent_and_mfu_at_most_1(run: PublishedRun) -> None:
     p = predict(run.id)
     assert p.feasible, f"{run.id}: the published setup is judged not to fit: {p.message}"
-    assert p.error is not None and abs(p.error) <= 0.25, (
+    assert p.error is not None and abs(p.error) <= 0.20, (
         f"{run.id}: predicted {p.predicted_step_s:.2f} s, published {p.published_step_s:.2f} s ({p.error:+.1%})"
     )
     assert p.mfu is not None and 0 < p.mfu <= 1
 
 
 def test_mean_absolute_step_time_error_at_most_10_percent() -> None:
-    errors = {r.id: predict(r.id).error for r in RUNS}
+    errors = {r.id: predict(r.id).error for r in ASSERTED}
     assert None not in errors.values(), errors
     mean = sum(abs(e) for e in errors.values() if e is not None) / len(errors)
     assert mean <= 0.10, {k: round(v or 0, 3) for k, v in errors.items()}
@@ -115,74 +94,3 @@ def test_gpt_structures_are_what_step_1_computes() -> None:
     for name, billions in published_b.items():
         assert structure(name).params_total / 1e9 == pytest.approx(billions, abs=0.1), name
     assert structure("gpt-1t").params_total / 1e9 == pytest.approx(1008.0, abs=0.1)
-
-
-# --- the same runs through the CLI path: a spec per run, every knob pinned ------------------------
-
-
-def _pinned_spec(run: PublishedRun, hw: PublishedHardware, p: Plan) -> PipelineSpec:
-    """A spec pinning everything the Python API path fixed or chose for `run`: the hardware inline, the
-    run's assumptions in `planner:`, every degree and knob of its plan in `parallel:`."""
-    o, d, k = run_options(run, hw), p.parallel, p.memory_knobs
-    parallel = {
-        "tensor_parallel": d.tensor_parallel,
-        "pipeline_parallel": d.pipeline_parallel,
-        "virtual_pipeline_stages": d.virtual_pipeline_stages,
-        "expert_parallel": d.expert_parallel,
-        "expert_tensor_parallel": d.expert_tensor_parallel,
-        "context_parallel": d.context_parallel,
-        "data_parallel": d.data_parallel,
-        "micro_batch": d.micro_batch,
-        "recompute": k.recompute,
-        "zero_stage": k.zero_stage,
-        "offload": k.offload,
-        "sequence_parallel": o.sequence_parallel,
-        "dualpipe": o.dualpipe,
-        "overlap": {"tp": o.comm.tp_overlap, "ep": o.comm.ep_overlap, "dp": o.comm.dp_overlap},
-        "grad_reduce_dtype": o.comm.grad_reduce_dtype or o.grad_dtype,
-    }
-    if run.compute == "fp8":
-        parallel["fp8"] = {"activation_cache": o.fp8_activation_cache, "dispatch": o.comm.dispatch_dtype == "fp8"}
-    raw = {
-        "metadata": {"name": run.id},
-        "model": {"source": run.model},
-        "platform": {"name": run.hardware, "device_type": "cuda", "hardware": hw.spec().model_dump()},
-        "cluster": {
-            "node_pools": [
-                {
-                    "name": "pool",
-                    "accelerator": {"per_node": run.per_node, "memory_gib": hw.memory_gib},
-                    "nodes": run.accelerators // run.per_node,
-                    "memory_gib_per_node": run.host_memory_gib_per_node,
-                }
-            ]
-        },
-        "training": {"seq_len": run.seq_len, "global_batch": run.global_batch, "precision": {"compute": run.compute}},
-        "planner": {
-            "hbm_bandwidth_gbps": o.hbm_bandwidth_gbps,
-            "flash_attention": o.flash_attention,
-            "dropout": o.dropout,
-            "selective_recompute": list(o.selective_modules),
-            "optimizer_state_dtype": o.optimizer_state_dtype,
-            "mtp_layers": o.mtp_layers,
-            "expert_max_nodes": o.expert_max_nodes,
-        },
-        "parallel": parallel,
-    }
-    return spec_from_dict(raw, run.id)
-
-
-@pytest.mark.parametrize("run", RUNS, ids=lambda r: r.id)
-def test_a_fully_pinned_spec_reproduces_the_run_through_the_cli_path(run: PublishedRun) -> None:
-    """`day0 plan`'s functions (plan_for_spec, optimize_for_spec) on a spec pinning every knob evaluate
-    exactly the plan the Python API chose, with the same step-time error, within 25%."""
-    api = predict(run.id)
-    hw, s = HARDWARE[run.hardware], structure(run.model)
-    assert api.chosen is not None and api.predicted_step_s == api.chosen.time.step_s
-    spec = _pinned_spec(run, hw, api.chosen)
-    planned = plan_for_spec(spec, s)
-    assert planned.tuples_considered == 1 and planned.best is not None, planned.message
-    chosen = optimize_for_spec(spec, s, planned).plan
-    assert chosen is not None and chosen.time.step_s == pytest.approx(api.predicted_step_s, rel=1e-9)
-    error = (chosen.time.step_s - api.published_step_s) / api.published_step_s
-    assert error == pytest.approx(api.error, abs=1e-9) and abs(error) <= 0.25

@@ -70,6 +70,11 @@ class PublishedRun(_Model):
     offload: str | None = None
     sequence_parallel: bool | None = None
     options: dict[str, Any] = Field(default_factory=dict)
+    knobs: dict[str, int] = Field(
+        default_factory=dict,
+        description="Published settings as printed: `micro_batch` and `vp` (virtual stages per rank) are "
+        "pinned; others (ga, fsdp, etp) are recorded only.",
+    )
     published: dict[str, float]
     derived: str | None = None
     flops: Literal["model", "megatron_recompute"] = Field(
@@ -109,6 +114,8 @@ def published_step_seconds(run: PublishedRun, s: ModelStructure) -> float | None
     if "tflops_per_gpu" in p:
         flops = model_flops_per_step(model_costs(s), run.global_batch, run.seq_len)
         return flops / (p["tflops_per_gpu"] * 1e12 * run.accelerators)
+    if "tokens_per_s_per_gpu" in p:  # total tokens / (seconds x devices): NeMo, torchtitan, MindSpeed, FlagPerf
+        return run.global_batch * run.seq_len / (p["tokens_per_s_per_gpu"] * run.accelerators)
     if "gpu_hours_per_trillion_tokens" in p:
         tokens = run.global_batch * run.seq_len
         return tokens * p["gpu_hours_per_trillion_tokens"] * 3600 / (1e12 * run.accelerators)
@@ -136,6 +143,8 @@ def predict_run(run: PublishedRun, s: ModelStructure, hw: PublishedHardware) -> 
         expert_parallel=d.get("ep", 1 if s.moe is None else None),
         context_parallel=d.get("cp", 1),
         data_parallel=d.get("dp"),
+        micro_batch=run.knobs.get("micro_batch"),
+        virtual_pipeline_stages=run.knobs.get("vp") if d.get("pp", 1) > 1 else None,
     )
     training = TrainingSpec(
         seq_len=run.seq_len,

@@ -116,7 +116,7 @@ def stage_seconds(
     membound = tok * w.memory_bound / r.hbm
     compute = 3 * (lin + tok * w.head_flops / r.head_flops + routed + attn + membound)
     if recompute == "selective":
-        core = not flash and "core_attn" in o.selective_modules
+        core = "core_attn" in o.selective_modules  # Megatron-Core checkpoints core attention, flash or not
         extra = tok * w.selective_flops / r.linear_flops + tok * w.selective_memory_bound / r.hbm
         extra += attn if core else 0.0
     else:

@@ -1,6 +1,6 @@
 """Rebuild the GPT structures of the published-setups table with step 1's own analyser.
 
-    .venv/bin/python tests/data/planner/published/build_structures.py
+    .venv/bin/python tests/data/planner/published/build_structures.py          # structures and configs
 
 Megatron's GPT models (Narayanan et al. 2021 table 1; Korthikanti et al. 2022 table 3) are written as
 transformers Starcoder2 configs: pre-LayerNorm, multi-head attention with biases, a non-gated GeLU MLP
@@ -26,15 +26,13 @@ GPT = {  # name: (attention heads, hidden, layers)
 }
 
 
-def structure(name: str):
-    """Step 1's structure of one GPT of the table."""
+def config(name: str):
+    """The transformers config of one GPT of the table (written beside its structure as
+    `<name>/config.json`, the model source a `day0 plan` spec names)."""
     from transformers import Starcoder2Config
 
-    from day0.core.modeling import build_meta_model
-    from day0.core.structure import analyze_structure
-
     heads, hidden, layers = GPT[name]
-    cfg = Starcoder2Config(
+    return Starcoder2Config(
         vocab_size=51200,
         hidden_size=hidden,
         intermediate_size=4 * hidden,
@@ -48,11 +46,24 @@ def structure(name: str):
         bos_token_id=None,
         eos_token_id=None,
     )
-    return analyze_structure(build_meta_model(cfg, name), name)
+
+
+def structure(name: str):
+    """Step 1's structure of one GPT of the table."""
+    from day0.core.modeling import build_meta_model
+    from day0.core.structure import analyze_structure
+
+    return analyze_structure(build_meta_model(config(name), name), name)
+
+
+def write_config(name: str) -> None:
+    (HERE / name).mkdir(exist_ok=True)
+    (HERE / name / "config.json").write_text(config(name).to_json_string())
 
 
 def main() -> None:
     for name in GPT:
+        write_config(name)
         s = structure(name)
         (HERE / f"{name}.structure.json").write_text(json.dumps(s.model_dump(), indent=1) + "\n")
         print(name, s.params_total / 1e9)
