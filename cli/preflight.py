@@ -26,7 +26,6 @@ import json
 import os
 from pathlib import Path
 
-from day0.backends.session import check_backend
 from day0.core.model_source import resolve_model
 from day0.core.plausible import check_config
 from day0.errors import StoreUnavailable, UsageError
@@ -51,6 +50,8 @@ PREFECT_MAX_PARAMETER_BYTES = 524_288
 
 def preflight(path: str, only: str | None, check_store: bool) -> tuple[PipelineSpec, list[str] | None]:
     """Every check `day0 run` makes before it starts work; returns (the spec, the `--only` list)."""
+    from day0.backends.session import check_backend  # here: `day0 plan` imports this module, not the backends
+
     spec = load_spec(path)
     selection = parse_only(only)
     check_only(spec, selection)

@@ -42,6 +42,16 @@ def test_analyze_table_and_bad_inputs() -> None:
     assert bad_platform.returncode == 2 and "--platform" in bad_platform.stderr
 
 
+@pytest.mark.integration  # over 10 s here: a whole model or the real CLI end to end
+def test_analyze_prints_no_warnings() -> None:
+    """Nothing on stderr but the (transient) progress line: no library's warnings (torchao's enum
+    registration under torch 2.15 printed two, see `day0.core.library_logs`), table or JSON."""
+    for args in ((), ("--json",)):
+        proc = day0("analyze", "tiny-deepseek-v3", *args)
+        assert proc.returncode == 0, proc.stderr
+        assert proc.stderr.strip() == "", proc.stderr
+
+
 def test_validate_lists_every_error_and_exits_2(tmp_path: Path) -> None:
     spec = tmp_path / "bad.yaml"
     spec.write_text(

@@ -96,6 +96,7 @@ def test_parallel_and_optimize_tasks_store_results_and_resume(tmp_path: Path, pr
 
     raw = load_yaml(CONFIGS_DIR / "pipelines" / "tiny-local.yaml")
     raw["storage"] = f"file://{tmp_path}"
+    raw["planner"] = {"calibrate": False}  # the tasks' files and reuse; test_flow.py runs the calibration
     ctx = RunContext.create(spec_from_dict(raw))
     analyzed = Analyzed(
         structure=ModelStructure.model_validate_json((DATA / "tiny-deepseek-v3.structure.json").read_text())

@@ -78,12 +78,12 @@ def test_each_scorecard_row_is_a_short_glance_with_named_worst_and_labelled_cost
     convergence = _row(markdown, "convergence").split(" | ")[2]
     cost = re.search(r"cost model step time: ([^;|]*(?:;[^;|]*)?)", convergence)
     assert cost, convergence
-    if "datasheet" in cost[1]:
-        assert "datasheet, uncalibrated" in cost[1] and "`day0 calibrate cpu`" in cost[1] and "--fresh" in cost[1], (
-            f"an uncalibrated cost figure says so, with the command for the calibrated one: {cost[1]}"
-        )
-    else:
-        assert ", calibrated " in cost[1], cost[1]
+    # the default spec calibrates before step 3 (planner.calibrate), so a `make run`'s figure is calibrated,
+    # and the recorded run's prediction came within 25% of its measurement (make bench's trial entry and
+    # the README track it on fresh runs)
+    assert ", calibrated " in cost[1] and "datasheet" not in cost[1], cost[1]
+    error = re.search(r"\(([+-]\d+)%\)", cost[1])
+    assert error and abs(int(error[1])) <= 25, cost[1]
     html = Path(write_report(ctx, wall_s, steps)["html"].removeprefix("file://")).read_text()
     card = html[html.index('<table class="scorecard">') : html.index("</table>", html.index('class="scorecard"'))]
     assert card.count('<span class="badge ') == 4 and card.count("<details>") >= 3, "badges; reasons folded"

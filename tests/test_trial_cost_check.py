@@ -4,6 +4,8 @@ clock: the training memory counted from the tensors, and the host-dispatch figur
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -115,3 +117,65 @@ def test_eager_traffic_and_ddp_buckets_add_to_the_prediction(candidate) -> None:
     ddp = predict_trial(structure, hw, workers=2, **args).step_time_s
     fsdp = predict_trial(structure, hw, workers=2, zero_stage=3, **args).step_time_s
     assert ddp_bucket_seconds(1e9, 1e10) == pytest.approx(0.6) and ddp != fsdp
+
+
+def test_the_default_spec_calibrates_before_step_3_so_its_cost_check_is_calibrated(
+    candidate, tmp_path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`make run`'s spec has step 3 calibrate the platform first (the calibration job stubbed here: it
+    writes a profile to the run's store, as `day0 calibrate` does; tests/test_flow.py runs the real one),
+    and step 5's prediction then comes from that profile, labelled calibrated, not from the datasheet.
+    (How close it comes to the measurement is `make bench`'s figure, bench_trial's cost_check.)"""
+    import day0.steps.parallel.run as step3
+    from day0.calibration.job import CalibrationRequest
+    from day0.core.structure import ModelStructure
+    from day0.planner.profile import load_profile, profile_key
+    from day0.runs import RunContext
+    from day0.steps.trial.cost_check import CostCheck
+    from day0.store import open_store
+
+    spec, cfg, loop = candidate
+    assert spec.planner.calibrate and spec.planner.profile != "datasheet"
+    spec = spec.model_copy(update={"storage": f"file://{tmp_path}"})
+    calibrated: list[CalibrationRequest] = []
+
+    class Backend:
+        kind = "local"
+
+        def run(self, name, job, request, progress):
+            calibrated.append(request)
+            profile = CalibratedProfile(
+                platform=request.platform.name,
+                backend="gloo",
+                workers=request.workers,
+                created="2026-01-01T00:00:00Z",
+                datasheet=request.platform.hardware,
+                gemm=[],
+                hbm_bandwidth_gbps=20.0,
+                collectives=[],
+                collective_latency_us=0.0,
+                kernel_launch_us=8.0,
+            )
+            open_store(request.store).put_json(profile_key(request.platform.name), profile.model_dump(mode="json"))
+            return job.result_type.model_construct(seconds=1.0, store_key=profile_key("cpu")), None
+
+    monkeypatch.setattr(step3, "backend_for", lambda ctx: Backend())
+
+    class Analyzed:
+        structure = ModelStructure.model_validate_json(
+            (Path(__file__).parent / "data/planner/tiny-deepseek-v3.structure.json").read_text()
+        )
+
+    ctx = RunContext.create(spec)
+    plans = step3.run(ctx, lambda _msg: None, Analyzed())  # type: ignore[arg-type]
+    assert [(r.workers, r.store) for r in calibrated] == [(spec.trial.workers, spec.storage)]
+    assert any("calibrated profile" in note for note in plans.notes + plans.cluster.notes)
+    profile = load_profile(ctx.store(), spec.platform.name)
+    predicted = _predict(spec.platform.hardware, loop, cfg, profile, workers=spec.trial.workers)
+    check = CostCheck(
+        source=predicted.source,
+        predicted_step_s=predicted.step_time_s,
+        measured_step_s=predicted.step_time_s,
+        predicted_peak_bytes=predicted.peak_bytes,
+    )
+    assert check.calibrated and "datasheet" not in check.describe()["step time"] and check.reason() is None

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from day0.core.dtypes import DTYPES
+from day0.core.library_logs import quiet_known_library_logs
 from day0.core.model_source import ResolvedModel
 from day0.core.plausible import check_config
 from day0.errors import ModelError, shorten
@@ -22,6 +23,8 @@ if TYPE_CHECKING:
     from transformers import PreTrainedConfig, PreTrainedModel
 
 __all__ = ["build_meta_model", "load_hf_config"]
+
+quiet_known_library_logs()  # before transformers' modeling code imports torchao
 
 _REQUIRED_POSITIVE = ("hidden_size", "num_hidden_layers", "num_attention_heads", "vocab_size")
 

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 import torch
 from pydantic import BaseModel, Field
 
+from day0.core.library_logs import quiet_known_library_logs
 from day0.core.typing import HFConfigDict
 from day0.errors import UsageError
 
@@ -38,6 +39,8 @@ __all__ = [
     "load_tokenizer",
     "write_model_dir",
 ]
+
+quiet_known_library_logs()  # before torchao is imported (here or by transformers)
 
 HELD_OUT_MODULES = (
     "argparse", "asyncio", "bisect", "collections", "contextlib", "csv", "dataclasses", "decimal", "email",

@@ -22,6 +22,8 @@ from typing import Literal, Protocol
 import torch
 from pydantic import BaseModel, Field, computed_field
 
+from day0.core.library_logs import quiet_known_library_logs
+
 __all__ = [
     "ExpertCodec",
     "Fp8PerChannel",
@@ -31,6 +33,8 @@ __all__ = [
     "quantize_model",
     "state_dict_bytes",
 ]
+
+quiet_known_library_logs()  # before torchao is imported (here or by transformers)
 
 QuantMethod = Literal["int8-weight", "fp8"]
 _EXPERT_WEIGHTS = ("gate_up_proj", "down_proj")
