@@ -10,6 +10,7 @@ namespace's RayClusters and pods, and every pod's log tail for a failure message
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import shutil
 import subprocess
@@ -221,6 +222,10 @@ class Service:
     def uninstall(self) -> None:
         from kubernetes import client
 
+        with contextlib.suppress(Exception):  # a diagnostic: what the tests' own checks missed, if anything
+            if left := [rc["metadata"]["name"] for rc in self.rayclusters()]:
+                runs = [(r.name, r.state_name, r.run_count) for r in self.flow_runs()]
+                print(f"RayClusters in {self.runs} at uninstall, deleted with its namespace: {left}; flow runs: {runs}")
         subprocess.run(
             [_bin("HELM_BIN", "helm"), "uninstall", self.release, "-n", self.namespace, "--wait", "--timeout", "180s"],
             capture_output=True,
@@ -233,6 +238,22 @@ class Service:
             except client.exceptions.ApiException as exc:
                 if exc.status != 404:
                     raise
+        # Wait while the pod runner still runs: Kubernetes deletes a namespace's pods before its other objects,
+        # and a pod whose node runs no kubelet any more never terminates, which would keep its RayCluster.
+        self.wait("the release's namespaces to be deleted", lambda: not self._namespaces_left(core), 300)
+
+    def _namespaces_left(self, core: Any) -> list[str]:
+        from kubernetes import client
+
+        left = []
+        for ns in (self.runs, self.namespace):
+            try:
+                core.read_namespace(ns)
+                left.append(ns)
+            except client.exceptions.ApiException as exc:
+                if exc.status != 404:
+                    raise
+        return left
 
     # --- pods and their addresses -------------------------------------------------------------
 

@@ -64,7 +64,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 @pytest.fixture(scope="session")
 def api() -> Iterator[Any]:
     """An ApiClient on the test cluster brought up by k8s/e2e-up.sh; FAILS if it could not be."""
-    from kubernetes import client, config
+    from kubernetes import config
 
     if _bring_up.get("rc") != 0:
         pytest.fail(f"k8s/e2e-up.sh failed (rc {_bring_up.get('rc')}):\n{_bring_up.get('log')}", pytrace=False)
@@ -72,12 +72,41 @@ def api() -> Iterator[Any]:
     os.environ["KUBECONFIG"] = kubeconfig
     api = config.new_client_from_config(kubeconfig)
     yield api
-    left = client.CustomObjectsApi(api).list_cluster_custom_object(
-        "ray.io", "v1", "rayclusters", label_selector="app.kubernetes.io/managed-by=day0"
-    )["items"]
+    left = _day0_rayclusters(api)
     if not _bring_up["was_up"] and not os.environ.get("DAY0_E2E_KEEP"):
         subprocess.run([str(K8S / "e2e-down.sh")], check=False, timeout=300)
-    assert not left, f"leaked RayClusters: {[i['metadata']['name'] for i in left]}"
+    assert not left, f"leaked RayClusters: {[_describe(i) for i in left.values()]}"
+
+
+def _day0_rayclusters(api: Any) -> dict[str, dict[str, Any]]:
+    from kubernetes import client
+
+    listed = client.CustomObjectsApi(api).list_cluster_custom_object(
+        "ray.io", "v1", "rayclusters", label_selector="app.kubernetes.io/managed-by=day0"
+    )["items"]
+    return {i["metadata"]["uid"]: i for i in listed}
+
+
+def _describe(rc: dict[str, Any]) -> str:
+    meta = rc["metadata"]
+    return (
+        f"{meta['namespace']}/{meta['name']} (run {meta.get('labels', {}).get('day0.io/run-id')}, created "
+        f"{meta.get('creationTimestamp')}, deleting since {meta.get('deletionTimestamp')}, "
+        f"finalizers {meta.get('finalizers')}, state {rc.get('status', {}).get('state')})"
+    )
+
+
+@pytest.fixture(autouse=True)
+def _no_raycluster_left_by_this_test(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Each test that reaches the cluster leaves no day0 RayCluster it made: a leak is named by its test."""
+    if "api" not in request.fixturenames:
+        yield
+        return
+    api = request.getfixturevalue("api")
+    before = _day0_rayclusters(api)
+    yield
+    made = {uid: rc for uid, rc in _day0_rayclusters(api).items() if uid not in before}
+    assert not made, f"{request.node.nodeid} left RayClusters: {[_describe(i) for i in made.values()]}"
 
 
 _counter = itertools.count()

@@ -79,9 +79,11 @@ def service(api: Any, s3_server: Any, tmp_path_factory: pytest.TempPathFactory) 
         svc.install(tmp / "values.yaml")
         yield svc
     finally:
-        svc.uninstall()
-        runner.stop()
-        shutil.rmtree(hub, ignore_errors=True)
+        try:
+            svc.uninstall()
+        finally:
+            runner.stop()
+            shutil.rmtree(hub, ignore_errors=True)
         left = marked_processes(lambda m: m.startswith(f"{runner.runner_id}/"))
         assert not left, f"pod runner processes left behind: {left}"
 
