@@ -21,6 +21,7 @@ the traceback only with --debug), 2 bad input (spec, model, arguments). Input fi
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import signal
@@ -222,6 +223,8 @@ def _terminate(signum: int, frame: object) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    if argv is None:  # the process is this command, not a caller (tests): the modules, classes and validators
+        gc.freeze()  # its imports built live as long as it, so no collection (nor the one at exit) scans them again
     signal.signal(signal.SIGTERM, _terminate)
     parser = build_parser()
     args = parser.parse_args(argv)

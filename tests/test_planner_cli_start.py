@@ -1,6 +1,7 @@
 """`day0 plan` on a known structure: no torch or transformers in the process (nor Prefect, Ray, boto3 on a
-file:// store, the hub client, rich with --json, pydantic-settings), the chosen plan the same in --json
-and --out, and the spec's `planner:` section and a calibrated profile reaching the cost model."""
+file:// store, the hub client, rich with --json, pydantic-settings, importlib.metadata), the chosen plan
+the same in --json and --out, and the spec's `planner:` section and a calibrated profile reaching the
+cost model."""
 
 from __future__ import annotations
 
@@ -50,12 +51,13 @@ _UNNEEDED = (
     "huggingface_hub",
     "rich",
     "pydantic_settings",
+    "importlib.metadata",  # pydantic's plugin lookup, skipped where no plugin is installed (cli._plugins)
 )
 _PROBE = f"""
 import json, sys
 from cli.main import main
 rc = main(["plan", sys.argv[1], "--json", "--out", sys.argv[2]])
-heavy = sorted(m for m in sys.modules if m.split(".")[0] in {_UNNEEDED!r})
+heavy = sorted(m for m in sys.modules if m.split(".")[0] in {_UNNEEDED!r} or m in {_UNNEEDED!r})
 print(json.dumps({{"rc": rc, "heavy": heavy}}), file=sys.stderr)
 """
 
