@@ -28,14 +28,12 @@ __all__ = ["EngineCache", "InferenceResult", "SweepPoint"]
 
 
 class EngineCache(BaseModel):
-    """The paged cache the engine was given, in its own layout (K/V heads only)."""
+    """The paged cache the engine was given, in its own layout (K/V heads; MLA: the latents)."""
 
     engine: str
     num_blocks: int
     block_size: int
-    bytes_per_token: float | None = Field(
-        None, description="In its K/V-head layout (2 x heads x head dim x layers x bytes); None: it has no MLA layout."
-    )
+    bytes_per_token: float = Field(description="Per token, all layers, at the served model's fp32 (see kv_budget).")
     continuous_batching: bool
 
     @property
@@ -196,11 +194,7 @@ class InferenceResult(StepResult):
                 lines += [
                     "",
                     f"Engine ({e.engine}): {e.num_blocks} blocks x {e.block_size} tokens = {e.max_tokens:,} tokens, "
-                    + (
-                        "no MLA layout in its paged cache"
-                        if e.bytes_per_token is None
-                        else f"{e.bytes_per_token:,.0f} bytes/token in its K/V-head layout"
-                    )
+                    f"{e.bytes_per_token:,.0f} bytes/token"
                     + ("" if e.continuous_batching else " (configured; unused without continuous batching)"),
                 ]
         if self.sweep:

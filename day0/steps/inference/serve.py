@@ -123,7 +123,7 @@ def _budgets(request: InferenceRequest, served_weight_bytes: int) -> tuple[list[
         engine=ENGINE,
         num_blocks=inf.cache_blocks,
         block_size=inf.block_size,
-        bytes_per_token=None if layout.kind == "MLA" else kv_bytes_per_token(layout, 4),
+        bytes_per_token=kv_bytes_per_token(layout, 4),
         continuous_batching=True,
     )
     return out, engine
@@ -209,7 +209,9 @@ def run_inference(
         say(f"starting {ENGINE} with continuous batching ({inf.cache_blocks} blocks x {inf.block_size} tokens)")
         try:
             with serve(config, work) as (server, finding):
-                findings += [finding] if finding else []
+                if finding:
+                    say(f"Day-0 finding: {ENGINE} cannot batch this model ({finding.error}); {finding.fallback}")
+                    findings.append(finding)
                 engine_cache.continuous_batching = server.config.continuous_batching
                 more_points, sweep_notes = _sweep(server, tokenizer, tokens, inf, say)
                 points += more_points

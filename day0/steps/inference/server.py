@@ -9,10 +9,12 @@ Contracts:
   `transformers serve` sizes it from ~90% of the host's RAM and stalls its first request;
 - the process runs in its own session and is stopped with its whole process group on every path
   (SIGTERM, then SIGKILL), also when start-up or the probe fails;
-- engines lag new architectures (transformers' paged cache has no MLA layout: the first request
-  kills its batching worker and `/health` turns `cb_worker_dead`). A probe request after start-up
-  detects such a limit; `serve` then restarts without continuous batching and returns the engine's
-  error as an `EngineFinding`. A server that cannot answer a probe either way raises `ServingError`.
+- engines lag new architectures. The limit shows either at start-up (transformers 5.25 builds its
+  paged cache before listening and exits on a layer type it has no allocator for, such as hybrid
+  linear attention) or at the first request (the batching worker dies, `/health` turns
+  `cb_worker_dead`; MLA did so before 5.25). The engine exiting on start-up or failing a probe
+  request under continuous batching makes `serve` restart without it and return the engine's error
+  as an `EngineFinding`. A server that cannot answer a probe either way raises `ServingError`.
 """
 
 from __future__ import annotations
@@ -149,6 +151,18 @@ class Server:
             os.killpg(p.pid, signal.SIGKILL)
 
 
+def _start_and_probe(server: Server) -> str | None:
+    """None when the server answers a probe; else the engine's error (its last log line when it exited
+    on start-up with continuous batching). Any other start-up failure raises: nothing to fall back from."""
+    try:
+        server.start()
+    except ServingError:
+        if not server.config.continuous_batching or server.process is None or server.process.poll() is None:
+            raise
+        return server.log_tail(1).strip() or f"{ENGINE} exited with {server.process.returncode} on start-up"
+    return server.probe()
+
+
 @contextmanager
 def serve(config: EngineConfig, log_dir: Path | None = None) -> Iterator[tuple[Server, EngineFinding | None]]:
     """A probed, answering server (falling back without continuous batching if the engine's limit
@@ -157,8 +171,7 @@ def serve(config: EngineConfig, log_dir: Path | None = None) -> Iterator[tuple[S
         logs = log_dir or Path(tmp)
         server, finding = Server(config, logs), None
         try:
-            server.start()
-            error = server.probe()
+            error = _start_and_probe(server)
             if error and config.continuous_batching:
                 server.stop()
                 finding = EngineFinding(
@@ -168,8 +181,7 @@ def serve(config: EngineConfig, log_dir: Path | None = None) -> Iterator[tuple[S
                     fallback="served without continuous batching: one request at a time, dynamic KV cache",
                 )
                 server = Server(config.model_copy(update={"continuous_batching": False}), logs)
-                server.start()
-                error = server.probe()
+                error = _start_and_probe(server)
             if error:
                 raise ServingError(f"{ENGINE} cannot answer a request: {error}")
             yield server, finding
