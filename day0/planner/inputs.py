@@ -92,7 +92,10 @@ class PlannerOptions(_Model, SearchChoices):
     gemm_efficiency: dict[str, float] = Field(
         default_factory=lambda: {"fp32": 0.8, "bf16": 0.8, "fp16": 0.8, "fp8": 0.65},
         description="Fraction of the dtype's peak that large GEMMs reach (cuBLAS/Transformer Engine on H100: "
-        "~0.8 bf16, ~0.65 fp8); the roofline in `timing.gemm_seconds` adds the size-dependent part.",
+        "~0.8 bf16, ~0.65 fp8); the roofline in `timing.gemm_seconds` adds the size-dependent part. fp8's "
+        "figure sits below the best published Hopper fp8 GEMM: DeepGEMM's 'up to 1350+ FP8 TFLOPS' at its "
+        "release (deepseek-ai/open-infra-index README, Day 3), 0.68 of the 1,979 dense peak "
+        "(1,550 after its 2025.04.18 kernels, DeepGEMM README); the table's runs use cuBLAS/Transformer Engine.",
     )
     gemm_measured: dict[str, list[tuple[int, int, int, float]]] = Field(
         default_factory=dict,
