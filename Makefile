@@ -9,15 +9,23 @@ export PREFECT_SERVER_ANALYTICS_ENABLED ?= false
 export HF_HUB_OFFLINE ?= 1
 export RAY_AUTH_MODE ?= disabled
 
-.PHONY: setup run lint test test-fast drill deploy bench clean browser
+.PHONY: setup lock run lint test test-fast drill deploy bench clean browser
 
 setup: $(STAMP)
 
-$(STAMP): pyproject.toml Makefile
+# requirements.lock holds every dependency at the version the suite last passed with (pyproject.toml's
+# ranges are what day0 supports): a fresh machine installs those, not the newest release in range.
+$(STAMP): pyproject.toml requirements.lock Makefile
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip uv
-	$(BIN)/uv pip install --compile-bytecode --python $(BIN)/python -e '.[dev,k8s]'
+	$(BIN)/uv pip install --compile-bytecode --python $(BIN)/python -c requirements.lock -e '.[dev,k8s]'
 	touch $(STAMP)
+
+# Move the lock to the newest releases within pyproject.toml's ranges, on purpose: then `make test`.
+lock:
+	test -x $(BIN)/uv || { $(PY) -m venv $(VENV) && $(BIN)/pip install -q --upgrade pip uv; }
+	$(BIN)/uv pip compile pyproject.toml --extra dev --extra k8s --universal --python-version 3.11 \
+		--upgrade --custom-compile-command "make lock" -q -o requirements.lock
 
 run: setup
 	$(BIN)/day0 run $(SPEC)
