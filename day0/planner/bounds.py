@@ -5,7 +5,8 @@ Contract: `StaticBound(...)(d) <= PlanContext(...).time(k).step_s` for every kno
 the cost model's own terms (`step_time`, `memory`) with the *mean* pipeline stage: the whole model's
 work divided by PP. The slowest stage is never faster than the mean, and each stage term is convex
 in the stage's work (Jensen's inequality), so the mean stage's time bounds the slowest stage's; the
-activation-offload term (>= 0) is left out; DP and optimizer terms take their minimum over the allowed
+recompute modes enter through `step_time.slot_floor`, the least slot any of them can reach (convex in
+the work too: a convex function minimised over a convex set); the activation-offload term (>= 0) is left out; DP and optimizer terms take their minimum over the allowed
 ZeRO stages and offload choices. Everything that does not depend on the degrees is computed once.
 """
 
@@ -19,7 +20,7 @@ from day0.planner.model import ModelCosts
 from day0.planner.rates import RateCache
 from day0.planner.stages import layer_counts, stage_work
 from day0.planner.step_time import StageWork
-from day0.planner.values import RECOMPUTES, Degrees
+from day0.planner.values import Degrees
 from day0.spec import TrainingSpec
 
 __all__ = ["StaticBound", "static_lower_bound"]
@@ -40,11 +41,7 @@ class StaticBound:
         self.expert = sum(n * k.expert_params for n, k in ks)
         self.pb = mem.param_bytes(prec.compute, prec.master_weights, options.grad_dtype, options.optimizer_state_dtype)
         self.grad = st.grad_reduce_bytes(options.comm, self.pb)
-        # the stage time grows with recompute unless TP and EP comm both overlap the same compute (then more
-        # recompute can hide more of both): only then is the minimum over every allowed mode needed
-        allowed = [rc for rc in RECOMPUTES if rc in options.recompute]
-        both = options.comm.tp_overlap and options.comm.ep_overlap
-        self.recompute = allowed if both else allowed[:1]
+        self.recompute = st.floor_modes(options.recompute)
         # block recompute repeats only some layers, unevenly over the stages: the bound takes none of them
         self.full_fraction = 0.0 if options.recompute_method == "block" else 1.0
         self.optimizer_per_param = min(st.optimizer_seconds_per_param(off, self.pb, options) for off in options.offload)
@@ -56,7 +53,15 @@ class StaticBound:
         if mean is None:
             mean = self._mean[pp] = self.work.scaled(1 / pp)
         slot = (
-            min(st.stage_seconds(mean, rc, rates, tr.seq_len, d, o, self.full_fraction).slot_s for rc in self.recompute)
+            min(
+                st.slot_floor(
+                    st.stage_seconds(mean, rc, rates, tr.seq_len, d, o, self.full_fraction),
+                    o.comm,
+                    o.overlap_sm_fraction,
+                    rates.launch_async,
+                )
+                for rc in self.recompute
+            )
             + rates.p2p_s
         )
         pipe = tm.pipeline_seconds(d.num_microbatches, pp, d.virtual_pipeline_stages, slot, o.dualpipe)[0]

@@ -112,11 +112,18 @@ class PlanContext(MemoryContext):
 
     def time_lower_bound(self) -> float:
         """Never above `time(k).step_s`: the step time grows with the slot (the pipeline term rises by at
-        least m per unit, exposed DP falls by at most m), so the smallest slot gives a bound."""
+        least m per unit, exposed DP falls by at most m), so the least slot any recompute mode can reach
+        (`slot_floor`) gives a bound."""
         if not self._time_ready:
             self._prepare_time()
-        d = self.d
-        slot = min(max(x.slot_s for x in self.stage(rc)) for rc in self.o.recompute) + self.rates.p2p_s
+        d, o, r = self.d, self.o, self.rates
+        slot = (
+            min(
+                max(st.slot_floor(x, o.comm, o.overlap_sm_fraction, r.launch_async) for x in self.stage(rc))
+                for rc in st.floor_modes(o.recompute)
+            )
+            + r.p2p_s
+        )
         pipe = tm.pipeline_seconds(
             d.num_microbatches, d.pipeline_parallel, d.virtual_pipeline_stages, slot, self.o.dualpipe
         )[0]

@@ -27,7 +27,7 @@ from day0.planner.kernels import FORWARD_SHARE
 from day0.planner.memory import ParamBytes
 from day0.planner.model import ModelCosts
 from day0.planner.rates import BYTES, RateCache, StepRates, gemm_peak_flops
-from day0.planner.values import Degrees
+from day0.planner.values import RECOMPUTES, Degrees
 
 __all__ = [
     "StageTime",
@@ -45,6 +45,8 @@ __all__ = [
     "optimizer_params",
     "optimizer_seconds_per_param",
     "stage_seconds",
+    "floor_modes",
+    "slot_floor",
     "step_rates",
 ]
 
@@ -145,6 +147,28 @@ def stage_seconds(
         cp_exposed_s=cp_x,
         host_s=host,
     )
+
+
+def slot_floor(s: StageTime, comm: CommSettings, sm_fraction: float, launch_async: bool) -> float:
+    """The least slot the stage can take under any recompute mode that adds to `s`'s work: recompute only
+    adds device work and communication, and added work hides more of the overlapped collectives and of
+    asynchronous host dispatch. The slot, busy + sum of max(0, c - busy) + constants, falls with added
+    work only while two or more hidden terms exceed the busy time, so it is least at the second largest
+    of them (or at the busy time, then it is `s.slot_s`)."""
+    hidden = [c for c, on in ((s.tp_comm_s, comm.tp_overlap), (s.ep_comm_s, comm.ep_overlap)) if on]
+    hidden = sorted(hidden + [s.host_s] if launch_async else hidden)
+    if len(hidden) < 2 or hidden[-2] <= s.compute_s + s.recompute_s:
+        return s.slot_s
+    b = hidden[-2]
+    tp = tm.exposed(s.tp_comm_s, b, comm.tp_overlap, sm_fraction)
+    ep = tm.exposed(s.ep_comm_s, b, comm.ep_overlap, sm_fraction)
+    return b + tp + ep + s.cp_exposed_s + tm.launch_seconds(s.host_s, 1.0, b, launch_async)
+
+
+def floor_modes(allowed: list[str]) -> list[str]:
+    """The recompute modes whose `slot_floor`s bound every allowed mode's slot: "none" alone when allowed
+    (every other mode adds to its work), else each allowed mode."""
+    return ["none"] if "none" in allowed else [rc for rc in RECOMPUTES if rc in allowed]
 
 
 def cp_ring_seconds(tokens: float, w: StageWork, r: StepRates, cp: int) -> float:
