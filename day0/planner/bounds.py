@@ -6,8 +6,9 @@ the cost model's own terms (`step_time`, `memory`) with the *mean* pipeline stag
 work divided by PP. The slowest stage is never faster than the mean, and each stage term is convex
 in the stage's work (Jensen's inequality), so the mean stage's time bounds the slowest stage's; the
 recompute modes enter through `step_time.slot_floor`, the least slot any of them can reach (convex in
-the work too: a convex function minimised over a convex set); the activation-offload term (>= 0) is left out; DP and optimizer terms take their minimum over the allowed
-ZeRO stages and offload choices. Everything that does not depend on the degrees is computed once.
+the work too: a convex function minimised over a convex set); the activation-offload term (>= 0) is
+left out; DP and optimizer terms take their minimum over the allowed ZeRO stages and offload choices.
+Everything that does not depend on the degrees is computed once.
 """
 
 from __future__ import annotations

@@ -19,6 +19,7 @@ host runs the kernels itself (a CPU) and hidden behind device work where launche
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, fields
 
 from day0.planner import timing as tm
@@ -37,6 +38,7 @@ __all__ = [
     "cp_ring_seconds",
     "dp_exposed_seconds",
     "dp_sync_seconds",
+    "floor_modes",
     "gemm_peak_flops",
     "grad_reduce_bytes",
     "mfu",
@@ -44,9 +46,8 @@ __all__ = [
     "optimizer_launch_seconds",
     "optimizer_params",
     "optimizer_seconds_per_param",
-    "stage_seconds",
-    "floor_modes",
     "slot_floor",
+    "stage_seconds",
     "step_rates",
 ]
 
@@ -156,7 +157,7 @@ def slot_floor(s: StageTime, comm: CommSettings, sm_fraction: float, launch_asyn
     work only while two or more hidden terms exceed the busy time, so it is least at the second largest
     of them (or at the busy time, then it is `s.slot_s`)."""
     hidden = [c for c, on in ((s.tp_comm_s, comm.tp_overlap), (s.ep_comm_s, comm.ep_overlap)) if on]
-    hidden = sorted(hidden + [s.host_s] if launch_async else hidden)
+    hidden = sorted([*hidden, s.host_s] if launch_async else hidden)
     if len(hidden) < 2 or hidden[-2] <= s.compute_s + s.recompute_s:
         return s.slot_s
     b = hidden[-2]
@@ -165,7 +166,7 @@ def slot_floor(s: StageTime, comm: CommSettings, sm_fraction: float, launch_asyn
     return b + tp + ep + s.cp_exposed_s + tm.launch_seconds(s.host_s, 1.0, b, launch_async)
 
 
-def floor_modes(allowed: list[str]) -> list[str]:
+def floor_modes(allowed: Sequence[str]) -> list[str]:
     """The recompute modes whose `slot_floor`s bound every allowed mode's slot: "none" alone when allowed
     (every other mode adds to its work), else each allowed mode."""
     return ["none"] if "none" in allowed else [rc for rc in RECOMPUTES if rc in allowed]
