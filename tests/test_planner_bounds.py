@@ -63,6 +63,18 @@ def test_bound_never_exceeds_the_evaluated_step(case: tuple, comm: CommSettings)
         assert all(0 < t.mfu <= options.gemm_fraction(case[4]) for t in times), d  # never above 100%
 
 
+@pytest.mark.parametrize("comm", COMMS[:3], ids=["default", "tp+ep overlap", "fp8 dispatch"])
+@pytest.mark.parametrize("case", SWEEP, ids=[f"{c[0]}-{c[4]}" for c in SWEEP])
+def test_the_dominated_zero_stages_never_hold_the_least_sync(case: tuple, comm: CommSettings) -> None:
+    """The bound leaves out ZeRO stages another allowed stage beats (`least_zero_stages`): taking every
+    allowed stage gives the very same bound."""
+    costs, cluster, training, options, degrees = _sample(*case, comm=comm)
+    pruned, every = StaticBound(costs, cluster, training, options), StaticBound(costs, cluster, training, options)
+    every.zero_stages = sorted(options.zero_stages)
+    assert len(pruned.zero_stages) < len(every.zero_stages)
+    assert [pruned(d) for d in degrees] == [every(d) for d in degrees]
+
+
 @pytest.mark.parametrize(("term", "factor"), [("optimizer_seconds_per_param", 50.0), ("dp_sync_seconds", 50.0)])
 def test_a_changed_term_moves_the_bound_and_the_evaluation(
     monkeypatch: pytest.MonkeyPatch, term: str, factor: float

@@ -36,12 +36,14 @@ class StaticBound:
         self.work = stage_work(costs, counts, has_head=True)
         self._mean: dict[int, StageWork] = {}
         self._quick: dict[tuple, float] = {}
+        self._stage_params: dict[tuple, tuple[float, float]] = {}
         ks = [(n, k) for n, k in zip(counts, costs.kinds)]
         self.dense = sum(n * k.dense_params for n, k in ks)
         self.replicated = sum(n * k.replicated_params for n, k in ks)
         self.expert = sum(n * k.expert_params for n, k in ks)
         self.pb = mem.param_bytes(prec.compute, prec.master_weights, options.grad_dtype, options.optimizer_state_dtype)
         self.grad = st.grad_reduce_bytes(options.comm, self.pb)
+        self.zero_stages = st.least_zero_stages(options.zero_stages, self.grad, self.pb.weight)
         self.recompute = st.floor_modes(options.recompute)
         # block recompute repeats only some layers, unevenly over the stages: the bound takes none of them
         self.full_fraction = 0.0 if options.recompute_method == "block" else 1.0
@@ -101,15 +103,20 @@ class StaticBound:
         cp = st.cp_ring_seconds(tok, w, r, cp_deg)
         return compute + tp + ep + max(0.0, cp - 3 * attn * (cp_deg - 1) / cp_deg)
 
-    def _dp_and_optimizer(self, d: Degrees, slot: float, bandwidth: float) -> float:
-        """min over ZeRO stages of exposed DP sync + the cheapest optimizer update, for the mean stage."""
-        tp, pp = d.tensor_parallel, d.pipeline_parallel
-        dense, expert = mem.rank_params(
-            self.dense, self.replicated, self.expert, tp, d.expert_parallel, d.expert_tensor_parallel
-        )
+    def _mean_stage_params(self, tp: int, pp: int, ep: int, etp: int) -> tuple[float, float]:
+        """(dense, expert) parameters of a rank of the mean stage."""
+        dense, expert = mem.rank_params(self.dense, self.replicated, self.expert, tp, ep, etp)
         ends = [(True, pp == 1)] + ([(False, True)] if pp > 1 else [])  # the first and the last stage
         embhead = sum(mem.embedding_head_params(self.costs, tp, pp, e, h) for e, h in ends)
-        dense, expert = (dense + embhead) / pp, expert / pp
+        return (dense + embhead) / pp, expert / pp
+
+    def _dp_and_optimizer(self, d: Degrees, slot: float, bandwidth: float) -> float:
+        """min over ZeRO stages of exposed DP sync + the cheapest optimizer update, for the mean stage."""
+        key = (d.tensor_parallel, d.pipeline_parallel, d.expert_parallel, d.expert_tensor_parallel)
+        hit = self._stage_params.get(key)
+        if hit is None:
+            hit = self._stage_params[key] = self._mean_stage_params(*key)
+        dense, expert = hit
         o, pb = self.o, self.pb
         return min(
             st.dp_exposed_seconds(
@@ -120,7 +127,7 @@ class StaticBound:
                 o.comm.dp_overlap,
             )
             + st.optimizer_params(dense, expert, z, d) * self.optimizer_per_param
-            for z in o.zero_stages
+            for z in self.zero_stages
         )
 
 

@@ -70,19 +70,28 @@ class PlanContext(MemoryContext):
             )
         return self._cache[key]
 
+    def _optimizer_params(self, zero: int) -> float:
+        """Parameters the busiest rank's optimizer updates at this ZeRO stage."""
+        params = self._opt_params.get(zero)
+        if params is None:
+            params = self._opt_params[zero] = max(
+                st.optimizer_params(self.dense[i] + self.embhead[i], self.expert[i], zero, self.d)
+                for i in range(len(self.groups))
+            )
+        return params
+
     def _optimizer_seconds(self, zero: int, offload: str) -> float:
         key = (zero, offload)
         hit = self._opt.get(key)
         if hit is None:
-            params = self._opt_params.get(zero)
-            if params is None:
-                params = self._opt_params[zero] = max(
-                    st.optimizer_params(self.dense[i] + self.embhead[i], self.expert[i], zero, self.d)
-                    for i in range(len(self.groups))
-                )
             per_param = st.optimizer_seconds_per_param(offload, self.pb, self.o)
-            hit = self._opt[key] = params * per_param + st.optimizer_launch_seconds(self.rates, self.o)
+            hit = self._opt[key] = self._optimizer_params(zero) * per_param + self._optimizer_launch()
         return hit
+
+    def _optimizer_launch(self) -> float:
+        if self._launch is None:
+            self._launch = st.optimizer_launch_seconds(self.rates, self.o)
+        return self._launch
 
     def _slot(self, rc: str, offload: str) -> tuple[float, float, int]:
         """(slowest stage's time per micro-batch incl. p2p, activation-offload time in it, its group)."""
@@ -127,9 +136,12 @@ class PlanContext(MemoryContext):
         pipe = tm.pipeline_seconds(
             d.num_microbatches, d.pipeline_parallel, d.virtual_pipeline_stages, slot, self.o.dualpipe
         )[0]
+        # the cheapest offload's update: params x its per-parameter time (the same min as over `_optimizer_seconds`)
+        per_param = min(st.optimizer_seconds_per_param(off, self.pb, o) for off in o.offload)
+        launch = self._optimizer_launch()
         best = pipe + min(
-            self._dp_exposed(z, slot) + min(self._optimizer_seconds(z, off) for off in self.o.offload)
-            for z in self.o.zero_stages
+            self._dp_exposed(z, slot) + (self._optimizer_params(z) * per_param + launch)
+            for z in st.least_zero_stages(o.zero_stages, st.grad_reduce_bytes(o.comm, self.pb), self.pb.weight)
         )
         return best * (1 - 1e-12)  # summation order differs from time(): keep a bound under rounding
 
@@ -151,26 +163,29 @@ class PlanContext(MemoryContext):
         return self._parts(k)[0]
 
     def step_table(self, knobs: list[MemoryKnobs]) -> list[float]:
-        """`step_seconds` of each knob setting, the shared parts computed once (the search's inner loop)."""
+        """`step_seconds` of each knob setting, the shared parts computed once (the search's inner loop:
+        local lookups rather than method calls per setting)."""
         if not self._time_ready:
             self._prepare_time()
         d, dualpipe = self.d, self.o.dualpipe
         m, pp, vpp = d.num_microbatches, d.pipeline_parallel, d.virtual_pipeline_stages
         pipes: dict[tuple, tuple[float, float]] = {}
         exposed: dict[tuple, float] = {}
+        opt, optimizer_seconds = self._opt, self._optimizer_seconds
         out = []
         for k in knobs:
-            skey = (k.recompute, "activations" in k.offload)
+            z, off = k.zero_stage, k.offload
+            skey = (k.recompute, "activations" in off)
             hit = pipes.get(skey)
             if hit is None:
-                slot = self._slot(k.recompute, k.offload)[0]
+                slot = self._slot(k.recompute, off)[0]
                 hit = pipes[skey] = (tm.pipeline_seconds(m, pp, vpp, slot, dualpipe)[0], slot)
-            pipe, slot = hit
-            dkey = (k.zero_stage, skey)
+            dkey = (z, skey)
             dp = exposed.get(dkey)
             if dp is None:
-                dp = exposed[dkey] = self._dp_exposed(k.zero_stage, slot)
-            out.append(pipe + dp + self._optimizer_seconds(k.zero_stage, k.offload))
+                dp = exposed[dkey] = self._dp_exposed(z, hit[1])
+            o = opt.get((z, off))
+            out.append(hit[0] + dp + (o if o is not None else optimizer_seconds(z, off)))
         return out
 
     def time(self, k: MemoryKnobs) -> TimeEstimate:

@@ -54,6 +54,7 @@ class MemoryContext:
         self._state_cache: dict[tuple, tuple[float, ...]] = {}
         self._opt: dict[tuple[int, str], float] = {}
         self._opt_params: dict[int, float] = {}
+        self._launch: float | None = None
 
     # --- memory precomputation ------------------------------------------------------------------
     def _prepare_memory(self) -> None:

@@ -51,20 +51,17 @@ def _key(d: Degrees, k: MemoryKnobs, step: float) -> tuple:
     )
 
 
-def _knob_rank(k: MemoryKnobs) -> tuple[int, int, int]:
-    return k.zero_stage, RECOMPUTES.index(k.recompute), OFFLOADS.index(k.offload)
-
-
 def best_knobs(
     ctx: PlanContext, knobs: list[MemoryKnobs], worse_than: tuple | None = None
 ) -> tuple[tuple, MemoryKnobs] | None:
     """The fastest knob setting that fits: times first (cheap), memory checked in that order; None also
     when every setting that fits ranks after `worse_than` (the search's worst kept plan). Within one
-    degree tuple `_key` orders by (step, knob rank), so the full key is built for the winner only."""
+    degree tuple `_key` orders by (step, knob rank), and `knobs` come in rank order (`knob_settings`), so
+    the index breaks ties and the full key is built for the winner only."""
     steps = ctx.step_table(knobs)
     limit = worse_than[0] if worse_than is not None else math.inf
-    timed = sorted((step, _knob_rank(k), j) for j, (step, k) in enumerate(zip(steps, knobs)) if step <= limit)
-    for step, _rank, j in timed:
+    timed = sorted((step, j) for j, step in enumerate(steps) if step <= limit)
+    for step, j in timed:
         key = _key(ctx.d, knobs[j], step)
         if worse_than is not None and key > worse_than:
             return None

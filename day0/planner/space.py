@@ -22,6 +22,7 @@ def _divisors(n: int) -> list[int]:
 
 
 def knob_settings(options: PlannerOptions) -> list[MemoryKnobs]:
+    """Every allowed (ZeRO stage, recompute, offload), in rank order: the search's tie-break."""
     return [
         MemoryKnobs(recompute=rc, zero_stage=z, offload=off)
         for z in sorted(options.zero_stages)

@@ -41,6 +41,7 @@ __all__ = [
     "floor_modes",
     "gemm_peak_flops",
     "grad_reduce_bytes",
+    "least_zero_stages",
     "mfu",
     "model_flops_per_step",
     "optimizer_launch_seconds",
@@ -213,6 +214,19 @@ def dp_exposed_seconds(dp_s: float, slot_s: float, zero_stage: int, microbatches
     if zero_stage <= 1:
         return tm.exposed(dp_s, slot_s, overlap)
     return microbatches * tm.exposed(dp_s / microbatches, slot_s, overlap)
+
+
+def least_zero_stages(allowed: Sequence[int], grad_bytes: int, weight_bytes: int) -> list[int]:
+    """The allowed ZeRO stages whose DP sync plus optimizer update can be the least: ZeRO-3 moves more
+    bytes than ZeRO-2 (m·(2W+G) against m·G+W) and updates as many parameters, and ZeRO-0 moves no fewer
+    than ZeRO-1 (2G against G+W) when weights are no wider than gradients and updates more; under the
+    same exposure rule (`dp_exposed_seconds`) the dominated stage's time is never below the other's."""
+    out = set(allowed)
+    if 2 in out:
+        out.discard(3)
+    if 1 in out and weight_bytes <= grad_bytes:
+        out.discard(0)
+    return sorted(out)
 
 
 def optimizer_params(dense_params: float, expert_params: float, zero_stage: int, d: Degrees) -> float:
