@@ -4,6 +4,11 @@ transformers'` measured in the same run (target: `day0 analyze` <= 1.5x it), wit
 printed on stderr besides its progress line (target: nothing: no library warnings); plus in-process
 times once warm.
 
+Beside them, the floor: a process that only imports the transformers modeling module `day0 analyze`
+instantiates (`from transformers.models.<type> import modeling_<type>`, which pulls in torch._dynamo,
+torch.distributed.tensor, torchao and accelerate through transformers' own imports), as a ratio to the
+same baseline, and each model's `day0 analyze` as a ratio to its floor: how much of the gap is ours.
+
 Both commands run with a bytecode cache, as an installed package has (`bench_planner._bytecode_env`),
 after one untimed run of each; the baseline is timed between the models' runs (before, between and
 after), so drifting load lands on both sides. Ratios are by wall time and by the processes' own CPU
@@ -37,6 +42,19 @@ def _timed(cmd: list[str], env: dict[str, str]) -> tuple[float, float, subproces
     return time.perf_counter() - t, _children_cpu() - c, proc
 
 
+def _modeling_import(model_type: str) -> list[str]:
+    """The floor: import the modeling module of `model_type`, nothing else."""
+    return [
+        sys.executable,
+        "-c",
+        f"import torch, transformers; from transformers.models.{model_type} import modeling_{model_type}",
+    ]
+
+
+def _model_type(name: str) -> str:
+    return json.loads((ROOT / "configs" / "models" / name / "config.json").read_text())["model_type"]
+
+
 def _printed(stderr: str) -> list[str]:
     """What a run printed on stderr (the progress spinner is transient: it leaves blank lines only)."""
     return [line for line in stderr.splitlines() if line.strip()]
@@ -66,12 +84,23 @@ def cold_processes() -> dict:
                 "params_active_b": round(structure["params_active"] / 1e9, 3),
             }
         w, c, _ = _timed(BASELINE, env)
+        floors = {t: _timed(_modeling_import(t), env)[:2] for t in sorted({_model_type(m) for m in MODELS})}
     base_wall.append(w)
     base_cpu.append(c)
     wall, cpu = statistics.median(base_wall), statistics.median(base_cpu)
-    for row in out["models"].values():
+    for name, row in out["models"].items():
         row["ratio"] = round(row["cli_seconds_cold_process"] / wall, 2)
         row["cpu_ratio"] = round(row["cli_cpu_s"] / cpu, 2)
+        row["ratio_to_floor"] = round(row["cli_seconds_cold_process"] / floors[_model_type(name)][0], 2)
+    out["floor"] = {
+        t: {
+            "wall_s": round(fw, 2),
+            "cpu_s": round(fc, 2),
+            "ratio": round(fw / wall, 2),
+            "cpu_ratio": round(fc / cpu, 2),
+        }
+        for t, (fw, fc) in floors.items()
+    }
     ratios = [r["ratio"] for r in out["models"].values()]
     cpu_ratios = [r["cpu_ratio"] for r in out["models"].values()]
     out["baseline"] = {
@@ -104,6 +133,8 @@ def run() -> dict:
     return results | {
         "target": f"every model's `day0 analyze` <= {TARGET_RATIO}x `python -c 'import torch, transformers'` "
         "(wall; CPU beside it), nothing printed on stderr; deepseek-v3 < 10 s on 2 cores",
+        "floor_note": "floor: importing the modeling module alone, as a ratio to the same baseline; "
+        "ratio_to_floor: `day0 analyze` against the floor of its model type",
     }
 
 
