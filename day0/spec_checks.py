@@ -163,6 +163,9 @@ def _parallel_issues(spec: PipelineSpec, config: HFConfigDict) -> list[SpecIssue
         issues.append(
             _clash(f + "fp8", p.fp8.recipe, "training.precision.compute", compute, "an FP8 recipe needs fp8 compute")
         )
+    if p.grad_reduce_dtype == "fp32" and spec.planner.grad_dtype == "bf16":
+        why = "bf16 gradient buffers are reduced in bf16 (Megatron's main_grad)"
+        issues.append(_clash(f + "grad_reduce_dtype", "fp32", "planner.grad_dtype", "bf16", why))
     return issues
 
 

@@ -63,6 +63,11 @@ class SearchChoices(BaseModel):
     optimizer_state_dtype: Literal["fp32", "bf16"] = Field(
         "fp32", description="Dtype of the Adam moments (DeepSeek-V3 keeps them in bf16; default fp32)."
     )
+    grad_dtype: Literal["fp32", "bf16"] = Field(
+        "fp32",
+        description="Dtype gradients are accumulated, kept and reduced in (Megatron's main_grad buffer: bf16 with "
+        "--grad-reduce-in-bf16, i.e. Megatron-Core's grad_reduce_in_fp32 off; default fp32).",
+    )
     mtp_layers: int = Field(
         0, ge=0, le=16, description="Multi-token-prediction modules trained along (DeepSeek-V3: 1; default 0)."
     )

@@ -64,6 +64,7 @@ def _planner(run: PublishedRun, hw: PublishedHardware, plan: Plan | None) -> dic
         "dropout": o.dropout,
         "selective_recompute": list(o.selective_modules),
         "optimizer_state_dtype": o.optimizer_state_dtype,
+        "grad_dtype": o.grad_dtype,
         "mtp_layers": o.mtp_layers,
         "expert_max_nodes": o.expert_max_nodes,
         "sequence_parallel": o.sequence_parallel,

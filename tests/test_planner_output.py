@@ -128,7 +128,7 @@ def _layout_stages(layout: str) -> list[str]:
     ids=["qwen3-elastic", "deepseek-v3-2048"],
 )
 def test_the_frameworks_say_the_chosen_plan(path: Path, model: str) -> None:
-    _, opt = planned(path, model)
+    report, opt = planned(path, model)
     plan, fw = opt.plan, opt.frameworks
     assert plan is not None and fw is not None
     d, k = plan.parallel, plan.memory_knobs
@@ -140,6 +140,8 @@ def test_the_frameworks_say_the_chosen_plan(path: Path, model: str) -> None:
     assert m["--micro-batch-size"] == str(d.micro_batch)
     assert ("--use-distributed-optimizer" in m) == (k.zero_stage == 1)
     assert ("--overlap-grad-reduce" in m) == (opt.comm.dp_overlap and d.dense_replicas > 1)
+    bf16_grads = opt.comm.grad_reduce_dtype == "bf16" or report.options.grad_dtype == "bf16"
+    assert ("--grad-reduce-in-bf16" in m) == bf16_grads
     if k.recompute != "none":
         assert m["--recompute-granularity"] == k.recompute
     layout = m.get("--pipeline-model-parallel-layout")

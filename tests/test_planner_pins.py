@@ -203,3 +203,24 @@ def test_megatron_recompute_methods_reach_memory_and_time() -> None:
 
 def base_cluster(s: PipelineSpec):
     return planner_inputs(s)[0]
+
+
+def test_bf16_gradients_halve_the_gradient_memory_and_reach_megatron() -> None:
+    """`planner.grad_dtype: bf16` (Megatron's --grad-reduce-in-bf16: the main_grad buffer in bf16) halves
+    the gradient memory of the same pinned plan, and the plan's Megatron arguments say so."""
+    raw = load_yaml(ELASTIC)
+    specs = [
+        spec_from_dict(
+            raw
+            | {
+                "parallel": {**FULL_PINS, "grad_reduce_dtype": g},
+                "planner": {**raw.get("planner", {}), "grad_dtype": g},
+            }
+        )
+        for g in ("fp32", "bf16")
+    ]
+    fp32, bf16 = (plan_for_spec(s, qwen()) for s in specs)
+    assert fp32.best is not None and bf16.best is not None
+    assert bf16.best.memory.gradients_bytes == pytest.approx(fp32.best.memory.gradients_bytes / 2, rel=1e-12)
+    flags = [optimize_for_spec(s, qwen(), r).frameworks for s, r in zip(specs, (fp32, bf16))]
+    assert ["--grad-reduce-in-bf16" in (f.megatron if f else []) for f in flags] == [False, True]

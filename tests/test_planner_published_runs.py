@@ -6,9 +6,12 @@ recipes judged to fit."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from day0.core.structure import ModelStructure
+from day0.paths import CONFIGS_DIR
 from day0.planner.inputs import PlannerOptions, costs_for
 from day0.planner.memory import activation_bytes_per_token
 from day0.planner.published import PublishedRun
@@ -78,15 +81,20 @@ def test_published_memory_recipes_fit(run: PublishedRun) -> None:
     assert p.feasible and p.memory_gib is not None and p.memory_gib <= run.published["memory_gib"], p.message
 
 
-def test_gpt_structures_are_what_step_1_computes() -> None:
-    """The GPT fixtures come from step 1's analyser (published/build_structures.py); they must not drift,
-    and their parameter counts are the published ones (Narayanan et al. 2021 table 1: 39.1B ... 1008.0B)."""
+def _build_structures():
     import importlib.util
 
     spec = importlib.util.spec_from_file_location("build", DATA / "published" / "build_structures.py")
     assert spec and spec.loader
     build = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(build)
+    return build
+
+
+def test_gpt_structures_are_what_step_1_computes() -> None:
+    """The GPT fixtures come from step 1's analyser (published/build_structures.py); they must not drift,
+    and their parameter counts are the published ones (Narayanan et al. 2021 table 1: 39.1B ... 1008.0B)."""
+    build = _build_structures()
     assert build.structure("gpt-22b").model_dump(exclude={"notes"}) == structure("gpt-22b").model_dump(
         exclude={"notes"}
     )
@@ -94,3 +102,16 @@ def test_gpt_structures_are_what_step_1_computes() -> None:
     for name, billions in published_b.items():
         assert structure(name).params_total / 1e9 == pytest.approx(billions, abs=0.1), name
     assert structure("gpt-1t").params_total / 1e9 == pytest.approx(1008.0, abs=0.1)
+
+
+def test_llama_70b_structure_is_what_step_1_computes() -> None:
+    """Llama 3 70B is written from torchtitan's model arguments (published/build_structures.py): the same
+    FeedForward sizing gives the shipped Llama 3 8B and 3.1 405B configs' MLP widths, the fixture does not
+    drift from step 1, and step 1 counts 70.55B parameters (untied head)."""
+    build = _build_structures()
+    for name, args in (("llama-3-8b", (4096, 1.3, 1024)), ("llama-3.1-405b", (16384, 1.2, 4096))):
+        shipped = json.loads((CONFIGS_DIR / "models" / name / "config.json").read_text())
+        assert build.llama_ffn(*args) == shipped["intermediate_size"], name
+    built = build.structure("llama-3-70b").model_dump(exclude={"notes"})
+    assert built == structure("llama-3-70b").model_dump(exclude={"notes"})
+    assert structure("llama-3-70b").params_total / 1e9 == pytest.approx(70.55, abs=0.01)

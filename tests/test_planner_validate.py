@@ -72,6 +72,11 @@ CONTRADICTIONS = [
         "parallel.expert_tensor_parallel",
         "parallel.tensor_parallel",
     ),
+    (
+        {"parallel": {"grad_reduce_dtype": "fp32"}, "planner": {"grad_dtype": "bf16"}},
+        "parallel.grad_reduce_dtype",
+        "planner.grad_dtype",
+    ),
 ]
 
 

@@ -135,7 +135,7 @@ def _megatron(plan: Plan, setup: FrameworkSetup, notes: list[str]) -> list[str]:
         args.append("--tp-comm-overlap")
     if comm.ep_overlap and d.expert_parallel > 1:
         args.append("--overlap-moe-expert-parallel-comm")
-    if comm.grad_reduce_dtype == "bf16":
+    if comm.grad_reduce_dtype == "bf16" or o.grad_dtype == "bf16":
         args.append("--grad-reduce-in-bf16")
     args.append("--bf16")
     if tr.precision.compute == "fp8":

@@ -106,7 +106,6 @@ class PlannerOptions(_Model, SearchChoices):
     attention_efficiency: float = Field(
         0.5, gt=0, le=1, description="FlashAttention forward+backward fraction of the bf16 peak (Dao 2023: 0.5-0.7)."
     )
-    grad_dtype: Literal["fp32", "bf16"] = Field("fp32", description="Gradient accumulation dtype (Megatron main_grad).")
     fragmentation_fraction: float = Field(0.05, ge=0, lt=1, description="Memory held back for allocator fragmentation.")
     framework_overhead_gib: float = Field(1.0, ge=0, description="CUDA context, NCCL communicators, workspaces.")
     host_bandwidth_gbps: float = Field(25, gt=0, description="Host<->device (PCIe) per accelerator, GB/s.")

@@ -1,4 +1,4 @@
-"""Rebuild the GPT structures of the published-setups table with step 1's own analyser.
+"""Rebuild the GPT and Llama 3 70B structures of the published-setups table with step 1's own analyser.
 
     .venv/bin/python tests/data/planner/published/build_structures.py          # structures and configs
 
@@ -6,11 +6,18 @@ Megatron's GPT models (Narayanan et al. 2021 table 1; Korthikanti et al. 2022 ta
 transformers Starcoder2 configs: pre-LayerNorm, multi-head attention with biases, a non-gated GeLU MLP
 of 4h, vocabulary 51200, tied embeddings. Starcoder2 uses rotary positions where Megatron learned
 2048 x h position embeddings (under 0.01% of the parameters); nothing else differs.
+
+Llama 3 70B (Llama 3.1 70B has the same shapes) is written from torchtitan's model arguments
+(pytorch/torchtitan torchtitan/models/llama/__init__.py, "70B": dim 8192, n_layers 80, n_heads 64,
+n_kv_heads 8, ffn_dim_multiplier 1.3, multiple_of 4096, rope_theta 500000) with its FeedForward sizing
+(model.py: int(2·4·dim/3), times the multiplier, rounded up to multiple_of: 28672) and the Llama 3
+tokenizer's 128256 tokens (the vocabulary of configs/models/llama-3-8b), untied output head.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 HERE = Path(__file__).parent
@@ -25,11 +32,37 @@ GPT = {  # name: (attention heads, hidden, layers)
     "gpt-1t": (160, 25600, 128),
 }
 
+LLAMA = {  # name: torchtitan ModelArgs (dim, n_layers, n_heads, n_kv_heads, ffn_dim_multiplier, multiple_of)
+    "llama-3-70b": (8192, 80, 64, 8, 1.3, 4096),
+}
+
+
+def llama_ffn(dim: int, multiplier: float, multiple_of: int) -> int:
+    """torchtitan's FeedForward hidden size for a model dimension."""
+    return multiple_of * math.ceil(int(multiplier * int(2 * 4 * dim / 3)) / multiple_of)
+
 
 def config(name: str):
-    """The transformers config of one GPT of the table (written beside its structure as
+    """The transformers config of one model of the table (written beside its structure as
     `<name>/config.json`, the model source a `day0 plan` spec names)."""
-    from transformers import Starcoder2Config
+    from transformers import LlamaConfig, Starcoder2Config
+
+    if name in LLAMA:
+        dim, layers, heads, kv_heads, multiplier, multiple_of = LLAMA[name]
+        return LlamaConfig(
+            vocab_size=128256,
+            hidden_size=dim,
+            intermediate_size=llama_ffn(dim, multiplier, multiple_of),
+            num_hidden_layers=layers,
+            num_attention_heads=heads,
+            num_key_value_heads=kv_heads,
+            max_position_embeddings=8192,
+            rope_theta=500000.0,
+            rms_norm_eps=1e-5,
+            tie_word_embeddings=False,
+            bos_token_id=128000,
+            eos_token_id=128001,
+        )
 
     heads, hidden, layers = GPT[name]
     return Starcoder2Config(
@@ -62,7 +95,7 @@ def write_config(name: str) -> None:
 
 
 def main() -> None:
-    for name in GPT:
+    for name in [*GPT, *LLAMA]:
         write_config(name)
         s = structure(name)
         (HERE / f"{name}.structure.json").write_text(json.dumps(s.model_dump(), indent=1) + "\n")
