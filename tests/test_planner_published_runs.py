@@ -115,3 +115,11 @@ def test_llama_70b_structure_is_what_step_1_computes() -> None:
     built = build.structure("llama-3-70b").model_dump(exclude={"notes"})
     assert built == structure("llama-3-70b").model_dump(exclude={"notes"})
     assert structure("llama-3-70b").params_total / 1e9 == pytest.approx(70.55, abs=0.01)
+
+
+def test_deepseek_v2_lite_structure_is_what_step_1_computes() -> None:
+    """DeepSeek-V2-Lite is written from its MindSpeed-LLM script's architecture arguments: the fixture does
+    not drift from step 1, which counts the 15.7B parameters DeepSeek-V2's report gives it (appendix B)."""
+    built = _build_structures().structure("deepseek-v2-lite").model_dump(exclude={"notes"})
+    assert built == structure("deepseek-v2-lite").model_dump(exclude={"notes"})
+    assert structure("deepseek-v2-lite").params_total / 1e9 == pytest.approx(15.7, abs=0.05)

@@ -1,4 +1,4 @@
-"""Rebuild the GPT and Llama 3 70B structures of the published-setups table with step 1's own analyser.
+"""Rebuild the GPT, Llama 3 70B and DeepSeek-V2-Lite structures of the published table with step 1's analyser.
 
     .venv/bin/python tests/data/planner/published/build_structures.py          # structures and configs
 
@@ -12,6 +12,11 @@ Llama 3 70B (Llama 3.1 70B has the same shapes) is written from torchtitan's mod
 n_kv_heads 8, ffn_dim_multiplier 1.3, multiple_of 4096, rope_theta 500000) with its FeedForward sizing
 (model.py: int(2·4·dim/3), times the multiplier, rounded up to multiple_of: 28672) and the Llama 3
 tokenizer's 128256 tokens (the vocabulary of configs/models/llama-3-8b), untied output head.
+
+DeepSeek-V2-Lite is written from the architecture arguments of the MindSpeed-LLM script its published run
+used (Ascend/MindSpeed-LLM examples/mcore/deepseek2_lite/pretrain_deepseek2_lite_16b_ptd_8p.sh @ 1ea39226:
+27 layers, hidden 2048, 16 heads, MLA with kv_lora_rank 512 and no q LoRA, qk 128 + 64 rope, v 128, first
+layer dense at 10944, 64 routed experts of 1408 with top-6 and 2 shared, vocabulary 102400, untied head).
 """
 
 from __future__ import annotations
@@ -37,6 +42,31 @@ LLAMA = {  # name: torchtitan ModelArgs (dim, n_layers, n_heads, n_kv_heads, ffn
 }
 
 
+DEEPSEEK_V2 = {  # name: the MindSpeed-LLM script's architecture arguments, as transformers' DeepseekV2Config fields
+    "deepseek-v2-lite": dict(
+        vocab_size=102400,
+        hidden_size=2048,
+        intermediate_size=10944,
+        moe_intermediate_size=1408,
+        num_hidden_layers=27,
+        num_attention_heads=16,
+        num_key_value_heads=16,
+        n_shared_experts=2,
+        n_routed_experts=64,
+        num_experts_per_tok=6,
+        first_k_dense_replace=1,
+        kv_lora_rank=512,
+        q_lora_rank=None,
+        qk_rope_head_dim=64,
+        qk_nope_head_dim=128,
+        v_head_dim=128,
+        max_position_embeddings=163840,
+        rms_norm_eps=1e-6,
+        tie_word_embeddings=False,
+    ),
+}
+
+
 def llama_ffn(dim: int, multiplier: float, multiple_of: int) -> int:
     """torchtitan's FeedForward hidden size for a model dimension."""
     return multiple_of * math.ceil(int(multiplier * int(2 * 4 * dim / 3)) / multiple_of)
@@ -45,8 +75,10 @@ def llama_ffn(dim: int, multiplier: float, multiple_of: int) -> int:
 def config(name: str):
     """The transformers config of one model of the table (written beside its structure as
     `<name>/config.json`, the model source a `day0 plan` spec names)."""
-    from transformers import LlamaConfig, Starcoder2Config
+    from transformers import DeepseekV2Config, LlamaConfig, Starcoder2Config
 
+    if name in DEEPSEEK_V2:
+        return DeepseekV2Config(**DEEPSEEK_V2[name])
     if name in LLAMA:
         dim, layers, heads, kv_heads, multiplier, multiple_of = LLAMA[name]
         return LlamaConfig(
@@ -95,7 +127,7 @@ def write_config(name: str) -> None:
 
 
 def main() -> None:
-    for name in [*GPT, *LLAMA]:
+    for name in [*GPT, *LLAMA, *DEEPSEEK_V2]:
         write_config(name)
         s = structure(name)
         (HERE / f"{name}.structure.json").write_text(json.dumps(s.model_dump(), indent=1) + "\n")
