@@ -17,6 +17,7 @@ from day0.planner.model import model_costs
 from day0.planner.optimize import choose_optimizations
 from day0.planner.space import enumerate_degrees, knob_settings
 from day0.planner.stages import partition, rank_groups
+from day0.planner.values import OFFLOADS, RECOMPUTES
 from day0.spec import ParallelConstraints, PlatformSpec, TrainingSpec, load_spec, load_yaml
 
 DATA = Path(__file__).parent / "data" / "planner"
@@ -159,3 +160,15 @@ def test_cluster_from_spec_uses_the_largest_homogeneous_group() -> None:
     assert any("cloud-elastic" in n for n in cluster.notes)
     gpu = load_spec(DATA / "deepseek-v3-2048-h800.yaml")
     assert cluster_from_spec(gpu).accelerators == 2048
+
+
+@pytest.mark.parametrize(
+    "options",
+    [PlannerOptions(), PlannerOptions(zero_stages=[3, 1], recompute=["full", "none"], offload=["optimizer", "none"])],
+    ids=["default", "unsorted choices"],
+)
+def test_knob_settings_come_in_rank_order(options: PlannerOptions) -> None:
+    """`best_knobs` breaks step-time ties by a setting's index, which is its rank only in this order."""
+    knobs = knob_settings(options)
+    ranks = [(k.zero_stage, RECOMPUTES.index(k.recompute), OFFLOADS.index(k.offload)) for k in knobs]
+    assert ranks == sorted(ranks) and len(set(ranks)) == len(ranks)

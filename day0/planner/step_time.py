@@ -164,7 +164,7 @@ def slot_floor(s: StageTime, comm: CommSettings, sm_fraction: float, launch_asyn
     b = hidden[-2]
     tp = tm.exposed(s.tp_comm_s, b, comm.tp_overlap, sm_fraction)
     ep = tm.exposed(s.ep_comm_s, b, comm.ep_overlap, sm_fraction)
-    return b + tp + ep + s.cp_exposed_s + tm.launch_seconds(s.host_s, 1.0, b, launch_async)
+    return b + tp + ep + s.cp_exposed_s + tm.launch_seconds(s.host_s, 1.0, b, launch_async)  # host_s: seconds
 
 
 def floor_modes(allowed: Sequence[str]) -> list[str]:
