@@ -1,12 +1,15 @@
-"""The KV-cache budget formulas for MHA, GQA and MLA configs, against hand-computed and published figures."""
+"""The KV-cache budget formulas for MHA, GQA, MLA and hybrid linear-attention configs, against hand-computed and
+published figures."""
 
 from __future__ import annotations
 
 import json
 
 import pytest
+from transformers import Qwen3NextConfig
 
-from day0.steps.inference.kv_budget import kv_budget, kv_bytes_per_token, kv_layout, serving_tensor_parallel
+from day0.core.kv_cache import kv_bytes_per_token, kv_layout, state_bytes_per_sequence
+from day0.steps.inference.kv_budget import kv_budget, serving_tensor_parallel
 from tests.conftest import REPO
 
 
@@ -33,6 +36,36 @@ def test_mla_caches_the_latent_and_rope_key_replicated_over_tensor_parallel() ->
     assert layout.kind == "MLA"
     assert kv_bytes_per_token(layout, 2) == (512 + 64) * 61 * 2 == 70_272  # 68.6 KiB, as step 1 reports
     assert kv_bytes_per_token(layout, 2, tensor_parallel=8) == 70_272
+
+
+def test_hybrid_linear_attention_caches_kv_in_its_attention_layers_and_a_state_per_sequence() -> None:
+    """Qwen3-Next-80B-A3B (transformers' Qwen3NextConfig defaults): 48 layers, every 4th full attention with
+    2 KV heads of 256; the other 36 are Gated DeltaNet with 32 value heads of 128, 16 key heads of 128 and a
+    width-4 causal convolution."""
+    layout = kv_layout(Qwen3NextConfig().to_dict())
+    assert (layout.kind, layout.layers, layout.linear_layers) == ("GQA", 12, 36)
+    assert kv_bytes_per_token(layout, 2) == 2 * 2 * 256 * 12 * 2 == 24_576  # not 48 layers' 98,304
+    recurrent = 32 * 128 * 128  # value heads x key dim x value dim
+    conv = 3 * (2 * 16 * 128 + 32 * 128)  # the last 3 inputs of the q, k and v channels
+    assert state_bytes_per_sequence(layout, 2) == (recurrent + conv) * 36 * 2 == 39_518_208
+    assert state_bytes_per_sequence(layout, 2, tensor_parallel=4) == 39_518_208 / 4
+    # A config that names the interval instead of each layer's type gives the same layout.
+    named = Qwen3NextConfig().to_dict()
+    by_interval = {k: v for k, v in named.items() if k != "layer_types"} | {"full_attention_interval": 4}
+    assert kv_layout(by_interval) == layout
+    # Models without linear layers keep no state.
+    assert state_bytes_per_sequence(kv_layout(_config("llama-3-8b")), 2) == 0
+
+
+def test_a_hybrid_budget_counts_each_sequences_state() -> None:
+    layout, gib = kv_layout(Qwen3NextConfig().to_dict()), 2**30
+    b = kv_budget("qwen3-next", layout, memory_bytes=80 * gib, weight_bytes=40 * gib, cache_dtype_bytes=2,
+                  context_len=4000, block_size=16)  # fmt: skip
+    cache = 80 * gib * 0.9 - 40 * gib
+    assert b.num_blocks == int(cache // (16 * 24_576))
+    per_sequence = 4000 * 24_576 + 39_518_208  # 4000 tokens are 250 whole blocks; the state is 29% of it
+    assert b.state_bytes_per_sequence == 39_518_208
+    assert b.max_sequences == int(cache // per_sequence) == 249  # the K/V alone would hold 349
 
 
 def test_budget_takes_the_weight_shard_and_counts_blocks_and_sequences() -> None:

@@ -130,6 +130,11 @@ def test_a_model_the_engine_cannot_batch_is_served_through_the_fallback(tmp_path
     assert result.verdict == "warn" and any("Day-0 finding" in r for r in result.reasons)
     assert [p.summary.completed for p in result.sweep] == [4, 4]
     assert all(p.summary.failed == 0 for p in result.sweep)
+    # The cache budget counts the one attention layer's K/V, and the linear layer's state per sequence.
+    budget = result.kv[0]
+    assert (budget.layout.layers, budget.layout.linear_layers) == (1, 1) and budget.state_bytes_per_sequence > 0
+    report = result.to_markdown()
+    assert "GQA (1 of 2 layers)" in report and "state in the 1 linear-attention layers" in report
 
 
 def test_the_job_entrypoint_refuses_bad_arguments() -> None:

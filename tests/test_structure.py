@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from transformers import Qwen3NextConfig
 
 from day0.core.model_source import resolve_model_source
 from day0.core.modeling import build_meta_model, load_hf_config
@@ -59,6 +60,20 @@ def test_attention_kind_and_kv_cache(name: str, kind: str, kv_bytes_bf16: int) -
     assert s.attention_kind == kind
     assert s.kv_cache_bytes_per_token["bf16"] == kv_bytes_bf16
     assert s.kv_cache_bytes_per_token["fp8"] * 2 == kv_bytes_bf16
+
+
+def test_a_hybrid_models_kv_cache_counts_its_attention_layers_only() -> None:
+    """A small Qwen3-Next (2 of 8 layers full attention, the rest Gated DeltaNet): step 1's KV figure is the
+    attention layers' (it was all eight's), and a note says what the others keep."""
+    config = Qwen3NextConfig(
+        hidden_size=64, intermediate_size=128, num_hidden_layers=8, num_attention_heads=4, num_key_value_heads=2,
+        head_dim=16, linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=16,
+        linear_value_head_dim=16, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32,
+        shared_expert_intermediate_size=32, vocab_size=256,
+    )  # fmt: skip
+    s = analyze_structure(build_meta_model(config, "tiny-qwen3-next"), "tiny-qwen3-next")
+    assert s.kv_cache_bytes_per_token["bf16"] == 2 * 2 * 16 * 2 * 2  # K and V, 2 heads of 16, 2 layers
+    assert any("2 attention layers" in n and "other 6" in n for n in s.notes), s.notes
 
 
 def test_dense_model_has_no_moe_and_layer_params_add_up() -> None:

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, Field
 
+from day0.core.kv_cache import KVLayout, kv_bytes_per_token, kv_layout
 from day0.core.precision import DTYPE_BYTES
 from day0.errors import ModelError
 
@@ -171,13 +172,9 @@ def layer_kinds(model: PreTrainedModel, attention_kind: str) -> list[tuple[str, 
     return kinds
 
 
-def _kv_cache_bytes(cfg: PreTrainedConfig, kind: str, head_dim: int) -> dict[str, int]:
-    layers = cfg.num_hidden_layers
-    if kind == "MLA":  # the compressed latent plus the shared rope key (DeepSeek-V2 paper, sec. 2.1)
-        per_layer = cfg.kv_lora_rank + cfg.qk_rope_head_dim
-    else:
-        per_layer = 2 * (getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads) * head_dim
-    return {dtype: layers * per_layer * nbytes for dtype, nbytes in DTYPE_BYTES.items()}
+def _kv_cache_bytes(cfg: PreTrainedConfig) -> tuple[dict[str, int], KVLayout]:
+    layout = kv_layout(cfg.to_dict())
+    return {dtype: int(kv_bytes_per_token(layout, nbytes)) for dtype, nbytes in DTYPE_BYTES.items()}, layout
 
 
 def analyze_structure(model: PreTrainedModel, source: str) -> ModelStructure:
@@ -225,6 +222,12 @@ def analyze_structure(model: PreTrainedModel, source: str) -> ModelStructure:
         )
     if attention_kind == "MLA":
         notes.append("KV cache counted as MLA's compressed latent (kv_lora_rank + qk_rope_head_dim per layer)")
+    kv_bytes, kv = _kv_cache_bytes(cfg)
+    if kv.linear_layers:
+        notes.append(
+            f"KV cache counted over the {kv.layers} attention layers; the other {kv.linear_layers} keep a fixed "
+            "state per sequence instead (linear attention or convolution)"
+        )
     return ModelStructure(
         model=source,
         architecture=type(model).__name__,
@@ -262,6 +265,6 @@ def analyze_structure(model: PreTrainedModel, source: str) -> ModelStructure:
         params_total=sum(c.total for c in components.values()),
         params_active=sum(c.active for c in components.values()),
         components={k: v for k, v in components.items() if v.total},
-        kv_cache_bytes_per_token=_kv_cache_bytes(cfg, attention_kind, head_dim),
+        kv_cache_bytes_per_token=kv_bytes,
         notes=notes,
     )

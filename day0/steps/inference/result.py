@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, ClassVar
 
 from pydantic import BaseModel, Field
 
+from day0.core.kv_cache import KVLayout
 from day0.core.result import Judgement, StepResult, Verdict
 from day0.spec import SLO
 from day0.steps.inference.kv_budget import KVBudget
@@ -184,10 +185,16 @@ class InferenceResult(StepResult):
                 "|---|---|---:|---:|---:|---:|---:|---:|",
             ]
             lines += [
-                f"| {b.label} | {b.layout.kind} | {b.tensor_parallel} | {b.bytes_per_token:,.0f} | "
+                f"| {b.label} | {_attention(b.layout)} | {b.tensor_parallel} | {b.bytes_per_token:,.0f} | "
                 f"{b.weight_bytes / 2**30:.2f} GiB | {b.cache_bytes / 2**30:.2f} GiB | {b.max_tokens:,} | "
                 f"{b.max_sequences:,} @ {b.context_len:,} |"
                 for b in self.kv
+            ]
+            lines += [
+                f"\n{b.label}: each sequence also keeps {b.state_bytes_per_sequence / 2**20:,.1f} MiB of state in the "
+                f"{b.layout.linear_layers} linear-attention layers, counted in max seqs."
+                for b in self.kv
+                if b.state_bytes_per_sequence
             ]
             if self.engine_cache:
                 e = self.engine_cache
@@ -236,3 +243,10 @@ def _sweep_table(sweep: list[SweepPoint]) -> list[str]:
             f"{_ms(s.itl, 'p99_ms')} | {_ms(s.e2el, 'p99_ms')} |"
         )
     return lines
+
+
+def _attention(layout: KVLayout) -> str:
+    """The attention kind, and for a hybrid model how many of its layers attend."""
+    if not layout.linear_layers:
+        return layout.kind
+    return f"{layout.kind} ({layout.layers} of {layout.layers + layout.linear_layers} layers)"

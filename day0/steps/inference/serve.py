@@ -23,12 +23,13 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 
 from pydantic import BaseModel, Field
 
+from day0.core.kv_cache import kv_bytes_per_token, kv_layout
 from day0.core.result import Progress
 from day0.core.typing import HFConfigDict
 from day0.errors import UsageError
 from day0.spec import InferenceSpec, PlatformSpec
 from day0.steps.inference.client import LoadRequest, LoadSettings, run_load
-from day0.steps.inference.kv_budget import KVBudget, kv_budget, kv_bytes_per_token, kv_layout, serving_tensor_parallel
+from day0.steps.inference.kv_budget import KVBudget, kv_budget, serving_tensor_parallel
 from day0.steps.inference.metrics import summarize
 from day0.steps.inference.model import ServedModel, build_model, held_out_text, load_tokenizer, write_model_dir
 from day0.steps.inference.quality import QualityReport, compare_quality, windows
