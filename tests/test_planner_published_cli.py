@@ -91,7 +91,7 @@ def test_a_fully_pinned_spec_through_day0_plan_is_within_20_percent(run_id: str,
 
 
 def test_mean_error_of_the_runs_within_the_bound(folder: Path) -> None:
-    """Issue 25's 8%: measured 7.3% over the 58 runs within 20% (14.7% over all 80, misses included)."""
+    """Issue 25's 8%: measured 7.2% over the 58 runs within 20% (14.7% over all 80, misses included)."""
     errors = {r.id: _error(r.id, folder) for r in ASSERTED}
     mean = sum(abs(e) for e in errors.values()) / len(errors)
     assert mean <= 0.08, f"mean |error| {mean:.1%}: " + ", ".join(f"{k} {v:+.1%}" for k, v in errors.items())
