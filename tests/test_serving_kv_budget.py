@@ -6,9 +6,15 @@ from __future__ import annotations
 import json
 
 import pytest
-from transformers import Qwen3NextConfig
+from transformers import GptOssConfig, Llama4TextConfig, Qwen3NextConfig
 
-from day0.core.kv_cache import kv_bytes_per_token, kv_layout, state_bytes_per_sequence
+from day0.core.kv_cache import (
+    kv_bytes_per_sequence,
+    kv_bytes_per_token,
+    kv_layout,
+    state_bytes_per_sequence,
+    window_bytes_per_sequence,
+)
 from day0.steps.inference.kv_budget import kv_budget, serving_tensor_parallel
 from tests.conftest import REPO
 
@@ -57,6 +63,24 @@ def test_hybrid_linear_attention_caches_kv_in_its_attention_layers_and_a_state_p
     assert state_bytes_per_sequence(kv_layout(_config("llama-3-8b")), 2) == 0
 
 
+def test_windowed_layers_keep_their_window_of_each_sequence() -> None:
+    """gpt-oss-120b (transformers' GptOssConfig defaults): 36 layers of 8 KV heads of 64, alternating full
+    and 128-token sliding-window attention; Llama 4 (Llama4TextConfig): 12 of 48 layers full, the rest
+    attending within chunks of 8,192 tokens."""
+    oss = kv_layout(GptOssConfig().to_dict())
+    assert (oss.layers, oss.window_layers, oss.window_tokens, oss.linear_layers) == (18, 18, 128, 0)
+    assert kv_bytes_per_token(oss, 2) == 2 * 8 * 64 * 18 * 2 == 36_864  # not 36 layers' 73,728
+    assert window_bytes_per_sequence(oss, 2, 8192) == 2 * 8 * 64 * 2 * 18 * 128 == 4_718_592
+    assert window_bytes_per_sequence(oss, 2, 100) == 2 * 8 * 64 * 2 * 18 * 100  # shorter than the window
+    # In whole blocks of 16: 100 tokens take 7 blocks (112 tokens) in every layer that keeps them.
+    assert kv_bytes_per_sequence(oss, 2, 100, block_size=16) == 112 * 36_864 + 112 * 2 * 8 * 64 * 2 * 18
+    llama4 = kv_layout(Llama4TextConfig().to_dict())
+    assert (llama4.layers, llama4.window_layers, llama4.window_tokens) == (12, 36, 8192)
+    # A windowed kind whose window the config does not give is counted as keeping every token.
+    no_window = GptOssConfig().to_dict() | {"sliding_window": None}
+    assert (kv_layout(no_window).layers, kv_layout(no_window).window_layers) == (36, 0)
+
+
 def test_a_hybrid_budget_counts_each_sequences_state() -> None:
     layout, gib = kv_layout(Qwen3NextConfig().to_dict()), 2**30
     b = kv_budget("qwen3-next", layout, memory_bytes=80 * gib, weight_bytes=40 * gib, cache_dtype_bytes=2,
@@ -66,6 +90,15 @@ def test_a_hybrid_budget_counts_each_sequences_state() -> None:
     per_sequence = 4000 * 24_576 + 39_518_208  # 4000 tokens are 250 whole blocks; the state is 29% of it
     assert b.state_bytes_per_sequence == 39_518_208
     assert b.max_sequences == int(cache // per_sequence) == 249  # the K/V alone would hold 349
+
+
+def test_a_windowed_budget_counts_each_sequences_window() -> None:
+    layout, gib = kv_layout(GptOssConfig().to_dict()), 2**30
+    b = kv_budget("gpt-oss", layout, memory_bytes=80 * gib, weight_bytes=64 * gib, cache_dtype_bytes=2,
+                  context_len=8192, block_size=16)  # fmt: skip
+    cache = 80 * gib * 0.9 - 64 * gib
+    assert b.window_bytes_per_sequence == 4_718_592 and b.state_bytes_per_sequence == 0
+    assert b.max_sequences == int(cache // (8192 * 36_864 + 4_718_592)) == 28  # all 36 layers at 8,192: 14
 
 
 def test_budget_takes_the_weight_shard_and_counts_blocks_and_sequences() -> None:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from transformers import Qwen3NextConfig
+from transformers import GptOssConfig, Qwen3NextConfig
 
 from day0.core.model_source import resolve_model_source
 from day0.core.modeling import build_meta_model, load_hf_config
@@ -74,6 +74,18 @@ def test_a_hybrid_models_kv_cache_counts_its_attention_layers_only() -> None:
     s = analyze_structure(build_meta_model(config, "tiny-qwen3-next"), "tiny-qwen3-next")
     assert s.kv_cache_bytes_per_token["bf16"] == 2 * 2 * 16 * 2 * 2  # K and V, 2 heads of 16, 2 layers
     assert any("2 attention layers" in n and "other 6" in n for n in s.notes), s.notes
+
+
+def test_a_sliding_window_models_kv_cache_counts_its_full_layers_per_token() -> None:
+    """A small GPT-OSS (4 layers alternating 128-token sliding window and full attention): the per-token
+    figure is the full layers', and a note gives the window the others keep."""
+    config = GptOssConfig(
+        hidden_size=64, intermediate_size=64, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2,
+        head_dim=16, num_local_experts=4, num_experts_per_tok=2, vocab_size=256,
+    )  # fmt: skip
+    s = analyze_structure(build_meta_model(config, "tiny-gpt-oss"), "tiny-gpt-oss")
+    assert s.kv_cache_bytes_per_token["bf16"] == 2 * 2 * 16 * 2 * 2  # K and V, 2 heads of 16, 2 full layers
+    assert any("2 sliding-window or chunked layers keep at most the last 128" in n for n in s.notes), s.notes
 
 
 def test_dense_model_has_no_moe_and_layer_params_add_up() -> None:

@@ -98,7 +98,9 @@ class ModelStructure(BaseModel):
     params_total: int
     params_active: int
     components: dict[str, ComponentParams]
-    kv_cache_bytes_per_token: dict[str, int] = Field(description="Per token, all layers, by cache dtype.")
+    kv_cache_bytes_per_token: dict[str, int] = Field(
+        description="Per token, over the layers that keep every token (not windowed or linear), by cache dtype."
+    )
     notes: list[str] = Field(default_factory=list)
 
     @property
@@ -223,10 +225,15 @@ def analyze_structure(model: PreTrainedModel, source: str) -> ModelStructure:
     if attention_kind == "MLA":
         notes.append("KV cache counted as MLA's compressed latent (kv_lora_rank + qk_rope_head_dim per layer)")
     kv_bytes, kv = _kv_cache_bytes(cfg)
+    if kv.window_layers:
+        notes.append(
+            f"KV cache per token counted over the {kv.layers} layers that keep every token; the "
+            f"{kv.window_layers} sliding-window or chunked layers keep at most the last {kv.window_tokens:,}"
+        )
     if kv.linear_layers:
         notes.append(
-            f"KV cache counted over the {kv.layers} attention layers; the other {kv.linear_layers} keep a fixed "
-            "state per sequence instead (linear attention or convolution)"
+            f"KV cache counted over the {kv.layers + kv.window_layers} attention layers; the other "
+            f"{kv.linear_layers} keep a fixed state per sequence instead (linear attention or convolution)"
         )
     return ModelStructure(
         model=source,

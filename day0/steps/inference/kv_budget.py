@@ -1,16 +1,23 @@
 """The KV-cache budget: how many tokens (and sequences at the target context) fit beside the weights.
 
-What a token and a sequence cost comes from `day0.core.kv_cache` (per attention layer; a hybrid model's
-linear-attention layers keep a fixed state per sequence instead). The budget follows vLLM's: usable =
-memory x utilisation - weight shard - activation reserve; blocks = usable // (block_size x bytes per
-token); max sequences = usable // (the context's whole blocks x bytes per token + state per sequence).
+What a token and a sequence cost comes from `day0.core.kv_cache` (the layers that keep every token; a
+hybrid model's windowed layers keep a window and its linear-attention layers a state per sequence). The
+budget follows vLLM's: usable = memory x utilisation - weight shard - activation reserve; blocks = usable //
+(block_size x bytes per token); max sequences = usable // what one sequence at the target context keeps,
+in whole blocks. A model with no layer keeping every token has no blocks (max tokens 0).
 """
 
 from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
-from day0.core.kv_cache import KVLayout, kv_bytes_per_token, state_bytes_per_sequence
+from day0.core.kv_cache import (
+    KVLayout,
+    kv_bytes_per_sequence,
+    kv_bytes_per_token,
+    state_bytes_per_sequence,
+    window_bytes_per_sequence,
+)
 
 __all__ = ["KVBudget", "kv_budget", "serving_tensor_parallel"]
 
@@ -34,6 +41,9 @@ class KVBudget(BaseModel):
     cache_dtype_bytes: float
     tensor_parallel: int
     bytes_per_token: float
+    window_bytes_per_sequence: float = Field(
+        0.0, description="What the sliding-window or chunked layers keep of one sequence at the context."
+    )
     state_bytes_per_sequence: float = Field(0.0, description="Linear-attention layers' fixed state per sequence.")
     memory_bytes: float
     memory_utilization: float
@@ -62,18 +72,20 @@ def kv_budget(
 ) -> KVBudget:
     """The budget of one accelerator holding 1/`tensor_parallel` of `weight_bytes`."""
     per_token = kv_bytes_per_token(layout, cache_dtype_bytes, tensor_parallel)
-    state = state_bytes_per_sequence(layout, cache_dtype_bytes, tensor_parallel)
     shard = weight_bytes / tensor_parallel
     cache = max(0.0, memory_bytes * memory_utilization - shard - activation_reserve_bytes)
-    blocks = int(cache // (block_size * per_token)) if per_token else 0  # no attention layer: no token cache
-    per_sequence = -(-context_len // block_size) * block_size * per_token + state  # whole blocks per sequence
+    blocks = int(cache // (block_size * per_token)) if per_token else 0
+    per_sequence = kv_bytes_per_sequence(layout, cache_dtype_bytes, context_len, tensor_parallel, block_size)
     return KVBudget(
         label=label,
         layout=layout,
         cache_dtype_bytes=cache_dtype_bytes,
         tensor_parallel=tensor_parallel,
         bytes_per_token=per_token,
-        state_bytes_per_sequence=state,
+        window_bytes_per_sequence=window_bytes_per_sequence(
+            layout, cache_dtype_bytes, context_len, tensor_parallel, block_size
+        ),
+        state_bytes_per_sequence=state_bytes_per_sequence(layout, cache_dtype_bytes, tensor_parallel),
         memory_bytes=memory_bytes,
         memory_utilization=memory_utilization,
         weight_bytes=shard,

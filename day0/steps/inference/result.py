@@ -190,12 +190,7 @@ class InferenceResult(StepResult):
                 f"{b.max_sequences:,} @ {b.context_len:,} |"
                 for b in self.kv
             ]
-            lines += [
-                f"\n{b.label}: each sequence also keeps {b.state_bytes_per_sequence / 2**20:,.1f} MiB of state in the "
-                f"{b.layout.linear_layers} linear-attention layers, counted in max seqs."
-                for b in self.kv
-                if b.state_bytes_per_sequence
-            ]
+            lines += [f"\n{b.label}: {_per_sequence(b)}" for b in self.kv if _per_sequence(b)]
             if self.engine_cache:
                 e = self.engine_cache
                 lines += [
@@ -246,7 +241,22 @@ def _sweep_table(sweep: list[SweepPoint]) -> list[str]:
 
 
 def _attention(layout: KVLayout) -> str:
-    """The attention kind, and for a hybrid model how many of its layers attend."""
-    if not layout.linear_layers:
-        return layout.kind
-    return f"{layout.kind} ({layout.layers} of {layout.layers + layout.linear_layers} layers)"
+    """The attention kind, and for a hybrid model how many of its layers keep every token."""
+    total = layout.layers + layout.window_layers + layout.linear_layers
+    return layout.kind if layout.layers == total else f"{layout.kind} ({layout.layers} of {total} layers)"
+
+
+def _per_sequence(b: KVBudget) -> str:
+    """What each sequence keeps beyond its tokens in the full layers (counted in max seqs), or ''."""
+    parts = []
+    if b.window_bytes_per_sequence:
+        parts.append(
+            f"{b.window_bytes_per_sequence / 2**20:,.1f} MiB in the {b.layout.window_layers} windowed layers "
+            f"(the last {b.layout.window_tokens:,} tokens)"
+        )
+    if b.state_bytes_per_sequence:
+        parts.append(
+            f"{b.state_bytes_per_sequence / 2**20:,.1f} MiB of state in the {b.layout.linear_layers} "
+            "linear-attention layers"
+        )
+    return f"each sequence also keeps {' and '.join(parts)}, counted in max seqs." if parts else ""
