@@ -1,7 +1,7 @@
 """What one token (and one sequence) leaves in an inference cache, from an HF `config.json` dict: the one
 home of these formulas, for step 1's structure and step 6's budget.
 
-Bytes per token, over the layers that attend (the cache dtype's bytes times):
+Bytes per token, over the L layers that keep every token (the cache dtype's bytes times):
 - MHA: 2 * n_h * d_h * L;  GQA: 2 * n_kv * d_h * L;  MQA: 2 * d_h * L  (a K and a V vector per KV head);
 - MLA: (kv_lora_rank + qk_rope_head_dim) * L: the compressed latent plus the shared rope key
   (DeepSeek-V2, sec. 2.1), which is what an MLA-aware engine caches.
