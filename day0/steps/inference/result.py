@@ -190,7 +190,7 @@ class InferenceResult(StepResult):
                 f"{b.max_sequences:,} @ {b.context_len:,} |"
                 for b in self.kv
             ]
-            lines += [f"\n{b.label}: {_per_sequence(b)}" for b in self.kv if _per_sequence(b)]
+            lines += [f"\n{b.label}: {text}" for b in self.kv if (text := _per_sequence(b))]
             if self.engine_cache:
                 e = self.engine_cache
                 lines += [
