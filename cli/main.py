@@ -225,6 +225,7 @@ def _terminate(signum: int, frame: object) -> None:
 def main(argv: list[str] | None = None) -> int:
     if argv is None:  # the process is this command, not a caller (tests): the modules, classes and validators
         gc.freeze()  # its imports built live as long as it, so no collection (nor the one at exit) scans them again
+        gc.enable()  # off since cli.run, through those imports
     signal.signal(signal.SIGTERM, _terminate)
     parser = build_parser()
     args = parser.parse_args(argv)

@@ -39,6 +39,7 @@ from cli.preflight import positive_int
 from day0.core.model_source import ResolvedModel, resolve_model
 from day0.core.structure import ModelStructure
 from day0.errors import StoreUnavailable, UsageError
+from day0.run_folder import run_folder, run_id
 from day0.spec import PipelineSpec, load_spec
 from day0.spec_checks import check_parallel
 from day0.store import ArtifactStore, open_store, write_atomically
@@ -111,10 +112,8 @@ def _from_cache(entry: object) -> ModelStructure | None:
 def cached_structure(store: ArtifactStore, spec: PipelineSpec) -> tuple[ModelStructure | None, ResolvedModel]:
     """(the spec's model structure from step 1's result for this spec or the structure cache, or None;
     the resolved model). Reads JSON only: neither torch nor transformers is imported."""
-    from day0.runs import RunContext
-
     resolved = resolve_model(spec.model)
-    step1 = RunContext.create(spec).key("analyze", "result.json")
+    step1 = f"{run_folder(spec, run_id(spec))}/analyze/result.json"
     if store.exists(step1):
         return ModelStructure.model_validate(store.get_json(step1)["structure"]), resolved
     key = structure_cache_key(resolved)
@@ -199,7 +198,6 @@ def add_plan_command(subparsers: argparse._SubParsersAction) -> None:
 def cmd_plan(args: argparse.Namespace) -> int:
     from day0.planner.profile import load_profile
     from day0.planner.step import optimize_for_spec, plan_for_spec
-    from day0.runs import RunContext
 
     spec = load_spec(args.spec)
     out: Path | None = args.out
@@ -227,7 +225,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         where = str(out)
     else:
         assert store is not None  # an unreachable store without --out was refused above
-        key = RunContext.create(spec).key(PLAN_FILE)
+        key = f"{run_folder(spec, run_id(spec))}/{PLAN_FILE}"
         if store.exists(key):
             _notice(f"replacing the earlier plan at {store.url(key)}")
         where = store.put_text(key, text, "application/yaml")

@@ -57,9 +57,9 @@ class Snapshot(BaseModel):
         "wrong_numbers when step 2 had to adapt around a kernel that gave wrong numbers."
     )
     adapted: dict[str, str] = Field(
-        default_factory=dict, description="'op@dtype' -> the strategy step 2 adapted it with (no kernel, or a bad one)."
+        default={}, description="'op@dtype' -> the strategy step 2 adapted it with (no kernel, or a bad one)."
     )
-    op_problems: dict[str, str] = Field(default_factory=dict, description="'op@dtype' -> why it was adapted.")
+    op_problems: dict[str, str] = Field(default={}, description="'op@dtype' -> why it was adapted.")
     first_divergent: str | None = Field(description="First module over tolerance in the whole-model check.")
     loss: list[float] | None = Field(None, description="Trial candidate loss curve, if step 5 ran.")
     tokens_per_s: float | None = Field(None, description="Trial candidate steady-state throughput.")

@@ -14,10 +14,7 @@ run's folder safely: every record is its own object, written once, inside its at
 (no read-modify-write), so none is lost and attempts never mix.
 """
 
-from __future__ import annotations
-
 import datetime as dt
-import hashlib
 import time
 import uuid
 from typing import Literal
@@ -26,6 +23,7 @@ from pydantic import BaseModel, Field
 
 import day0
 from day0.core.result import Verdict
+from day0.run_folder import USER_RUNS, run_folder, run_id
 from day0.spec import PipelineSpec
 from day0.store import ArtifactStore, open_store
 
@@ -34,7 +32,6 @@ __all__ = ["NAMESPACE_PATTERN", "USER_RUNS", "RunContext", "RunManifest", "RunSu
 _ATTEMPTS, _BEGIN, _STARTED = "attempts", "begin.json", ".started.json"
 # A started step with no record after its marker: killed too hard to record anything.
 _UNFINISHED = "no result recorded: the run stopped while this step ran (killed), or it is still running"
-USER_RUNS = "runs"
 # Slash-separated folder names; no segment starts with a dot, so none is `..`.
 NAMESPACE_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]*(/[A-Za-z0-9][A-Za-z0-9_.-]*)*$"
 
@@ -53,7 +50,7 @@ class StepRecord(BaseModel):
     started_at: dt.datetime
     seconds: float
     verdict: Verdict | None = Field(None, description="The result's verdict; None when the step raised.")
-    reasons: list[str] = Field(default_factory=list)
+    reasons: list[str] = Field(default=[])
     code: str | None = Field(None, description="Digest of the code that computed the result.")
     error: str | None = None
 
@@ -62,8 +59,8 @@ class RunManifest(BaseModel):
     name: str
     run_id: str
     day0_version: str
-    attempts: list[list[StepRecord]] = Field(default_factory=list, description="One list per flow run.")
-    attempt_ids: list[str] = Field(default_factory=list, description="The attempts' ids, in the same order.")
+    attempts: list[list[StepRecord]] = Field(default=[], description="One list per flow run.")
+    attempt_ids: list[str] = Field(default=[], description="The attempts' ids, in the same order.")
 
     def executed(self, attempt: int = -1) -> list[str]:
         return [r.step for r in self.attempts[attempt] if r.status == "executed"] if self.attempts else []
@@ -85,14 +82,12 @@ class RunContext(BaseModel):
     @classmethod
     def create(
         cls, spec: PipelineSpec, flow_run_id: str | None = None, fresh: bool = False, namespace: str = USER_RUNS
-    ) -> RunContext:
-        identity = f"{spec.fingerprint()}:{day0.__version__}" + ("" if namespace == USER_RUNS else f":{namespace}")
-        digest = hashlib.sha256(identity.encode()).hexdigest()[:12]
-        return cls(spec=spec, run_id=digest, flow_run_id=flow_run_id, fresh=fresh, namespace=namespace)
+    ) -> "RunContext":
+        return cls(spec=spec, run_id=run_id(spec, namespace), flow_run_id=flow_run_id, fresh=fresh, namespace=namespace)
 
     @property
     def prefix(self) -> str:
-        return f"{self.namespace}/{self.spec.metadata.name}/{self.run_id}"
+        return run_folder(self.spec, self.run_id, self.namespace)
 
     def key(self, *parts: str) -> str:
         return "/".join((self.prefix, *parts))
@@ -184,7 +179,7 @@ class RunSummary(BaseModel):
     report: dict[str, str]
 
     @classmethod
-    def from_manifest(cls, ctx: RunContext, steps: list[str], report: dict[str, str]) -> RunSummary:
+    def from_manifest(cls, ctx: RunContext, steps: list[str], report: dict[str, str]) -> "RunSummary":
         records = ctx.attempt_records()
         failed = {
             r.step: r.reasons if r.verdict == "fail" else [r.error or "raised"]

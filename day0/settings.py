@@ -9,8 +9,6 @@ model-valued field reads JSON (`Json[...]`). What these classes used of it is ke
 one is a `UsageError` naming the variable).
 """
 
-from __future__ import annotations
-
 import os
 from pathlib import Path
 from typing import ClassVar
@@ -30,7 +28,7 @@ class EnvSettings(BaseModel):
 
     @model_validator(mode="wrap")
     @classmethod
-    def _from_environment(cls, data: object, handler: ModelWrapValidatorHandler[EnvSettings]) -> EnvSettings:
+    def _from_environment(cls, data: object, handler: ModelWrapValidatorHandler["EnvSettings"]) -> "EnvSettings":
         if not isinstance(data, dict):
             return handler(data)
         env = {name.upper(): value for name, value in os.environ.items()}

@@ -5,8 +5,6 @@ Contract: everything a user writes is validated here with `extra="forbid"`; name
 `load_spec` raises `SpecError` listing *every* problem with file, field path and expectation.
 """
 
-from __future__ import annotations
-
 import hashlib
 import json
 import re
@@ -20,7 +18,7 @@ from day0.core.precision import COMPUTE_DTYPES, DEFAULT_TOLERANCES, DType
 from day0.core.typing import Document, JsonObject
 from day0.errors import SpecError, SpecIssue, StoreError, shorten
 from day0.paths import CONFIGS_DIR, config_dirs
-from day0.spec_base import MAX_ACCELERATORS, UserModel
+from day0.spec_base import MAX_ACCELERATORS, Text, UserModel
 from day0.spec_cluster import (
     Accelerator,
     ClusterSpec,
@@ -77,20 +75,20 @@ STEPS: tuple[Step, ...] = get_args(Step)
 
 
 class Metadata(UserModel):
-    name: str = Field(
+    name: Text = Field(
         pattern=r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$",
         description="Run name: lowercase letters, digits and dashes (a DNS label).",
     )
-    labels: dict[str, str] = Field(default_factory=dict, description="Free-form labels copied into the run's records.")
+    labels: dict[Text, Text] = Field(default={}, description="Free-form labels copied into the run's records.")
 
 
 class ModelSpec(UserModel):
-    source: str = Field(
+    source: Text = Field(
         description="A name in configs/models/, a local dir with config.json, or hf://org/name[@revision]."
     )
     trust_remote_code: bool = Field(False, description="Allow the repo's own modelling code.")
-    trusted_orgs: list[str] = Field(
-        default_factory=list, description="Orgs whose remote code may run when trust_remote_code is on."
+    trusted_orgs: list[Text] = Field(
+        default=[], description="Orgs whose remote code may run when trust_remote_code is on."
     )
 
     @field_validator("source")
@@ -196,8 +194,8 @@ class TrialSpec(UserModel):
     seed: int = Field(
         0, ge=0, lt=2**32, description="Seed of weights and data order, shared by reference and candidate (32 bits)."
     )
-    reference: str = Field("cpu-fp32", description="'cpu-fp32' or a store URI of a saved curve.")
-    dataset: str | None = Field(None, description="Text file path/URI; default: pydoc_data.topics.")
+    reference: Text = Field("cpu-fp32", description="'cpu-fp32' or a store URI of a saved curve.")
+    dataset: Text | None = Field(None, description="Text file path/URI; default: pydoc_data.topics.")
     tolerance: TrialTolerance = Field(
         default_factory=TrialTolerance, description="When the two loss curves count as aligned."
     )
@@ -249,7 +247,7 @@ class PipelineSpec(UserModel):
         default_factory=ValidationSpec, description="Step 2's numerical tolerances and reference."
     )
     steps: list[Step] = Field(default_factory=lambda: list(STEPS), description="Steps to run, in pipeline order.")
-    storage: str = Field(
+    storage: Text = Field(
         "file://.day0", pattern=r"^(file|s3)://.+", description="Artifact store URI: file://DIR or s3://bucket/prefix."
     )
 

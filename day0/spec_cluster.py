@@ -6,14 +6,12 @@ its description (per-accelerator memory, peak TFLOP/s, bandwidths, node and acce
 timeouts), so nonsense is refused by `day0 validate`, never met by a step.
 """
 
-from __future__ import annotations
-
 from typing import Literal
 
 from pydantic import Field, model_validator
 
 from day0.core.precision import DType
-from day0.spec_base import BANDWIDTH_GBPS, MAX_ACCELERATORS, MAX_TIMEOUT_S, MEMORY_GIB, TFLOPS, UserModel
+from day0.spec_base import BANDWIDTH_GBPS, MAX_ACCELERATORS, MAX_TIMEOUT_S, MEMORY_GIB, TFLOPS, Text, UserModel
 
 __all__ = [
     "Accelerator",
@@ -30,7 +28,7 @@ __all__ = [
 
 
 class OperatorSupport(UserModel):
-    op: str = Field(description="aten operator, e.g. 'aten::mm' or 'aten::_grouped_mm'.")
+    op: Text = Field(description="aten operator, e.g. 'aten::mm' or 'aten::_grouped_mm'.")
     dtypes: list[DType] | None = Field(None, description="Supported dtypes; omitted means all.")
 
 
@@ -69,12 +67,12 @@ class HardwareSpec(UserModel):
 
 
 class PlatformSpec(UserModel):
-    name: str = Field(description="Platform name, shown in reports.")
-    device_type: str = Field(description="torch device type: cpu, cuda, npu, musa ...")
+    name: Text = Field(description="Platform name, shown in reports.")
+    device_type: Text = Field(description="torch device type: cpu, cuda, npu, musa ...")
     distributed_backend: Literal["gloo", "nccl", "hccl", "mccl", "xccl"] = Field(
         "gloo", description="torch.distributed backend on this platform."
     )
-    vendor_plugin: str | None = Field(
+    vendor_plugin: Text | None = Field(
         None, description="Entry point in group 'day0.platforms' that registers the device (e.g. torch_npu)."
     )
     hardware: HardwareSpec = Field(description="Per-accelerator figures the cost model uses.")
@@ -85,7 +83,7 @@ class PlatformSpec(UserModel):
 
 
 class Accelerator(UserModel):
-    resource: str = Field("nvidia.com/gpu", description="Kubernetes extended resource name.")
+    resource: Text = Field("nvidia.com/gpu", description="Kubernetes extended resource name.")
     per_node: int = Field(ge=1, le=1024, description="Accelerators per node.")
     memory_gib: float = Field(
         ge=MEMORY_GIB[0], le=MEMORY_GIB[1], description="Memory per accelerator, GiB (1 MiB to 64 TiB)."
@@ -97,23 +95,23 @@ class ElasticRange(UserModel):
     max: int = Field(ge=1, le=1_000_000, description="Most nodes the autoscaler may add.")
 
     @model_validator(mode="after")
-    def _ordered(self) -> ElasticRange:
+    def _ordered(self) -> "ElasticRange":
         if self.min > self.max:
             raise ValueError(f"elastic.min ({self.min}) must be <= elastic.max ({self.max})")
         return self
 
 
 class Toleration(UserModel):
-    key: str | None = Field(None, description="Taint key to tolerate (omit with operator Exists for all).")
+    key: Text | None = Field(None, description="Taint key to tolerate (omit with operator Exists for all).")
     operator: Literal["Exists", "Equal"] = Field("Equal", description="Exists or Equal.")
-    value: str | None = Field(None, description="Taint value (operator Equal).")
+    value: Text | None = Field(None, description="Taint value (operator Equal).")
     effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = Field(
         None, description="Taint effect to tolerate (omit for all)."
     )
 
 
 class NodePool(UserModel):
-    name: str = Field(
+    name: Text = Field(
         pattern=r"^[a-z0-9]([a-z0-9-]{0,40}[a-z0-9])?$",
         description="Pool name (a DNS label): the RayCluster worker group's name.",
     )
@@ -124,19 +122,17 @@ class NodePool(UserModel):
     memory_gib_per_node: float = Field(
         256, ge=MEMORY_GIB[0], le=MEMORY_GIB[1], description="Host memory per node, GiB (1 MiB to 64 TiB)."
     )
-    node_selector: dict[str, str] = Field(
-        default_factory=dict, description="Kubernetes nodeSelector for the pool's pods."
-    )
+    node_selector: dict[Text, Text] = Field(default={}, description="Kubernetes nodeSelector for the pool's pods.")
     tolerations: list[Toleration] = Field(
-        default_factory=list, description="Kubernetes tolerations for the pool's pods (e.g. tainted elastic nodes)."
+        default=[], description="Kubernetes tolerations for the pool's pods (e.g. tainted elastic nodes)."
     )
-    ray_start_params: dict[str, str] = Field(
-        default_factory=dict,
+    ray_start_params: dict[Text, Text] = Field(
+        default={},
         description="Extra `ray start` flags of this pool's workers (KubeRay rayStartParams), over the cluster's.",
     )
 
     @model_validator(mode="after")
-    def _sized(self) -> NodePool:
+    def _sized(self) -> "NodePool":
         if (self.nodes is None) == (self.elastic is None):
             raise ValueError("set exactly one of 'nodes' (fixed pool) or 'elastic' (elastic pool)")
         return self
@@ -152,14 +148,14 @@ class NodePool(UserModel):
 class PodEnvVar(UserModel):
     """One environment variable of the Ray containers: a value, or a field of the pod (downward API)."""
 
-    name: str = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", description="Variable name.")
-    value: str | None = Field(None, description="Literal value; `$(VAR)` names an earlier variable.")
-    field_path: str | None = Field(
+    name: Text = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", description="Variable name.")
+    value: Text | None = Field(None, description="Literal value; `$(VAR)` names an earlier variable.")
+    field_path: Text | None = Field(
         None, description="Pod field instead of a value (Kubernetes fieldRef), e.g. status.podIP or metadata.name."
     )
 
     @model_validator(mode="after")
-    def _one_source(self) -> PodEnvVar:
+    def _one_source(self) -> "PodEnvVar":
         if (self.value is None) == (self.field_path is None):
             raise ValueError("set exactly one of 'value' or 'field_path'")
         return self
@@ -168,8 +164,8 @@ class PodEnvVar(UserModel):
 class HeadSpec(UserModel):
     """Where the RayCluster's head pod runs (it takes no accelerator work: `num-cpus: 0`)."""
 
-    node_selector: dict[str, str] = Field(default_factory=dict, description="Kubernetes nodeSelector of the head pod.")
-    tolerations: list[Toleration] = Field(default_factory=list, description="Tolerations of the head pod.")
+    node_selector: dict[Text, Text] = Field(default={}, description="Kubernetes nodeSelector of the head pod.")
+    tolerations: list[Toleration] = Field(default=[], description="Tolerations of the head pod.")
     cpus: int = Field(2, ge=1, le=65_536, description="CPUs requested by the head pod.")
     memory_gib: int = Field(8, ge=1, le=65_536, description="Memory requested by the head pod, GiB.")
 
@@ -178,11 +174,11 @@ class ClusterSpec(UserModel):
     backend: Literal["local", "kuberay"] = Field(
         "local", description="'local' (Ray on this machine) or 'kuberay' (a RayCluster on Kubernetes)."
     )
-    namespace: str = Field("day0", description="Kubernetes namespace of the run's RayCluster (kuberay).")
-    address: str | None = Field(None, description="Existing Ray cluster address (local backend).")
+    namespace: Text = Field("day0", description="Kubernetes namespace of the run's RayCluster (kuberay).")
+    address: Text | None = Field(None, description="Existing Ray cluster address (local backend).")
     keep_cluster: bool = Field(False, description="Keep the RayCluster after the run (kuberay).")
     node_pools: list[NodePool] = Field(
-        default_factory=list,
+        default=[],
         description="Accelerator node pools, fixed or elastic (kuberay, and the planner's cluster size).",
     )
     ready_timeout_s: float = Field(
@@ -207,22 +203,22 @@ class ClusterSpec(UserModel):
         description="Times a step's Ray job is submitted again when its driver's node was lost (drivers run on "
         "worker pods): the trial resumes from its last checkpoint, the other steps start over.",
     )
-    ray_start_params: dict[str, str] = Field(
-        default_factory=dict,
+    ray_start_params: dict[Text, Text] = Field(
+        default={},
         description="Extra `ray start` flags of the head and every worker group (KubeRay rayStartParams, "
         "e.g. {node-ip-address: $(MY_POD_IP)} where Ray must advertise the pod's address); a pool's own win.",
     )
     pod_env: list[PodEnvVar] = Field(
-        default_factory=list,
+        default=[],
         description="Environment of every Ray container (head, workers, autoscaler), e.g. MY_POD_IP from status.podIP.",
     )
-    image: str | None = Field(
+    image: Text | None = Field(
         None,
         pattern=r"^[A-Za-z0-9][A-Za-z0-9._/:@-]{0,254}$",
         description="Image of the RayCluster's pods (kuberay): it must hold day0, since the steps' jobs run "
         "`python -m day0...` there (default: `day0:<day0's version>`, what `make image` builds).",
     )
-    store_secret: str | None = Field(
+    store_secret: Text | None = Field(
         None,
         pattern=r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$",
         description="Kubernetes Secret (in `namespace`) with keys access-key-id and secret-access-key: the "
@@ -232,7 +228,7 @@ class ClusterSpec(UserModel):
     )
 
     @model_validator(mode="after")
-    def _plausible_size(self) -> ClusterSpec:
+    def _plausible_size(self) -> "ClusterSpec":
         total = sum(p.max_nodes * p.accelerator.per_node for p in self.node_pools)
         if total > MAX_ACCELERATORS:
             raise ValueError(

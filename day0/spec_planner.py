@@ -8,8 +8,6 @@ cannot have (recompute modules it lacks), are refused by `day0.spec_checks.check
 fields.
 """
 
-from __future__ import annotations
-
 from typing import Annotated, Literal, get_args
 
 from pydantic import BaseModel, Field
@@ -88,7 +86,7 @@ class PlannerSpec(UserModel, SearchChoices):
         "requires it.",
     )
     gemm_efficiency: dict[Literal["fp32", "bf16", "fp16", "fp8"], Annotated[float, Field(gt=0, le=1)]] = Field(
-        default_factory=dict,
+        default={},
         description="Fraction of each dtype's peak large GEMMs reach (datasheet defaults: bf16 0.8, fp8 0.65).",
     )
     attention_efficiency: float | None = Field(

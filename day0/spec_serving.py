@@ -6,8 +6,6 @@ use (`max_batch` sequences at the longest context the spec asks for), so a cache
 blocks is refused by `day0 validate` rather than met by the engine as an allocation failure.
 """
 
-from __future__ import annotations
-
 import math
 from typing import Annotated, Literal
 
@@ -109,7 +107,7 @@ class InferenceSpec(UserModel):
     benchmark: BenchmarkSpec = Field(default_factory=BenchmarkSpec, description="The load benchmark.")
 
     @model_validator(mode="after")
-    def _sweep_within_batch(self) -> InferenceSpec:
+    def _sweep_within_batch(self) -> "InferenceSpec":
         over = [c for c in self.benchmark.concurrency if c > self.max_batch]
         if over:
             raise ValueError(f"benchmark.concurrency {over} exceeds max_batch ({self.max_batch})")

@@ -76,3 +76,42 @@ def test_main_called_in_process_leaves_the_collector_alone(capsys: pytest.Captur
     frozen = gc.get_freeze_count()
     assert main(["schema"]) == 0 and json.loads(capsys.readouterr().out)
     assert gc.get_freeze_count() == frozen
+
+
+def test_the_command_runs_with_the_collector_on_and_its_imports_frozen() -> None:
+    """`cli.run` keeps the collector off while the imports build what lives as long as the process; the
+    command itself runs with it on again, over a frozen view of those imports."""
+    probe = (
+        "import gc, json, sys, cli, cli.main\n"
+        "cli.main._dispatch = lambda args: print(json.dumps([gc.isenabled(), gc.get_freeze_count() > 1000])) or 0\n"
+        "sys.argv = ['day0', 'schema']\n"
+        "sys.exit(cli.run())\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert json.loads(proc.stdout) == [True, True]
+
+
+# What `day0 plan` imports (the command line, the spec, the planner and its results).
+_PLAN_IMPORTS = """
+import json, sys, cli.main, cli.plan, day0.planner.profile, day0.planner.step
+from pydantic import BaseModel
+from pydantic.dataclasses import is_pydantic_dataclass
+def models(module):
+    return [v for v in vars(module).values() if isinstance(v, type) and v.__module__ == module.__name__
+            and (issubclass(v, BaseModel) or is_pydantic_dataclass(v))]
+found = {n: getattr(m, "annotations", None) is not None for n, m in list(sys.modules.items())
+         if n.split(".")[0] in ("day0", "cli") and models(m)}
+print(json.dumps(found))
+"""
+
+
+def test_model_modules_on_the_plans_path_evaluate_their_annotations_as_python_does() -> None:
+    """`from __future__ import annotations` turns every field's annotation into a string that pydantic
+    compiles when it builds the model: 2-3% of `day0 plan`'s start-up over these modules."""
+    proc = subprocess.run([sys.executable, "-c", _PLAN_IMPORTS], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    found = json.loads(proc.stdout)
+    assert len(found) > 12 and "day0.spec" in found
+    stringified = sorted(name for name, future in found.items() if future)
+    assert not stringified, stringified

@@ -3,7 +3,7 @@ source, no imports executed:
 
 1. `cli -> flows -> tasks -> day0`, never backwards.
 2. Inside `day0`, tiers: the foundation (`core`, `errors`, `paths`, `settings`, `yamlio`, `store`,
-   `plots`, `provenance`) < the spec and runs (`spec*`, `runs`, `runlock`) < the libraries
+   `plots`, `provenance`) < the spec and runs (`spec*`, `runs`, `run_folder`, `runlock`) < the libraries
    (`backends`, `platforms`, `planner`, `calibration`, `webhook`) < the steps (`steps/<step>/`) <
    what reads every step (`steps.registry`, `report*`, `regression`); a module imports its own tier
    or lower ones.
@@ -27,7 +27,7 @@ LAYERS = {"cli": 3, "flows": 2, "tasks": 1, "day0": 0}  # a module may import it
 TIERS = {
     **dict.fromkeys(["core", "errors", "paths", "settings", "yamlio", "store", "plots", "provenance"], 0),
     **dict.fromkeys(["spec", "spec_base", "spec_checks", "spec_cluster", "spec_planner", "spec_serving"], 1),
-    **dict.fromkeys(["runs", "runlock"], 1),
+    **dict.fromkeys(["runs", "run_folder", "runlock"], 1),
     **dict.fromkeys(["backends", "platforms", "planner", "calibration", "webhook"], 2),
     "steps": 3,
     **dict.fromkeys(["steps.registry", "report", "report_html", "report_reuse", "report_scorecard"], 4),

@@ -15,6 +15,8 @@ from pydantic import BaseModel
 
 from day0.errors import SpecError
 from day0.spec import PipelineSpec, PlatformSpec, spec_from_dict
+from day0.spec_base import UserModel
+from day0.spec_base import _one_line as _ONE_LINE
 
 REPO = Path(__file__).resolve().parent.parent
 TINY = yaml.safe_load((REPO / "configs/pipelines/tiny-local.yaml").read_text())
@@ -113,6 +115,8 @@ def test_no_float_of_the_spec_takes_inf_or_nan(value: float) -> None:
             ["finite"],
         ),
         ("metadata.labels", {"team": "a\x00b"}, ["control character"]),
+        ("metadata.labels", {"te\nam": "a"}, ["control character (0x0a)", "[key]"]),
+        ("model.trusted_orgs", ["org", "a\x1bb"], ["control character (0x1b)"]),
     ],
 )
 def test_implausible_figures_are_refused_naming_the_field(path: str, value: object, words: list[str]) -> None:
@@ -122,6 +126,30 @@ def test_implausible_figures_are_refused_naming_the_field(path: str, value: obje
     assert path.split(".")[0] in text
     for word in words:
         assert word in text, text
+
+
+def _bare_strings(annotation: Any, metadata: list[Any]) -> bool:
+    """Whether `annotation` holds a `str` that is not `Text` (whose validator refuses control characters)."""
+    if annotation is str:
+        return not any(getattr(m, "func", None) is _ONE_LINE for m in metadata)
+    if typing.get_origin(annotation) is typing.Literal:
+        return False
+    if typing.get_origin(annotation) is typing.Annotated:
+        base, *more = typing.get_args(annotation)
+        return _bare_strings(base, more)
+    return any(_bare_strings(a, []) for a in typing.get_args(annotation))
+
+
+def _user_models(cls: type[UserModel]) -> set[type[UserModel]]:
+    return {cls}.union(*(_user_models(sub) for sub in cls.__subclasses__()))
+
+
+def test_every_string_a_user_writes_is_one_line_text() -> None:
+    models = _user_models(UserModel)
+    fields = [(m.__name__, n, f) for m in models for n, f in m.model_fields.items()]
+    bare = [f"{m}.{n}" for m, n, f in fields if _bare_strings(f.annotation, f.metadata)]
+    texts = [f"{m}.{n}" for m, n, f in fields if "str" in str(f.annotation)]
+    assert len(models) > 25 and len(texts) > 20 and not bare, bare
 
 
 def test_a_cluster_beyond_a_million_accelerators_is_refused() -> None:

@@ -22,8 +22,6 @@ ranks (K/V heads replicated when TP exceeds them); the MLA latent is replicated 
 backends do the same).
 """
 
-from __future__ import annotations
-
 import math
 from typing import Literal
 

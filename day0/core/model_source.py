@@ -12,8 +12,6 @@ Contract: `resolve_model(spec.model)` is the one resolver every path uses (steps
 never from the spec's source again.
 """
 
-from __future__ import annotations
-
 import os
 import re
 from collections.abc import Sequence

@@ -72,11 +72,11 @@ class OpRecord(BaseModel):
     op: str = Field(description="Overload name, e.g. 'aten::mm' or 'aten::add.Tensor'.")
     calls: int = 0
     phases: list[str] = Field(
-        default_factory=list, description="Where in the training step it runs: 'forward', 'backward', 'optimizer'."
+        default=[], description="Where in the training step it runs: 'forward', 'backward', 'optimizer'."
     )
-    dtypes: list[str] = Field(default_factory=list, description="Floating dtypes of tensor inputs.")
-    modules: list[str] = Field(default_factory=list, description="Where it runs, e.g. 'layers.1 (mla+moe)'.")
-    examples: list[Example] = Field(default_factory=list, description="Calls in the op-call notation (module doc).")
+    dtypes: list[str] = Field(default=[], description="Floating dtypes of tensor inputs.")
+    modules: list[str] = Field(default=[], description="Where it runs, e.g. 'layers.1 (mla+moe)'.")
+    examples: list[Example] = Field(default=[], description="Calls in the op-call notation (module doc).")
 
 
 class DtypeConstraint(BaseModel):

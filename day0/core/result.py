@@ -7,8 +7,6 @@ them. Like pytest's outcomes: `pass`, `warn` (passed, with something a person sh
 `fail`, `skipped` (not run, with the reason).
 """
 
-from __future__ import annotations
-
 from collections.abc import Callable
 from typing import ClassVar, Literal
 
@@ -35,8 +33,8 @@ class Judgement(BaseModel):
     scorecard shows (label -> formatted value)."""
 
     verdict: Verdict
-    reasons: list[str] = Field(default_factory=list)
-    headline: dict[str, str] = Field(default_factory=dict)
+    reasons: list[str] = Field(default=[])
+    headline: dict[str, str] = Field(default={})
 
 
 class ExecutionEvent(BaseModel):
@@ -58,7 +56,7 @@ class Execution(BaseModel):
     cluster: str | None = Field(None, description="The RayCluster (kuberay) or Ray address the job ran on.")
     job_id: str | None = Field(None, description="The Ray job's submission id (None: ran in the flow's process).")
     duration_s: float | None = None
-    events: list[ExecutionEvent] = Field(default_factory=list)
+    events: list[ExecutionEvent] = Field(default=[])
 
 
 class StepResult(BaseModel):

@@ -6,8 +6,6 @@ field for unknown architectures and malformed configs. `ModelStructure` is what 
 planner, the trial scaler) read.
 """
 
-from __future__ import annotations
-
 import re
 from typing import TYPE_CHECKING, Literal
 
@@ -101,7 +99,7 @@ class ModelStructure(BaseModel):
     kv_cache_bytes_per_token: dict[str, int] = Field(
         description="Per token, over the layers that keep every token (not windowed or linear), by cache dtype."
     )
-    notes: list[str] = Field(default_factory=list)
+    notes: list[str] = Field(default=[])
 
     @property
     def layer_kind_of(self) -> list[str]:
@@ -130,7 +128,7 @@ def _component(name: str) -> str:
     return next((comp for comp, pattern in _COMPONENT_RULES if pattern.search(name)), "other")
 
 
-def _moe_numbers(cfg: PreTrainedConfig) -> tuple[int, int, int]:
+def _moe_numbers(cfg: "PreTrainedConfig") -> tuple[int, int, int]:
     num_experts = (
         getattr(cfg, "n_routed_experts", None)
         or getattr(cfg, "num_experts", None)
@@ -142,7 +140,7 @@ def _moe_numbers(cfg: PreTrainedConfig) -> tuple[int, int, int]:
     return int(num_experts), int(top_k), int(shared)
 
 
-def _decoder_layers(model: torch.nn.Module) -> torch.nn.ModuleList:
+def _decoder_layers(model: "torch.nn.Module") -> "torch.nn.ModuleList":
     import torch  # here, not at import: the planner reads `ModelStructure` without torch
 
     inner = getattr(model, "model", model)
@@ -152,7 +150,7 @@ def _decoder_layers(model: torch.nn.Module) -> torch.nn.ModuleList:
     return layers
 
 
-def _attention_kind(cfg: PreTrainedConfig) -> Literal["MHA", "GQA", "MQA", "MLA"]:
+def _attention_kind(cfg: "PreTrainedConfig") -> Literal["MHA", "GQA", "MQA", "MLA"]:
     if getattr(cfg, "kv_lora_rank", None):
         return "MLA"
     heads = cfg.num_attention_heads
@@ -160,7 +158,7 @@ def _attention_kind(cfg: PreTrainedConfig) -> Literal["MHA", "GQA", "MQA", "MLA"
     return "MHA" if kv == heads else "MQA" if kv == 1 else "GQA"
 
 
-def layer_kinds(model: PreTrainedModel, attention_kind: str) -> list[tuple[str, bool]]:
+def layer_kinds(model: "PreTrainedModel", attention_kind: str) -> list[tuple[str, bool]]:
     """(kind name, is_moe) per decoder layer; kind = attention kind [+ layer type] + moe/dense."""
     layer_types = getattr(model.config, "layer_types", None)
     kinds = []
@@ -174,12 +172,12 @@ def layer_kinds(model: PreTrainedModel, attention_kind: str) -> list[tuple[str, 
     return kinds
 
 
-def _kv_cache_bytes(cfg: PreTrainedConfig) -> tuple[dict[str, int], KVLayout]:
+def _kv_cache_bytes(cfg: "PreTrainedConfig") -> tuple[dict[str, int], KVLayout]:
     layout = kv_layout(cfg.to_dict())
     return {dtype: int(kv_bytes_per_token(layout, nbytes)) for dtype, nbytes in DTYPE_BYTES.items()}, layout
 
 
-def analyze_structure(model: PreTrainedModel, source: str) -> ModelStructure:
+def analyze_structure(model: "PreTrainedModel", source: str) -> ModelStructure:
     cfg = model.config
     num_experts, top_k, shared = _moe_numbers(cfg)
     active_share = top_k / num_experts if num_experts else 1.0

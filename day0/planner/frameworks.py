@@ -13,8 +13,6 @@ E embedding, t a decoder layer, m an MTP layer, L the loss; stages in virtual-st
 torchtitan's `module_fqns_per_model_part`.
 """
 
-from __future__ import annotations
-
 from dataclasses import dataclass
 
 from pydantic import BaseModel, Field
@@ -48,7 +46,7 @@ class FrameworkSetup:
 class FrameworkConfigs(BaseModel):
     megatron: list[str] = Field(description="Megatron-LM / Megatron-Core arguments, one flag with its value each.")
     torchtitan: dict[str, JsonObject] = Field(description="torchtitan job config sections (TOML tables).")
-    notes: list[str] = Field(default_factory=list, description="What a framework cannot say as the plan does.")
+    notes: list[str] = Field(default=[], description="What a framework cannot say as the plan does.")
 
     def to_yaml_dict(self) -> JsonObject:
         return {"megatron": list(self.megatron), "torchtitan": self.torchtitan, "notes": self.notes}

@@ -6,8 +6,6 @@ pools; the others are named in `notes`). `PlannerOptions` holds every assumption
 makes, with its default and unit, so a plan can always say what it assumed.
 """
 
-from __future__ import annotations
-
 from typing import TYPE_CHECKING, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -49,7 +47,7 @@ class ClusterFigures(_Model):
     accelerators: int = Field(ge=1, description="Accelerators the plan may use (fixed pools + elastic maxima).")
     per_node: int = Field(ge=1, description="Accelerators per node; TP stays inside one node.")
     host_memory_gib_per_accelerator: float = Field(32, gt=0, description="Host RAM per accelerator (offload).")
-    pools: list[str] = Field(default_factory=list, description="Node pools the plan spans.")
+    pools: list[str] = Field(default=[], description="Node pools the plan spans.")
     elastic_min_accelerators: int | None = Field(
         None,
         ge=0,
@@ -57,15 +55,15 @@ class ClusterFigures(_Model):
         "`accelerators` counts their maxima.",
     )
     pool_nodes: dict[str, tuple[int, int]] = Field(
-        default_factory=dict, description="Nodes of each pool the plan spans: (minimum, maximum)."
+        default={}, description="Nodes of each pool the plan spans: (minimum, maximum)."
     )
-    notes: list[str] = Field(default_factory=list, description="What was assumed or left out, for the report.")
+    notes: list[str] = Field(default=[], description="What was assumed or left out, for the report.")
 
     @property
     def memory_bytes(self) -> float:
         return self.hardware.memory_gib * GIB
 
-    def with_accelerators(self, n: int) -> ClusterFigures:
+    def with_accelerators(self, n: int) -> "ClusterFigures":
         return self.model_copy(update={"accelerators": n})
 
 
@@ -98,7 +96,7 @@ class PlannerOptions(_Model, SearchChoices):
         "(1,550 after its 2025.04.18 kernels, DeepGEMM README); the table's runs use cuBLAS/Transformer Engine.",
     )
     gemm_measured: dict[str, list[tuple[int, int, int, float]]] = Field(
-        default_factory=dict,
+        default={},
         description="Calibrated GEMM rates by dtype, (m, n, k, TFLOP/s) as a training step runs them; a dtype "
         "with points takes its GEMMs' rates from them (`timing.measured_tflops`) instead of the roofline. "
         "Filled from the platform's calibrated profile.",
@@ -155,7 +153,7 @@ class PlannerOptions(_Model, SearchChoices):
     offload: list[Offload] = Field(default_factory=lambda: list(get_args(Offload)))
     keep_plans: int = Field(50, ge=1, description="Ranked plans kept (best per degree tuple).")
     pinned: dict[str, str] = Field(
-        default_factory=dict,
+        default={},
         description="Knobs the spec pins, by planner name (micro_batch, recompute, zero_stage, offload, tp_overlap, "
         "...), each with the spec field that pins it: the search keeps them and step 4 never changes them.",
     )
@@ -182,7 +180,7 @@ def activation_policy(options: PlannerOptions, compute: str) -> ActivationPolicy
     )
 
 
-def costs_for(structure: ModelStructure, options: PlannerOptions, compute: str) -> ModelCosts:
+def costs_for(structure: "ModelStructure", options: PlannerOptions, compute: str) -> ModelCosts:
     """`model_costs` under these options: their activation policy and multi-token-prediction modules."""
     return model_costs(structure, activation_policy(options, compute), options.mtp_layers)
 

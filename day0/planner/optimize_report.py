@@ -8,8 +8,6 @@ step 3's plan and the plan after each technique step 4 applies, in order, so its
 saving; `techniques` lists every alternative against the final choice.
 """
 
-from __future__ import annotations
-
 from pydantic import BaseModel, Field
 
 from day0.core.result import Judgement, StepResult
@@ -66,7 +64,7 @@ class OptimizationReport(StepResult):
     memory_after_bytes: float
     skipped_reason: str | None = None
     sequence: list[SequenceStep] = Field(
-        default_factory=list,
+        default=[],
         description="Step 3's plan, then after each technique applied in turn: the deltas sum to the saving.",
     )
     frameworks: FrameworkConfigs | None = Field(
@@ -74,7 +72,7 @@ class OptimizationReport(StepResult):
     )
 
     @classmethod
-    def skipped(cls, model: str, reason: str) -> OptimizationReport:
+    def skipped(cls, model: str, reason: str) -> "OptimizationReport":
         return cls(
             model=model,
             plan=None,

@@ -11,8 +11,6 @@ bandwidth (collective efficiency then 1: the figure is already achieved), the co
 measured. The datasheet stays beside it for the report.
 """
 
-from __future__ import annotations
-
 from pydantic import BaseModel, ConfigDict, Field
 
 from day0.planner.inputs import PlannerOptions

@@ -69,9 +69,9 @@ class PublishedRun(_Model):
     zero_stage: int | None = None
     offload: str | None = None
     sequence_parallel: bool | None = None
-    options: dict[str, Any] = Field(default_factory=dict)
+    options: dict[str, Any] = Field(default={})
     knobs: dict[str, int] = Field(
-        default_factory=dict,
+        default={},
         description="Published settings as printed: `micro_batch` and `vp` (virtual stages per rank) are "
         "pinned; others (ga, fsdp, etp) are recorded only.",
     )

@@ -8,8 +8,6 @@ per accelerator against capacity, step time and MFU. `to_yaml()` writes the best
 infeasibility note); `to_markdown()` is the human report.
 """
 
-from __future__ import annotations
-
 from dataclasses import fields
 
 from pydantic import BaseModel, Field
@@ -46,7 +44,7 @@ class Plan(BaseModel):
     reason: str | None = None
     layers_per_stage: list[int]
     chunk_layers: list[int] = Field(
-        default_factory=list, description="Layers of each pipeline chunk in order (chunk c on rank c mod PP)."
+        default=[], description="Layers of each pipeline chunk in order (chunk c on rank c mod PP)."
     )
 
     def to_yaml_dict(self) -> JsonObject:
@@ -105,18 +103,18 @@ class PlanReport(StepResult):
     message: str
     plans: list[Plan]
     closest_infeasible: list[Plan] = Field(
-        default_factory=list, description="When nothing fits: the leanest setups, with why not."
+        default=[], description="When nothing fits: the leanest setups, with why not."
     )
     infeasible: list[Infeasibility]
     min_accelerators: int | None = None
     tuples_considered: int
     configurations_evaluated: int
     search_seconds: float
-    notes: list[str] = Field(default_factory=list)
+    notes: list[str] = Field(default=[])
     elastic: list[ClusterPoint] = Field(
-        default_factory=list, description="With an elastic pool: the best plan at its minimum and at its maximum."
+        default=[], description="With an elastic pool: the best plan at its minimum and at its maximum."
     )
-    advice: list[str] = Field(default_factory=list, description="What to do next, one line each, with the numbers.")
+    advice: list[str] = Field(default=[], description="What to do next, one line each, with the numbers.")
     options: PlannerOptions = Field(
         default_factory=PlannerOptions,
         description="The assumptions used (last: duck-typed readers find the best plan's knobs first).",

@@ -7,8 +7,6 @@ ranked is what `result.json` and `plan.yaml` say, under the pipeline's vocabular
 `recompute`, ...). Field names carry their unit (`_bytes`, `_s`).
 """
 
-from __future__ import annotations
-
 from pydantic import computed_field
 from pydantic.dataclasses import dataclass
 

@@ -51,7 +51,7 @@ class UpdatedRef(_HubModel):
 class HubPayload(_HubModel):
     event: HubEvent
     repo: HubRepo
-    updatedRefs: list[UpdatedRef] = Field(default_factory=list)
+    updatedRefs: list[UpdatedRef] = Field(default=[])
 
 
 class WatchList(BaseModel):
@@ -59,8 +59,8 @@ class WatchList(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    orgs: list[str] = Field(default_factory=list, description="Every model repo of these orgs.")
-    patterns: list[str] = Field(default_factory=list, description="'org/name' globs, e.g. 'Qwen/Qwen3-*'.")
+    orgs: list[str] = Field(default=[], description="Every model repo of these orgs.")
+    patterns: list[str] = Field(default=[], description="'org/name' globs, e.g. 'Qwen/Qwen3-*'.")
 
     def matches(self, repo: str) -> bool:
         return repo.split("/", 1)[0] in self.orgs or any(fnmatchcase(repo, p) for p in self.patterns)

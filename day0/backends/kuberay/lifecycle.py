@@ -58,7 +58,7 @@ class RunResult(BaseModel):
     """A job run on the cluster and what happened to the cluster meanwhile."""
 
     job: JobOutcome
-    events: list[ClusterEvent] = Field(default_factory=list)
+    events: list[ClusterEvent] = Field(default=[])
 
 
 def _api_client(api_client: client.ApiClient | None) -> client.ApiClient:

@@ -89,7 +89,7 @@ class PoolReport(BaseModel):
     pods: int
     ready: int
     pending: int
-    reasons: list[str] = Field(default_factory=list)
+    reasons: list[str] = Field(default=[])
 
     def __str__(self) -> str:
         why = f": {'; '.join(self.reasons)}" if self.reasons else ""

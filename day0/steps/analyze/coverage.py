@@ -35,9 +35,9 @@ class OpCoverage(BaseModel):
     op: str
     status: Status
     dtypes_needed: list[str]
-    dtypes_unsupported: list[str] = Field(default_factory=list)
+    dtypes_unsupported: list[str] = Field(default=[])
     modules: list[str]
-    phases: list[str] = Field(default_factory=list, description="'forward', 'backward', 'optimizer' (the op's record).")
+    phases: list[str] = Field(default=[], description="'forward', 'backward', 'optimizer' (the op's record).")
     detail: str = ""
 
 

@@ -31,7 +31,7 @@ class RequestRecord(BaseModel):
     output_tokens: int | None = Field(None, description="From the server's usage.")
     ttft_s: float | None = None
     e2el_s: float | None = None
-    itl_s: list[float] = Field(default_factory=list, description="Gaps between consecutive text chunks.")
+    itl_s: list[float] = Field(default=[], description="Gaps between consecutive text chunks.")
     chunks: int = Field(0, description="Streamed chunks that carried text.")
     finish_reason: str | None = None
     error: str | None = Field(
@@ -87,7 +87,7 @@ class LoadSummary(BaseModel):
 
     completed: int
     failed: int
-    errors: list[str] = Field(default_factory=list, description="Distinct failure messages, at most a few.")
+    errors: list[str] = Field(default=[], description="Distinct failure messages, at most a few.")
     duration_s: float
     input_tokens: int
     output_tokens: int

@@ -95,7 +95,7 @@ class QuantizationReport(BaseModel):
     expert_tensors: int = Field(description="Fused 3-D expert weights quantised per expert.")
     bytes_before: int
     bytes_after: int
-    notes: list[str] = Field(default_factory=list)
+    notes: list[str] = Field(default=[])
 
     @computed_field  # type: ignore[prop-decorator]  # pydantic's documented computed-field form
     @property

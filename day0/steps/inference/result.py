@@ -60,13 +60,13 @@ class InferenceResult(StepResult):
     quantization: str
     quantized: QuantizationReport | None = None
     quality: QualityReport | None = None
-    kv: list[KVBudget] = Field(default_factory=list)
+    kv: list[KVBudget] = Field(default=[])
     engine_cache: EngineCache | None = None
-    findings: list[EngineFinding] = Field(default_factory=list)
+    findings: list[EngineFinding] = Field(default=[])
     error: str | None = Field(None, description="Why serving failed, with the engine's words.")
     slo: SLO
-    sweep: list[SweepPoint] = Field(default_factory=list)
-    notes: list[str] = Field(default_factory=list)
+    sweep: list[SweepPoint] = Field(default=[])
+    notes: list[str] = Field(default=[])
     seconds: float
 
     def _slo_reasons(self) -> tuple[list[str], list[str]]:

@@ -38,9 +38,7 @@ class OpCheck(BaseModel):
     kind: Kind = "compute"
     status: Status
     reason: str = ""
-    served_by: list[str] = Field(
-        default_factory=list, description="Kernels that ran: stock, vendor, plugin:x, adapt:y."
-    )
+    served_by: list[str] = Field(default=[], description="Kernels that ran: stock, vendor, plugin:x, adapt:y.")
     examples: int = Field(0, description="Example shapes checked (times seeds).")
     metrics: ErrorMetrics | None = Field(None, description="Worst over examples, seeds and outputs.")
     grad_status: Status | Literal["n/a"] = "n/a"
@@ -62,7 +60,7 @@ class Adaptation(BaseModel):
     strategy: str | None = Field(
         None, description="plugin | decomposition | upcast | cpu_fallback; None if nothing fixed it."
     )
-    tried: list[str] = Field(default_factory=list, description="Strategies tried, with why each was rejected.")
+    tried: list[str] = Field(default=[], description="Strategies tried, with why each was rejected.")
     overhead: float | None = Field(None, description="Estimated time relative to a native kernel (1.0 = same).")
     cost_note: str = ""
     recheck: OpCheck | None = None
@@ -75,7 +73,7 @@ class OpCheckReport(BaseModel):
     reference_dtype: str
     seeds: int
     checks: list[OpCheck]
-    adaptations: list[Adaptation] = Field(default_factory=list)
+    adaptations: list[Adaptation] = Field(default=[])
     seconds: float
     ops_per_second: float
 
@@ -147,7 +145,7 @@ class LayerReport(BaseModel):
     first_divergent: str | None = Field(None, description="First module (forward order, then backward) over tolerance.")
     first_divergent_phase: str | None = None
     error: str | None = Field(None, description="Why the platform run did not complete, if it did not.")
-    notes: list[str] = Field(default_factory=list)
+    notes: list[str] = Field(default=[])
     seconds: float
     _missing: MissingKernelError | None = PrivateAttr(default=None)  # what stopped the run, if anything
 
@@ -198,9 +196,9 @@ class TrainingStepCheck(BaseModel):
     compute_dtype: str
     loss_reference: float
     loss_platform: float | None = None
-    rows: list[TrainingStepRow] = Field(default_factory=list)
+    rows: list[TrainingStepRow] = Field(default=[])
     ops: int = Field(0, description="Distinct aten ops the platform's step ran.")
-    kernel_calls: dict[str, int] = Field(default_factory=dict, description="Calls per kernel source.")
+    kernel_calls: dict[str, int] = Field(default={}, description="Calls per kernel source.")
     error: str | None = Field(None, description="Why the platform's step did not complete, if it did not.")
     seconds: float
     _missing: MissingKernelError | None = PrivateAttr(default=None)  # what stopped the run, if anything
@@ -253,7 +251,7 @@ class OperatorsResult(StepResult):
     ops: OpCheckReport
     layers: LayerReport | None = None
     training_step: TrainingStepCheck | None = None
-    notes: list[str] = Field(default_factory=list)
+    notes: list[str] = Field(default=[])
     seconds: float = 0.0
 
     def judge(self) -> Judgement:

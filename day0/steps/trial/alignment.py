@@ -115,8 +115,8 @@ class AlignmentReport(BaseModel):
     parted_metric: Literal["loss", "grad_norm"] | None = None
     first_step_ok: bool = Field(description="The first step agrees within either first-step bound.")
     passed: bool = Field(description="Every check passed (the two above, finite curves of equal length).")
-    failures: list[str] = Field(default_factory=list, description="One clear sentence per failed check.")
-    notes: list[str] = Field(default_factory=list)
+    failures: list[str] = Field(default=[], description="One clear sentence per failed check.")
+    notes: list[str] = Field(default=[])
 
 
 def _first_non_finite(values: Sequence[float]) -> int | None:

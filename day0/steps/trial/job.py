@@ -34,7 +34,7 @@ class TrialRequest(BaseModel):
     max_failures: int = Field(2, ge=0)
     faults: TrialFaults | None = Field(None, description="Test-only faults injected into the candidate.")
     adaptations: list[Adaptation] = Field(
-        default_factory=list, description="Step 2's adaptations, applied to the candidate's platform kernels."
+        default=[], description="Step 2's adaptations, applied to the candidate's platform kernels."
     )
     on_cluster: bool = Field(False, description="Join the job's Ray cluster instead of a private local Ray.")
 

@@ -89,7 +89,7 @@ class StepRecord(BaseModel):
     step_time_s: float = Field(description="Wall time from the end of the previous step (includes checkpoints).")
     compute_time_s: float = Field(description="Forward + backward + optimizer time.")
     kernel_calls: dict[str, int] = Field(
-        default_factory=dict,
+        default={},
         description="Op calls per kernel source (stock, vendor, plugin:x, adapt:y) in this step.",
     )
 
@@ -113,7 +113,7 @@ class LoopConfig(BaseModel):
     experts_implementation: str | None = None
     num_threads: int = 1
     platform: PlatformSpec | None = Field(None, description="Train under this platform's kernel table (None: stock).")
-    adaptations: list[AdaptedKernel] = Field(default_factory=list, description="Step 2's adapted kernels, applied.")
+    adaptations: list[AdaptedKernel] = Field(default=[], description="Step 2's adapted kernels, applied.")
 
 
 def platform_mode(cfg: LoopConfig) -> tuple[PlatformMode | None, list[str]]:

@@ -99,7 +99,7 @@ class RunSummary(BaseModel):
     wall_s: float
     error: str | None = None
     checkpoint_path: str | None = None
-    events: list[RunEvent] = Field(default_factory=list)
+    events: list[RunEvent] = Field(default=[])
 
 
 def steady_tokens_per_s(history: list[StepRecord], skip: int = 2) -> float | None:
@@ -163,7 +163,7 @@ class TrialResult(StepResult):
     model: str
     scaled: dict[str, int | None] = Field(description="layers, hidden, experts, vocab, parameters of the trial model.")
     scaled_config: HFConfigDict = Field(
-        default_factory=dict, description="The scaled-down model's HF config (what the memory estimate models)."
+        default={}, description="The scaled-down model's HF config (what the memory estimate models)."
     )
     dataset: str
     seq_len: int
@@ -173,10 +173,10 @@ class TrialResult(StepResult):
     candidate: TrialCurve
     alignment: AlignmentReport
     runs: list[RunSummary]
-    recoveries: list[Recovery] = Field(default_factory=list)
-    memory: list[MemoryComparison] = Field(default_factory=list)
+    recoveries: list[Recovery] = Field(default=[])
+    memory: list[MemoryComparison] = Field(default=[])
     cost_check: CostCheck | None = Field(None, description="Step 3's prediction of this trial vs its measurement.")
-    notes: list[str] = Field(default_factory=list)
+    notes: list[str] = Field(default=[])
     seconds: float
 
     def with_memory_estimate(self, estimate_bytes: float | None, source: str) -> TrialResult:
