@@ -10,7 +10,7 @@ def run() -> int:
     import gc
 
     # What the imports build (modules, classes, validators) lives as long as the process: no collection
-    # needs to scan it while it is built. main() freezes it, then collects again.
+    # needs to scan it while it is built. main() freezes it, then collects again unless the command is brief.
     gc.disable()
     from cli.main import main
 

@@ -192,7 +192,7 @@ def add_plan_command(subparsers: argparse._SubParsersAction) -> None:
         help="where to write the chosen plan YAML (default: plan.yaml in the spec's run folder in its store); "
         "an earlier plan there is replaced",
     )
-    p.set_defaults(func=cmd_plan)
+    p.set_defaults(func=cmd_plan, brief=True)
 
 
 def cmd_plan(args: argparse.Namespace) -> int:

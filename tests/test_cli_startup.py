@@ -78,18 +78,22 @@ def test_main_called_in_process_leaves_the_collector_alone(capsys: pytest.Captur
     assert gc.get_freeze_count() == frozen
 
 
-def test_the_command_runs_with_the_collector_on_and_its_imports_frozen() -> None:
-    """`cli.run` keeps the collector off while the imports build what lives as long as the process; the
-    command itself runs with it on again, over a frozen view of those imports."""
+@pytest.mark.parametrize(
+    ("argv", "collecting"),
+    [(["schema"], False), (["plan", "spec.yaml"], False), (["run", "spec.yaml"], True), (["webhook", "serve"], True)],
+)
+def test_a_brief_command_runs_without_collections_a_long_one_with(argv: list[str], collecting: bool) -> None:
+    """`cli.run` keeps the collector off while the imports build what lives as long as the process, and
+    `main()` freezes that; a long command (a run, the receiver) then collects again, a brief one does not."""
     probe = (
         "import gc, json, sys, cli, cli.main\n"
         "cli.main._dispatch = lambda args: print(json.dumps([gc.isenabled(), gc.get_freeze_count() > 1000])) or 0\n"
-        "sys.argv = ['day0', 'schema']\n"
+        f"sys.argv = ['day0', *{argv!r}]\n"
         "sys.exit(cli.run())\n"
     )
     proc = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert json.loads(proc.stdout) == [True, True]
+    assert json.loads(proc.stdout) == [collecting, True]
 
 
 # What `day0 plan` imports (the command line, the spec, the planner and its results).
