@@ -6,7 +6,16 @@ from __future__ import annotations
 import json
 
 import pytest
-from transformers import GptOssConfig, Llama4TextConfig, Qwen3NextConfig
+from transformers import (
+    BambaConfig,
+    FalconH1Config,
+    GptOssConfig,
+    JambaConfig,
+    Llama4TextConfig,
+    NemotronHConfig,
+    Qwen3NextConfig,
+    Zamba2Config,
+)
 
 from day0.core.kv_cache import (
     kv_bytes_per_sequence,
@@ -61,6 +70,49 @@ def test_hybrid_linear_attention_caches_kv_in_its_attention_layers_and_a_state_p
     assert kv_layout(by_interval) == layout
     # Models without linear layers keep no state.
     assert state_bytes_per_sequence(kv_layout(_config("llama-3-8b")), 2) == 0
+
+
+def test_mamba_hybrids_cache_kv_in_their_attention_layers_and_an_ssm_state_per_sequence() -> None:
+    """Bamba-9B's layout (transformers' BambaConfig defaults, attention at layers 9, 18 and 27 of 32): 8 KV
+    heads of 128; each Mamba-2 layer keeps 128 heads x 64 x a 256-wide SSM state, plus the last 3 inputs
+    of the convolution over x, B and C (128 x 64 + 2 x 1 group x 256 channels)."""
+    bamba = kv_layout(BambaConfig(attn_layer_indices=[9, 18, 27]).to_dict())
+    assert (bamba.layers, bamba.linear_layers, bamba.state_layers) == (3, 29, 29)
+    assert kv_bytes_per_token(bamba, 2) == 2 * 8 * 128 * 3 * 2 == 12_288  # not 32 layers' 131,072
+    per_layer = 128 * 64 * 256 + 3 * (128 * 64 + 2 * 256)
+    assert state_bytes_per_sequence(bamba, 2) == per_layer * 29 * 2 == 123_149_312
+    assert state_bytes_per_sequence(bamba, 2, tensor_parallel=2) == 123_149_312 / 2
+    # NemotronH as transformers saves it (`layers_block_type`, no layer count) and as its checkpoints
+    # write it (`hybrid_override_pattern`: M Mamba-2, * attention, E MoE, - MLP): only M keeps a state.
+    saved = NemotronHConfig(hybrid_override_pattern="M-M*EM").to_dict()
+    assert "num_hidden_layers" not in saved
+    written = {k: v for k, v in saved.items() if k != "layers_block_type"}
+    written |= {"hybrid_override_pattern": "M-M*EM", "num_hidden_layers": 6}
+    nemotron = kv_layout(saved)
+    assert nemotron == kv_layout(written)
+    assert (nemotron.layers, nemotron.linear_layers, nemotron.state_layers) == (1, 5, 3)
+    per_layer = 128 * 64 * 128 + 3 * (128 * 64 + 2 * 8 * 128)  # 8 groups of a 128-wide state
+    assert state_bytes_per_sequence(nemotron, 2) == per_layer * 3 * 2
+    # Granite 4.0-H's config.json names its layers "mamba" and "attention".
+    granite = kv_layout(_config("llama-3-8b") | {"layer_types": ["mamba", "attention"] * 16}
+                        | {k: v for k, v in BambaConfig().to_dict().items() if k.startswith("mamba_")})  # fmt: skip
+    assert (granite.layers, granite.state_layers, granite.state_values_per_head) == (16, 16, 64 * 256 + 3 * 68)
+    # Jamba's Mamba-1 layers (attention every 8th from the 4th): per inner channel (2 x 4096), a 16-wide
+    # state and 3 inputs.
+    jamba = kv_layout(JambaConfig().to_dict())
+    assert (jamba.layers, jamba.state_layers, jamba.state_heads) == (4, 28, 8192)
+    assert state_bytes_per_sequence(jamba, 2) == 8192 * (16 + 3) * 28 * 2
+    # Falcon-H1 runs attention and a Mamba-2 mixer side by side in every layer: K/V and a state in each.
+    falcon = kv_layout(FalconH1Config().to_dict())
+    assert (falcon.layers, falcon.linear_layers, falcon.state_layers) == (32, 0, 32)
+    assert state_bytes_per_sequence(falcon, 2) == (8 * 256 + 3 * (128 * 8 + 2 * 256) // 128) * 128 * 32 * 2
+    # Zamba2: its hybrid layers add a shared attention block (32 heads of 160) to the Mamba-2 mixer.
+    zamba = kv_layout(Zamba2Config().to_dict())
+    hybrid = Zamba2Config().to_dict()["layers_block_type"].count("hybrid")
+    assert (zamba.layers, zamba.state_layers, zamba.head_dim) == (hybrid, 54, 160)
+    # A linear-attention layer whose mixer this module does not know: counted, and its state not sized.
+    unknown = kv_layout(_config("llama-3-8b") | {"layer_types": ["linear_attention", "full_attention"] * 16})
+    assert (unknown.layers, unknown.state_layers, state_bytes_per_sequence(unknown, 2)) == (16, 16, 0)
 
 
 def test_windowed_layers_keep_their_window_of_each_sequence() -> None:

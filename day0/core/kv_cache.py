@@ -10,14 +10,22 @@ L counts the layers that keep every token. transformers' `layer_types` names eac
 - "sliding_attention" and "chunked_attention" layers (Gemma 3, GPT-OSS, Llama 4) keep at most the last
   `sliding_window` / `attention_chunk_size` tokens, so a sequence costs them a fixed amount beyond that
   context (vLLM's hybrid allocator gives them no more);
-- "linear_attention" (Gated DeltaNet, Mamba; legacy "mamba"), "conv" and "moe" (NemotronH's attention-free
-  layers) keep no K/V; a linear-attention layer keeps a fixed state per sequence instead: for Gated
-  DeltaNet (Qwen3-Next's `linear_*` fields), the recurrent state (value heads x key dim x value dim) plus
-  the causal convolution's last kernel-1 inputs over the q, k and v channels.
-Configs that do not name the kinds but set `full_attention_interval` (Qwen3-Next) attend on every
-interval-th layer.
+- "linear_attention" (Gated DeltaNet, Mamba; legacy "mamba"), "conv", "moe" and "mlp" (NemotronH's
+  attention-free layers) keep no K/V. A linear-attention layer keeps a fixed state per sequence instead:
+  - Gated DeltaNet (Qwen3-Next's `linear_*` fields): the recurrent state (value heads x key dim x value
+    dim) plus the causal convolution's last kernel-1 inputs over the q, k and v channels;
+  - a Mamba-2 mixer (`mamba_*` fields: Bamba, Granite 4.0-H, NemotronH, Zamba2, Falcon-H1): the SSM state
+    (heads x head dim x state size) plus the convolution's last kernel-1 inputs over x, B and C (heads x
+    head dim + 2 x groups x state size channels), as transformers' and vLLM's Mamba-2 caches hold them;
+  - a Mamba-1 mixer (Jamba): per inner channel (expand x hidden), the SSM state plus kernel-1 inputs;
+- "hybrid" layers (Zamba2, Falcon-H1) run attention and a Mamba mixer side by side: both K/V and a state.
+Configs that do not list the kinds give them otherwise: NemotronH's `layers_block_type` (as transformers
+saves it) or `hybrid_override_pattern` (a character a layer: `*` attention, `M` Mamba-2, `E` MoE, `-` MLP),
+Bamba's `attn_layer_indices` and Jamba's `attn_layer_period` / `attn_layer_offset` (attention there, Mamba
+elsewhere), Falcon-H1's `mamba_d_ssm` (every layer hybrid), Qwen3-Next's `full_attention_interval`
+(attention on every interval-th layer).
 
-Per accelerator under tensor parallelism, K/V heads (and Gated DeltaNet's heads) are split across the TP
+Per accelerator under tensor parallelism, K/V heads (and the state's heads or channels) are split across the TP
 ranks (K/V heads replicated when TP exceeds them); the MLA latent is replicated on every rank (vLLM's MLA
 backends do the same).
 """
@@ -40,7 +48,9 @@ __all__ = [
 
 AttentionKind = Literal["MHA", "GQA", "MQA", "MLA"]
 
-_NO_TOKEN_CACHE = frozenset({"linear_attention", "mamba", "conv", "moe"})
+_NO_TOKEN_CACHE = frozenset({"linear_attention", "mamba", "conv", "moe", "mlp"})
+_STATE = frozenset({"linear_attention", "mamba", "hybrid"})
+_PATTERN_KIND = {"*": "full_attention", "M": "mamba", "E": "moe", "-": "mlp"}  # NemotronH's characters
 _WINDOW_KEY = {"sliding_attention": "sliding_window", "chunked_attention": "attention_chunk_size"}
 
 
@@ -55,52 +65,94 @@ class KVLayout(BaseModel):
     rope_dim: int | None = Field(None, description="MLA decoupled rope key width.")
     window_layers: int = Field(0, ge=0, description="Layers that cache K/V for the last `window_tokens` only.")
     window_tokens: int = Field(0, ge=0, description="The sliding window or attention chunk those layers keep.")
-    linear_layers: int = Field(0, ge=0, description="Layers with no per-token K/V (linear attention, convolution).")
-    state_heads: int = Field(0, ge=0, description="Gated DeltaNet value heads (what TP splits).")
+    linear_layers: int = Field(
+        0, ge=0, description="Layers with no per-token K/V (linear attention, convolution, MLP or MoE alone)."
+    )
+    state_layers: int = Field(0, ge=0, description="Linear-attention layers: each keeps a state per sequence.")
+    state_heads: int = Field(
+        0, ge=0, description="Heads of that state (Gated DeltaNet value heads, Mamba-2 heads, Mamba-1 channels)."
+    )
     state_values_per_head: int = Field(
-        0, ge=0, description="Values one Gated DeltaNet value head keeps per sequence (recurrent + conv state)."
+        0, ge=0, description="Values one such head keeps per sequence (recurrent or SSM state + conv inputs)."
     )
 
 
-def _layer_counts(cfg: HFConfigDict, total: int) -> tuple[int, int, int]:
-    """(layers keeping every token, windowed layers, their window in tokens); the rest keep no K/V."""
-    types = cfg.get("layer_types")
+def _layer_kinds(cfg: HFConfigDict, total: int) -> list[str] | None:
+    """Each layer's kind, as `layer_types` names them, from whichever field the config gives; None when it
+    gives none (every layer attends to every token)."""
+    types = cfg.get("layer_types") or cfg.get("layers_block_type")  # the latter: NemotronH as transformers saves it
+    pattern = cfg.get("hybrid_override_pattern")
     if isinstance(types, list) and types:
-        kinds = [str(t) for t in types[:total]]
-        window = {t: w for t, key in _WINDOW_KEY.items() if isinstance(w := cfg.get(key), int)}
-        windowed = [t for t in kinds if t in window]  # a windowed kind whose window the config omits: full
-        full = sum(t not in _NO_TOKEN_CACHE for t in kinds) - len(windowed)
-        return full, len(windowed), max((window[t] for t in windowed), default=0)
+        return [str(t) for t in types[:total]]
+    if isinstance(pattern, str) and pattern:
+        return [_PATTERN_KIND.get(c, "full_attention") for c in pattern[:total]]
+    if isinstance(indices := cfg.get("attn_layer_indices"), list):
+        return ["full_attention" if i in indices else "mamba" for i in range(total)]
+    period, offset = cfg.get("attn_layer_period"), cfg.get("attn_layer_offset")
+    if isinstance(period, int) and period > 0 and isinstance(offset, int):
+        return ["full_attention" if i % period == offset else "mamba" for i in range(total)]
     interval = cfg.get("full_attention_interval")
     if isinstance(interval, int) and interval > 0:
-        return total // interval, 0, 0
-    return total, 0, 0
+        return ["full_attention" if (i + 1) % interval == 0 else "linear_attention" for i in range(total)]
+    if cfg.get("mamba_d_ssm"):  # Falcon-H1: attention and Mamba-2 in every layer
+        return ["hybrid"] * total
+    return None
 
 
-def _gated_delta_state(cfg: HFConfigDict) -> tuple[int, int]:
-    """(value heads, values per value head) of one Gated DeltaNet layer's per-sequence state; (0, 0)
-    where the config names no such layer."""
-    if not cfg.get("linear_num_value_heads"):
-        return 0, 0
-    v_heads, k_heads = int(cfg["linear_num_value_heads"]), int(cfg["linear_num_key_heads"])
-    k_dim, v_dim = int(cfg["linear_key_head_dim"]), int(cfg["linear_value_head_dim"])
-    conv_window = int(cfg.get("linear_conv_kernel_dim") or 4) - 1
-    recurrent = k_dim * v_dim  # per value head
-    conv_channels = 2 * k_heads * k_dim + v_heads * v_dim  # q, k and v, before the heads split
-    return v_heads, recurrent + conv_window * conv_channels // v_heads
+def _layer_counts(cfg: HFConfigDict, total: int) -> tuple[int, int, int, int]:
+    """(layers keeping every token, windowed layers, their window in tokens, layers keeping a state); the
+    rest keep no K/V."""
+    kinds = _layer_kinds(cfg, total)
+    if kinds is None:
+        return total, 0, 0, 0
+    window = {t: w for t, key in _WINDOW_KEY.items() if isinstance(w := cfg.get(key), int)}
+    windowed = [t for t in kinds if t in window]  # a windowed kind whose window the config omits: full
+    full = sum(t not in _NO_TOKEN_CACHE for t in kinds) - len(windowed)
+    return full, len(windowed), max((window[t] for t in windowed), default=0), sum(t in _STATE for t in kinds)
+
+
+def _first(cfg: HFConfigDict, *keys: str) -> int | None:
+    """The first of `keys` the config sets to a positive int (a family's name for the field)."""
+    return next((v for k in keys if isinstance(v := cfg.get(k), int) and v > 0), None)
+
+
+def _linear_state(cfg: HFConfigDict) -> tuple[int, int]:
+    """(heads, values per head) of one linear-attention layer's per-sequence state (see the module
+    docstring); (0, 0) where the config names no mixer this module sizes."""
+    if cfg.get("linear_num_value_heads"):  # Gated DeltaNet
+        v_heads, k_heads = int(cfg["linear_num_value_heads"]), int(cfg["linear_num_key_heads"])
+        k_dim, v_dim = int(cfg["linear_key_head_dim"]), int(cfg["linear_value_head_dim"])
+        conv_window = int(cfg.get("linear_conv_kernel_dim") or 4) - 1
+        conv_channels = 2 * k_heads * k_dim + v_heads * v_dim  # q, k and v, before the heads split
+        return v_heads, k_dim * v_dim + conv_window * conv_channels // v_heads
+    d_state = _first(cfg, "mamba_d_state", "ssm_state_size")
+    conv_window = (_first(cfg, "mamba_d_conv", "conv_kernel") or 4) - 1
+    heads = _first(cfg, "mamba_n_heads", "mamba_num_heads", "n_mamba_heads")
+    expand = _first(cfg, "mamba_expand", "expand") or 2
+    if heads and d_state:  # Mamba-2; a head dim not given ("auto") splits the inner width over the heads
+        head_dim = (
+            _first(cfg, "mamba_d_head", "mamba_head_dim", "mamba_headdim") or expand * cfg["hidden_size"] // heads
+        )
+        groups = _first(cfg, "mamba_n_groups", "n_groups", "mamba_ngroups") or 1
+        conv_channels = heads * head_dim + 2 * groups * d_state  # x, B and C
+        return heads, head_dim * d_state + conv_window * conv_channels // heads
+    if d_state:  # Mamba-1: per inner channel
+        return expand * int(cfg["hidden_size"]), d_state + conv_window
+    return 0, 0
 
 
 def kv_layout(config: HFConfigDict) -> KVLayout:
     """The cache layout of an HF `config.json` dict (multimodal wrappers: its `text_config`)."""
     cfg = config.get("text_config") or config
-    total, heads = int(cfg["num_hidden_layers"]), int(cfg["num_attention_heads"])
-    layers, window_layers, window = _layer_counts(cfg, total)
-    linear = total - layers - window_layers
-    state_heads, state_values = _gated_delta_state(cfg) if linear else (0, 0)
+    heads = int(cfg["num_attention_heads"])
+    total = int(cfg.get("num_hidden_layers") or len(cfg.get("layers_block_type") or cfg["hybrid_override_pattern"]))
+    layers, window_layers, window, state_layers = _layer_counts(cfg, total)
+    state_heads, state_values = _linear_state(cfg) if state_layers else (0, 0)
     hybrid = {
         "window_layers": window_layers,
         "window_tokens": window,
-        "linear_layers": linear,
+        "linear_layers": total - layers - window_layers,
+        "state_layers": state_layers,
         "state_heads": state_heads,
         "state_values_per_head": state_values,
     }
@@ -116,7 +168,8 @@ def kv_layout(config: HFConfigDict) -> KVLayout:
             **hybrid,
         )
     kv = int(cfg.get("num_key_value_heads") or heads)
-    head_dim = int(cfg.get("head_dim") or cfg["hidden_size"] // heads)
+    # Zamba2 names its shared attention block's head width `attention_head_dim`.
+    head_dim = int(cfg.get("head_dim") or cfg.get("attention_head_dim") or cfg["hidden_size"] // heads)
     kind: AttentionKind = "MHA" if kv == heads else "MQA" if kv == 1 else "GQA"
     return KVLayout(kind=kind, layers=layers, kv_heads=kv, head_dim=head_dim, **hybrid)
 
@@ -147,7 +200,7 @@ def state_bytes_per_sequence(layout: KVLayout, dtype_bytes: float, tensor_parall
     """The fixed state one sequence keeps in the linear-attention layers on one accelerator (0 where the
     model has none, or none this module can size)."""
     heads_per_rank = math.ceil(layout.state_heads / tensor_parallel)
-    return heads_per_rank * layout.state_values_per_head * layout.linear_layers * dtype_bytes
+    return heads_per_rank * layout.state_values_per_head * layout.state_layers * dtype_bytes
 
 
 def kv_bytes_per_sequence(

@@ -231,7 +231,13 @@ def analyze_structure(model: "PreTrainedModel", source: str) -> ModelStructure:
     if kv.linear_layers:
         notes.append(
             f"KV cache counted over the {kv.layers + kv.window_layers} attention layers; the other "
-            f"{kv.linear_layers} keep a fixed state per sequence instead (linear attention or convolution)"
+            f"{kv.linear_layers} keep no K/V"
+            + (f", {kv.state_layers} of them a fixed state per sequence (linear attention)" if kv.state_layers else "")
+            + (
+                " that is not sized here (no mixer fields this version knows)"
+                if kv.state_layers and not kv.state_heads
+                else ""
+            )
         )
     return ModelStructure(
         model=source,

@@ -256,7 +256,7 @@ def _per_sequence(b: KVBudget) -> str:
         )
     if b.state_bytes_per_sequence:
         parts.append(
-            f"{b.state_bytes_per_sequence / 2**20:,.1f} MiB of state in the {b.layout.linear_layers} "
+            f"{b.state_bytes_per_sequence / 2**20:,.1f} MiB of state in the {b.layout.state_layers} "
             "linear-attention layers"
         )
     return f"each sequence also keeps {' and '.join(parts)}, counted in max seqs." if parts else ""
