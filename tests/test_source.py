@@ -64,6 +64,12 @@ def test_local_dir_and_named_config(tmp_path: Path) -> None:
         ('{"model_type": "llama", "hidden_size": -4}', "hidden_size", "positive integer"),
         ('{"model_type": "no-such-arch"}', "model_type", "unknown architecture"),
         ('{"model_type": "custom-arch", "auto_map": {"AutoConfig": "x.Config"}}', "model_type", "trust_remote_code"),
+        (
+            '{"model_type": "mamba2", "num_heads": 8, "head_dim": 16, "hidden_size": 64}',
+            "num_attention_heads",
+            "no attention layers",
+        ),
+        ('{"model_type": "rwkv"}', "num_attention_heads", "'rwkv' has no attention layers"),
     ],
 )
 def test_malformed_configs_name_the_field(tmp_path: Path, content: str, field: str, message: str) -> None:

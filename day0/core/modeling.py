@@ -2,8 +2,9 @@
 device (shapes only, no memory). Shared by step 1 (structure, inventory), step 2 (real weights at
 reduced depth) and step 5 (the scaled trial model).
 
-Contract: both raise `ModelError` naming the model and the field for unknown architectures and
-malformed configs.
+Contract: both raise `ModelError` naming the model and the field for unknown architectures,
+malformed configs and models without attention layers (Mamba, RWKV: the steps count, plan and serve
+attention).
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ def load_hf_config(model: ResolvedModel, trust_remote_code: bool | None = None) 
             raise ModelError(model.source, key, f"expected a positive integer, got {shorten(value, 40)}")
     check_config(model.source, cfg)
     try:
-        return AutoConfig.from_pretrained(model.directory, trust_remote_code=trust_remote_code)
+        hf_config = AutoConfig.from_pretrained(model.directory, trust_remote_code=trust_remote_code)
     except ValueError as exc:
         if "auto_map" in cfg and not trust_remote_code:
             raise ModelError(
@@ -55,6 +56,14 @@ def load_hf_config(model: ResolvedModel, trust_remote_code: bool | None = None) 
                 "set model.trust_remote_code and list the org in model.trusted_orgs",
             ) from None
         raise ModelError(model.source, "model_type", f"unknown architecture {cfg['model_type']!r}: {exc}") from None
+    if getattr(hf_config.get_text_config(), "num_attention_heads", None) is None:
+        raise ModelError(
+            model.source,
+            "num_attention_heads",
+            f"{cfg['model_type']!r} has no attention layers (a state-space or recurrent model): day0's steps count, "
+            "plan and serve attention; hybrids that mix attention with Mamba or linear attention are supported",
+        )
+    return hf_config
 
 
 def build_meta_model(
