@@ -70,6 +70,11 @@ def test_local_dir_and_named_config(tmp_path: Path) -> None:
             "no attention layers",
         ),
         ('{"model_type": "rwkv"}', "num_attention_heads", "'rwkv' has no attention layers"),
+        (
+            '{"model_type": "mamba2", "num_heads": 8, "head_dim": 16}',
+            "config.json",
+            "refuses this config: Class validation error .* Inconsistent configuration",
+        ),
     ],
 )
 def test_malformed_configs_name_the_field(tmp_path: Path, content: str, field: str, message: str) -> None:

@@ -33,7 +33,9 @@ _REQUIRED_POSITIVE = ("hidden_size", "num_hidden_layers", "num_attention_heads",
 def load_hf_config(model: ResolvedModel, trust_remote_code: bool | None = None) -> PreTrainedConfig:
     """The transformers config of `model`; remote code runs only if `model.trust_remote_code`
     (the resolver's decision) or an explicit `trust_remote_code` says so."""
+    from huggingface_hub.errors import StrictDataclassError
     from transformers import AutoConfig
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
 
     if trust_remote_code is None:
         trust_remote_code = model.trust_remote_code
@@ -47,7 +49,7 @@ def load_hf_config(model: ResolvedModel, trust_remote_code: bool | None = None) 
     check_config(model.source, cfg)
     try:
         hf_config = AutoConfig.from_pretrained(model.directory, trust_remote_code=trust_remote_code)
-    except ValueError as exc:
+    except (ValueError, StrictDataclassError) as exc:  # the latter: transformers' checks of a config's fields
         if "auto_map" in cfg and not trust_remote_code:
             raise ModelError(
                 model.source,
@@ -55,7 +57,10 @@ def load_hf_config(model: ResolvedModel, trust_remote_code: bool | None = None) 
                 f"{cfg['model_type']!r} needs the repo's own code; "
                 "set model.trust_remote_code and list the org in model.trusted_orgs",
             ) from None
-        raise ModelError(model.source, "model_type", f"unknown architecture {cfg['model_type']!r}: {exc}") from None
+        reason = " ".join(str(exc).split())[:400]
+        if cfg["model_type"] in CONFIG_MAPPING_NAMES:  # a known architecture
+            raise ModelError(model.source, "config.json", f"transformers refuses this config: {reason}") from None
+        raise ModelError(model.source, "model_type", f"unknown architecture {cfg['model_type']!r}: {reason}") from None
     if getattr(hf_config.get_text_config(), "num_attention_heads", None) is None:
         raise ModelError(
             model.source,
