@@ -7,6 +7,11 @@ where nothing listens fails at once with `ConnectionError`: `ray.init` itself wo
 15 minutes (Ray 2.60: 20 tries of about 45 s each). A SIGTERM handler of the caller's (`day0 run`'s:
 interrupted, exit 130) stays in place: `ray.init` replaces it with its own and a C++ one that makes
 the driver abort (exit -6) as it exits.
+
+`interruptible` wraps a wait of the driver's main thread inside Ray (`ray.get`, a Ray Train fit): Ray's
+signal check there passes on a handler's KeyboardInterrupt and SystemExit only and drops any other
+exception, so Prefect's SIGTERM handler (its flow engine's: it raises `TerminationSignal`) was lost,
+and a terminated run trained on to its end.
 """
 
 from __future__ import annotations
@@ -15,8 +20,11 @@ import os
 import signal
 import socket
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from types import FrameType
 
-__all__ = ["connect"]
+__all__ = ["connect", "interruptible"]
 
 
 def connect(address: str | None = None, *, num_cpus: int | None = None, namespace: str = "day0") -> str:
@@ -54,3 +62,27 @@ def _check_listening(address: str, timeout_s: float = 5.0) -> None:
         socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s).close()  # [::1]:6379 too
     except OSError as exc:
         raise ConnectionError(f"no Ray cluster answers at {address}: {exc}") from None
+
+
+@contextmanager
+def interruptible() -> Iterator[None]:
+    """While the body waits inside Ray, SIGTERM raises KeyboardInterrupt (from what the process's own
+    handler raised): Ray's wait gives that up at once. The handler is put back after."""
+    handler = signal.getsignal(signal.SIGTERM)
+    if not callable(handler) or threading.current_thread() is not threading.main_thread():
+        yield  # the default (the process ends) or no Python handler to convert
+        return
+
+    def raise_interrupt(signum: int, frame: FrameType | None) -> None:
+        try:
+            handler(signum, frame)
+        except (KeyboardInterrupt, SystemExit):
+            raise
+        except BaseException as exc:  # e.g. Prefect's TerminationSignal, which Ray drops
+            raise KeyboardInterrupt(f"signal {signum}") from exc
+
+    signal.signal(signal.SIGTERM, raise_interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, handler)

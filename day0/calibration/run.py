@@ -171,8 +171,11 @@ def _get(refs: ObjectRef[R] | Sequence[ObjectRef[R]], what: str, timeout_s: floa
     import ray
     from ray.exceptions import GetTimeoutError
 
+    from day0.backends.local import interruptible
+
     try:
-        return ray.get(refs, timeout=timeout_s)
+        with interruptible():
+            return ray.get(refs, timeout=timeout_s)
     except GetTimeoutError:
         free = {k: v for k, v in ray.available_resources().items() if not k.startswith("node:")}
         raise CalibrationError(

@@ -59,11 +59,12 @@ def run_operators_on_ray(
     """Run step 2 as one Ray task (connects to `address`, or an already initialised Ray)."""
     import ray
 
-    from day0.backends.local import connect
+    from day0.backends.local import connect, interruptible
 
     connect(address)
     remote = ray.remote(run_request).options(**task_options(request.platform, cluster or request.cluster))
-    return ray.get(remote.remote(request))
+    with interruptible():
+        return ray.get(remote.remote(request))
 
 
 def run_job_request(request: OperatorsRequest, progress: Callable[[str], None] | None = None) -> OperatorsResult:

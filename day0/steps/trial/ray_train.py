@@ -17,6 +17,7 @@ from urllib.parse import urlparse
 
 from pydantic import BaseModel, Field
 
+from day0.backends.local import interruptible
 from day0.settings import StoreSettings
 from day0.steps.trial.loop import LoopConfig, LoopHooks, StepRecord, train_loop
 
@@ -176,7 +177,8 @@ def run_training(
     )
     t0 = time.time()
     try:
-        result, error = trainer.fit(), None
+        with interruptible():
+            result, error = trainer.fit(), None
     except TrainingFailedError as exc:  # retries exhausted: report what the checkpoints kept
         result, error = None, exc
     return _collect(result, error, log, filesystem, name=name, storage_uri=storage_uri, workers=workers, t0=t0)
