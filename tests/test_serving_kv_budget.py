@@ -82,6 +82,8 @@ def test_mamba_hybrids_cache_kv_in_their_attention_layers_and_an_ssm_state_per_s
     per_layer = 128 * 64 * 256 + 3 * (128 * 64 + 2 * 256)
     assert state_bytes_per_sequence(bamba, 2) == per_layer * 29 * 2 == 123_149_312
     assert state_bytes_per_sequence(bamba, 2, tensor_parallel=2) == 123_149_312 / 2
+    # Its head dim left to the model ("auto"): the inner width (2 x 4096) split over the 128 heads, 64.
+    assert kv_layout(BambaConfig(attn_layer_indices=[9, 18, 27]).to_dict() | {"mamba_d_head": "auto"}) == bamba
     # NemotronH as transformers saves it (`layers_block_type`, no layer count) and as its checkpoints
     # write it (`hybrid_override_pattern`: M Mamba-2, * attention, E MoE, - MLP): only M keeps a state.
     saved = NemotronHConfig(hybrid_override_pattern="M-M*EM").to_dict()
@@ -91,12 +93,23 @@ def test_mamba_hybrids_cache_kv_in_their_attention_layers_and_an_ssm_state_per_s
     nemotron = kv_layout(saved)
     assert nemotron == kv_layout(written)
     assert (nemotron.layers, nemotron.linear_layers, nemotron.state_layers) == (1, 5, 3)
-    per_layer = 128 * 64 * 128 + 3 * (128 * 64 + 2 * 8 * 128)  # 8 groups of a 128-wide state
-    assert state_bytes_per_sequence(nemotron, 2) == per_layer * 3 * 2
+    # 8 groups of a 128-wide state; the SSM state in float32 (its `mamba_ssm_cache_dtype`), the rest in bf16
+    ssm, conv = 128 * 64 * 128, 3 * (128 * 64 + 2 * 8 * 128)
+    assert state_bytes_per_sequence(nemotron, 2) == (ssm * 4 + conv * 2) * 3
+    halved = kv_layout(saved | {"mamba_ssm_cache_dtype": "bfloat16"})
+    assert state_bytes_per_sequence(halved, 2) == (ssm + conv) * 2 * 3
+    # A NemotronH config.json that names no dtype: float32, as vLLM keeps it.
+    unnamed = {k: v for k, v in written.items() if k != "mamba_ssm_cache_dtype"}
+    assert kv_layout(unnamed).state_dtype_bytes == 4
     # Granite 4.0-H's config.json names its layers "mamba" and "attention".
     granite = kv_layout(_config("llama-3-8b") | {"layer_types": ["mamba", "attention"] * 16}
                         | {k: v for k, v in BambaConfig().to_dict().items() if k.startswith("mamba_")})  # fmt: skip
-    assert (granite.layers, granite.state_layers, granite.state_values_per_head) == (16, 16, 64 * 256 + 3 * 68)
+    assert (granite.layers, granite.state_layers) == (16, 16)
+    assert (granite.state_values_per_head, granite.conv_values_per_head, granite.state_dtype_bytes) == (
+        64 * 256,
+        3 * 68,
+        None,  # no pinned dtype: the cache's
+    )
     # Jamba's Mamba-1 layers (attention every 8th from the 4th): per inner channel (2 x 4096), a 16-wide
     # state and 3 inputs.
     jamba = kv_layout(JambaConfig().to_dict())

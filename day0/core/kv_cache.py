@@ -19,6 +19,9 @@ L counts the layers that keep every token. transformers' `layer_types` names eac
     head dim + 2 x groups x state size channels), as transformers' and vLLM's Mamba-2 caches hold them;
   - a Mamba-1 mixer (Jamba): per inner channel (expand x hidden), the SSM state plus kernel-1 inputs;
 - "hybrid" layers (Zamba2, Falcon-H1) run attention and a Mamba mixer side by side: both K/V and a state.
+The state is kept at the cache dtype, except where the config pins the SSM state's (NemotronH's
+`mamba_ssm_cache_dtype`; float32 where a NemotronH config names none, as vLLM does); the convolution's
+inputs stay at the cache dtype.
 Configs that do not list the kinds give them otherwise: NemotronH's `layers_block_type` (as transformers
 saves it) or `hybrid_override_pattern` (a character a layer: `*` attention, `M` Mamba-2, `E` MoE, `-` MLP),
 Bamba's `attn_layer_indices` and Jamba's `attn_layer_period` / `attn_layer_offset` (attention there, Mamba
@@ -72,8 +75,10 @@ class KVLayout(BaseModel):
     state_heads: int = Field(
         0, ge=0, description="Heads of that state (Gated DeltaNet value heads, Mamba-2 heads, Mamba-1 channels)."
     )
-    state_values_per_head: int = Field(
-        0, ge=0, description="Values one such head keeps per sequence (recurrent or SSM state + conv inputs)."
+    state_values_per_head: int = Field(0, ge=0, description="Recurrent or SSM state values one such head keeps.")
+    conv_values_per_head: int = Field(0, ge=0, description="Convolution inputs one such head keeps.")
+    state_dtype_bytes: float | None = Field(
+        None, gt=0, description="Bytes of a state value where the config pins its dtype; else the cache dtype's."
     )
 
 
@@ -116,15 +121,15 @@ def _first(cfg: HFConfigDict, *keys: str) -> int | None:
     return next((v for k in keys if isinstance(v := cfg.get(k), int) and v > 0), None)
 
 
-def _linear_state(cfg: HFConfigDict) -> tuple[int, int]:
-    """(heads, values per head) of one linear-attention layer's per-sequence state (see the module
-    docstring); (0, 0) where the config names no mixer this module sizes."""
+def _linear_state(cfg: HFConfigDict) -> tuple[int, int, int]:
+    """(heads, state values per head, convolution inputs per head) of one linear-attention layer's
+    per-sequence state (see the module docstring); zeros where the config names no mixer this module sizes."""
     if cfg.get("linear_num_value_heads"):  # Gated DeltaNet
         v_heads, k_heads = int(cfg["linear_num_value_heads"]), int(cfg["linear_num_key_heads"])
         k_dim, v_dim = int(cfg["linear_key_head_dim"]), int(cfg["linear_value_head_dim"])
         conv_window = int(cfg.get("linear_conv_kernel_dim") or 4) - 1
         conv_channels = 2 * k_heads * k_dim + v_heads * v_dim  # q, k and v, before the heads split
-        return v_heads, k_dim * v_dim + conv_window * conv_channels // v_heads
+        return v_heads, k_dim * v_dim, conv_window * conv_channels // v_heads
     d_state = _first(cfg, "mamba_d_state", "ssm_state_size")
     conv_window = (_first(cfg, "mamba_d_conv", "conv_kernel") or 4) - 1
     heads = _first(cfg, "mamba_n_heads", "mamba_num_heads", "n_mamba_heads")
@@ -135,10 +140,13 @@ def _linear_state(cfg: HFConfigDict) -> tuple[int, int]:
         )
         groups = _first(cfg, "mamba_n_groups", "n_groups", "mamba_ngroups") or 1
         conv_channels = heads * head_dim + 2 * groups * d_state  # x, B and C
-        return heads, head_dim * d_state + conv_window * conv_channels // heads
+        return heads, head_dim * d_state, conv_window * conv_channels // heads
     if d_state:  # Mamba-1: per inner channel
-        return expand * int(cfg["hidden_size"]), d_state + conv_window
-    return 0, 0
+        return expand * int(cfg["hidden_size"]), d_state, conv_window
+    return 0, 0, 0
+
+
+_DTYPE_BYTES: dict[str, float] = {"float32": 4, "float16": 2, "bfloat16": 2}
 
 
 def kv_layout(config: HFConfigDict) -> KVLayout:
@@ -147,7 +155,7 @@ def kv_layout(config: HFConfigDict) -> KVLayout:
     heads = int(cfg["num_attention_heads"])
     total = int(cfg.get("num_hidden_layers") or len(cfg.get("layers_block_type") or cfg["hybrid_override_pattern"]))
     layers, window_layers, window, state_layers = _layer_counts(cfg, total)
-    state_heads, state_values = _linear_state(cfg) if state_layers else (0, 0)
+    state_heads, state_values, conv_values = _linear_state(cfg) if state_layers else (0, 0, 0)
     hybrid = {
         "window_layers": window_layers,
         "window_tokens": window,
@@ -155,7 +163,11 @@ def kv_layout(config: HFConfigDict) -> KVLayout:
         "state_layers": state_layers,
         "state_heads": state_heads,
         "state_values_per_head": state_values,
+        "conv_values_per_head": conv_values,
     }
+    # vLLM keeps NemotronH's SSM state in the dtype its config names, float32 where it names none
+    ssm_dtype = cfg.get("mamba_ssm_cache_dtype") or ("float32" if cfg.get("model_type") == "nemotron_h" else None)
+    state_dtype = _DTYPE_BYTES.get(str(ssm_dtype)) if state_values else None
     if cfg.get("kv_lora_rank"):
         rope = int(cfg.get("qk_rope_head_dim") or 0)
         return KVLayout(
@@ -165,13 +177,14 @@ def kv_layout(config: HFConfigDict) -> KVLayout:
             head_dim=int(cfg.get("qk_nope_head_dim") or 0) + rope,
             kv_lora_rank=int(cfg["kv_lora_rank"]),
             rope_dim=rope,
+            state_dtype_bytes=state_dtype,
             **hybrid,
         )
     kv = int(cfg.get("num_key_value_heads") or heads)
     # Zamba2 names its shared attention block's head width `attention_head_dim`.
     head_dim = int(cfg.get("head_dim") or cfg.get("attention_head_dim") or cfg["hidden_size"] // heads)
     kind: AttentionKind = "MHA" if kv == heads else "MQA" if kv == 1 else "GQA"
-    return KVLayout(kind=kind, layers=layers, kv_heads=kv, head_dim=head_dim, **hybrid)
+    return KVLayout(kind=kind, layers=layers, kv_heads=kv, head_dim=head_dim, state_dtype_bytes=state_dtype, **hybrid)
 
 
 def _layer_bytes_per_token(layout: KVLayout, dtype_bytes: float, tensor_parallel: int) -> float:
@@ -199,8 +212,9 @@ def window_bytes_per_sequence(
 def state_bytes_per_sequence(layout: KVLayout, dtype_bytes: float, tensor_parallel: int = 1) -> float:
     """The fixed state one sequence keeps in the linear-attention layers on one accelerator (0 where the
     model has none, or none this module can size)."""
-    heads_per_rank = math.ceil(layout.state_heads / tensor_parallel)
-    return heads_per_rank * layout.state_values_per_head * layout.state_layers * dtype_bytes
+    per_head = layout.state_values_per_head * (layout.state_dtype_bytes or dtype_bytes)
+    per_head += layout.conv_values_per_head * dtype_bytes
+    return math.ceil(layout.state_heads / tensor_parallel) * per_head * layout.state_layers
 
 
 def kv_bytes_per_sequence(
