@@ -158,10 +158,17 @@ def run_training(
     from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig, TrainingFailedError
     from ray.train.torch import TorchConfig, TorchTrainer
 
+    class Trainer(TorchTrainer):
+        # Ray Train's SIGINT handler aborts the controller instead of raising, stays installed after the fit,
+        # and calls sys.exit(0) once the controller is gone: Ctrl-C was exit 1, not an interrupt. Without it
+        # Ctrl-C interrupts the trial as any step (KeyboardInterrupt: recorded as interrupted, exit 130).
+        def _register_sigint_handler(self, controller: object) -> None:
+            pass
+
     log = log or event_log()
     storage_path, filesystem = ray_storage(storage_uri, store_settings)
     resources = resources_per_worker or {"CPU": loop.num_threads}
-    trainer = TorchTrainer(
+    trainer = Trainer(
         train_loop,  # type: ignore[arg-type]  # its return value is kept (Result.return_value); ray types it None
         train_loop_config={**loop.model_dump(), "tokens": torch.as_tensor(tokens), "event_log": log, "hooks": hooks},
         torch_config=TorchConfig(backend=backend),
