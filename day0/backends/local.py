@@ -10,8 +10,8 @@ the driver abort (exit -6) as it exits.
 
 `interruptible` wraps a wait of the driver's main thread inside Ray (`ray.get`, a Ray Train fit): Ray's
 signal check there passes on a handler's KeyboardInterrupt and SystemExit only and drops any other
-exception, so Prefect's SIGTERM handler (its flow engine's: it raises `TerminationSignal`) was lost,
-and a terminated run trained on to its end.
+exception (held to the wait's end, or lost), so Prefect's SIGTERM handler (its flow engine's: it raises
+`TerminationSignal`) did not stop a run that was training until the training ended.
 """
 
 from __future__ import annotations

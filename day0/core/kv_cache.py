@@ -38,6 +38,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
+from day0.core.precision import DTYPE_BYTES
 from day0.core.typing import HFConfigDict
 
 __all__ = [
@@ -146,7 +147,7 @@ def _linear_state(cfg: HFConfigDict) -> tuple[int, int, int]:
     return 0, 0, 0
 
 
-_DTYPE_BYTES: dict[str, float] = {"float32": 4, "float16": 2, "bfloat16": 2}
+_TORCH_NAMES = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}  # config names -> day0's
 
 
 def kv_layout(config: HFConfigDict) -> KVLayout:
@@ -167,7 +168,8 @@ def kv_layout(config: HFConfigDict) -> KVLayout:
     }
     # vLLM keeps NemotronH's SSM state in the dtype its config names, float32 where it names none
     ssm_dtype = cfg.get("mamba_ssm_cache_dtype") or ("float32" if cfg.get("model_type") == "nemotron_h" else None)
-    state_dtype = _DTYPE_BYTES.get(str(ssm_dtype)) if state_values else None
+    short = _TORCH_NAMES.get(str(ssm_dtype))
+    state_dtype = DTYPE_BYTES[short] if short and state_values else None
     if cfg.get("kv_lora_rank"):
         rope = int(cfg.get("qk_rope_head_dim") or 0)
         return KVLayout(
