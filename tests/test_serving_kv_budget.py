@@ -101,6 +101,8 @@ def test_mamba_hybrids_cache_kv_in_their_attention_layers_and_an_ssm_state_per_s
     # A NemotronH config.json that names no dtype: float32, as vLLM keeps it.
     unnamed = {k: v for k, v in written.items() if k != "mamba_ssm_cache_dtype"}
     assert kv_layout(unnamed).state_dtype_bytes == 4
+    # A value that names no dtype ("auto"): the cache dtype's bytes, as for models that pin none.
+    assert kv_layout(saved | {"mamba_ssm_cache_dtype": "auto"}).state_dtype_bytes is None
     # Granite 4.0-H's config.json names its layers "mamba" and "attention".
     granite = kv_layout(_config("llama-3-8b") | {"layer_types": ["mamba", "attention"] * 16}
                         | {k: v for k, v in BambaConfig().to_dict().items() if k.startswith("mamba_")})  # fmt: skip
