@@ -145,6 +145,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     # Every refusal before Prefect starts, and the same as `day0 validate --check-store` makes.
     spec, only = preflight(args.spec, args.only, check_store=True)
     os.environ.setdefault(_PREFECT_STARTUP, _PREFECT_STARTUP_DEFAULT)  # before Prefect reads its settings
+    from prefect.exceptions import CancelledRun
+
     from day0.runlock import hold_run
     from day0.runs import RunContext, RunSummary
 
@@ -156,6 +158,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     except _PrefectUnavailable as exc:
         err().print(f"[red]error[/]: {escape(str(exc))}", highlight=False)
         return 1
+    except CancelledRun as exc:  # the flow run ends Cancelled (flows/adapt.py): stopped, as by Ctrl-C
+        err().print(f"[yellow]cancelled[/]: {escape(str(exc))}", highlight=False)
+        return 130
     summary = RunSummary.model_validate(raw)
     if args.json:
         print(summary.model_dump_json(indent=2))

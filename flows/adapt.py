@@ -22,11 +22,13 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, cast
 from uuid import UUID
 
 from prefect import flow, get_run_logger
+from prefect.exceptions import CancelledRun
 from prefect.runtime import flow_run
+from prefect.states import Cancelled
 
 from day0.backends.session import check_backend, run_backend, sweep_run
 from day0.core.result import StepResult
@@ -76,8 +78,9 @@ def check_runnable(spec: PipelineSpec) -> None:
 
 
 @contextmanager
-def _stop_when_cancelled(flow_run_id: str | None, poll_s: float = 3.0) -> Iterator[None]:
-    """Turn a cancellation requested through Prefect into SIGINT (KeyboardInterrupt) in the main thread.
+def _stop_when_cancelled(flow_run_id: str | None, requested: threading.Event, poll_s: float = 3.0) -> Iterator[None]:
+    """Turn a cancellation requested through Prefect into SIGINT (KeyboardInterrupt) in the main thread,
+    setting `requested` first.
 
     Why: a worker cancels the runs it started by signalling their process, but a run started in
     this process (`day0 run`, `python -m flows.adapt`) only changes state to Cancelling. Raising
@@ -98,8 +101,9 @@ def _stop_when_cancelled(flow_run_id: str | None, poll_s: float = 3.0) -> Iterat
                     state = client.read_flow_run(UUID(flow_run_id)).state
                 except Exception:  # noqa: BLE001 - the API being briefly away must not stop the run
                     continue
-                if state is not None and state.is_cancelling():
+                if state is not None and state.is_cancelling() and not done.is_set():
                     print("day0: the flow run was cancelled: stopping", file=sys.stderr)
+                    requested.set()
                     # a real signal to the main thread: it also interrupts a blocking call there
                     signal.pthread_kill(main, signal.SIGINT)
                     return
@@ -147,7 +151,8 @@ def adapt(
 ) -> JsonObject:
     """Run the spec (an inline mapping, or a spec file's path relative to the repository) in the
     store's `namespace` folder (`runs`: users' runs). Returns the run summary (`RunSummary` as a
-    dict); raises `RunFailed` (the flow run ends Failed, naming the steps) when a step failed."""
+    dict); raises `RunFailed` (the flow run ends Failed, naming the steps) when a step failed, and
+    Prefect's `CancelledRun` (the run ends Cancelled) when it was cancelled through Prefect."""
     log, start = get_run_logger(), time.perf_counter()
     check_attempt(flow_run.get_run_count())  # a crashed run is rescheduled (flows/recovery.py), within bounds
     ctx = _context(spec, namespace, flow_run_id=flow_run.get_id(), fresh=fresh)
@@ -155,18 +160,27 @@ def adapt(
     check_runnable(pipeline_spec)
     steps = plan_steps(pipeline_spec, only)
     ctx.begin_attempt()
-    gate = StepGate(ctx, steps)
+    gate, cancel = StepGate(ctx, steps), threading.Event()
     try:
         pods = pods_needed(pipeline_spec, steps)
-        with _stop_when_cancelled(ctx.flow_run_id), run_backend(ctx, pods, progress=log.info):
+        with _stop_when_cancelled(ctx.flow_run_id, cancel), run_backend(ctx, pods, progress=log.info):
             results: dict[str, StepResult | None] = {}
             for step in steps:  # each gated on the results its `run` reads (`day0.steps.registry`)
                 results[step] = gate.run(TASKS[step], ctx, results)
+    except KeyboardInterrupt:
+        if not cancel.is_set():
+            raise
     finally:  # also on SIGTERM/cancellation: the report shows what ran and what did not
         ctx.publish_manifest()
         report = write_report(ctx, time.perf_counter() - start, steps)
         log.info("report: %s", report["html"])
         publish_report_artifacts(ctx, report)
+    if cancel.is_set():
+        # The run ends Cancelled, as a worker marks a run it stopped, not Crashed (the engine's verdict
+        # on a KeyboardInterrupt), which the recovery automation (flows/recovery.py) would rerun.
+        # Prefect takes a returned state as the run's final one and raises CancelledRun to the caller,
+        # who so never receives it (hence the cast).
+        return cast(JsonObject, Cancelled(message=f"cancelled through Prefect; report: {report['html']}"))
     summary = RunSummary.from_manifest(ctx, steps, report)
     if gate.usage_error is not None:
         raise gate.usage_error
@@ -184,6 +198,9 @@ def _main(argv: list[str]) -> int:
     except (RunFailed, Day0Error) as exc:
         print(exc, file=sys.stderr)
         return 1 if isinstance(exc, RunFailed) else 2
+    except CancelledRun as exc:
+        print(exc, file=sys.stderr)
+        return 130
     return 0
 
 

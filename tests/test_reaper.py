@@ -76,7 +76,7 @@ def _env(tmp_path: Path) -> dict[str, str]:
     return env
 
 
-def _start_run(tmp_path: Path) -> subprocess.Popen[str]:
+def _start_run(tmp_path: Path, **env: str) -> subprocess.Popen[str]:
     spec = tmp_path / "spec.yaml"
     spec.write_text(
         yaml.safe_dump(
@@ -91,12 +91,14 @@ def _start_run(tmp_path: Path) -> subprocess.Popen[str]:
             }
         )
     )  # step 5 trains on Ray for minutes: it is still running when killed
-    return _start([sys.executable, "-m", "cli", "run", str(spec)], tmp_path)
+    return _start([sys.executable, "-m", "cli", "run", str(spec)], tmp_path, **env)
 
 
-def _start(argv: list[str], tmp_path: Path) -> subprocess.Popen[str]:
+def _start(argv: list[str], tmp_path: Path, **env: str) -> subprocess.Popen[str]:
     log = (tmp_path / "cli.log").open("w")
-    return subprocess.Popen(argv, cwd=REPO, env=_env(tmp_path), stdout=log, stderr=subprocess.STDOUT, text=True)
+    return subprocess.Popen(
+        argv, cwd=REPO, env={**_env(tmp_path), **env}, stdout=log, stderr=subprocess.STDOUT, text=True
+    )
 
 
 def _wait_for(cli: subprocess.Popen[str], needles: tuple[str, ...], timeout_s: float = 300) -> dict[int, str]:
@@ -182,6 +184,47 @@ def test_sigterm_or_ctrl_c_during_the_trial_exits_130_and_records_the_trial_as_i
     trial = attempt[-1]
     assert (trial["step"], trial["status"]) == ("trial", "interrupted"), attempt
     assert trial["seconds"] > 1.0 and trial["error"].startswith("interrupted ("), trial
+
+
+def test_cancelled_through_prefect_during_the_trial_the_run_stops_and_ends_cancelled(
+    tmp_path: Path, prefect_server: None
+) -> None:
+    """`day0 run` against a Prefect server, cancelled there mid-trial as `prefect flow-run cancel` (or the
+    UI) does: it stops (exit 130), the trial reads interrupted, nothing is left, and the flow run ends
+    Cancelled. It ended Crashed, which the recovery automation (flows/recovery.py) reruns."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.objects import State, StateType
+    from prefect.settings import PREFECT_API_URL
+
+    cli = _start_run(tmp_path, PREFECT_API_URL=str(PREFECT_API_URL.value()))
+    before = _wait_for(cli, ("raylet", "RayTrainWorker"))
+    token = _token_of(next(pid for pid, cmd in before.items() if "gcs_server" in cmd))
+    with get_client(sync_client=True) as client:
+        (run,) = [
+            r
+            for r in client.read_flow_runs()
+            if r.state_type == StateType.RUNNING and r.parameters["spec"]["storage"] == f"file://{tmp_path}/store"
+        ]
+        client.set_flow_run_state(run.id, State(type=StateType.CANCELLING))
+        try:
+            rc = cli.wait(timeout=60)  # the watcher polls every 3 s: about 10 s here
+        except subprocess.TimeoutExpired:
+            raise AssertionError(
+                "still running 60 s after the cancellation:\n" + (tmp_path / "cli.log").read_text()[-3000:]
+            ) from None
+        finally:
+            cli.kill()
+        states = [(s.type, s.message) for s in client.read_flow_run_states(run.id)]
+    log = (tmp_path / "cli.log").read_text()
+    assert rc == 130, f"exit {rc}, expected 130:\n{log[-3000:]}"
+    assert [t for t, _ in states][-3:] == [StateType.RUNNING, StateType.CANCELLING, StateType.CANCELLED], states
+    assert "report: " in states[-1][1] and "cancelled" in log.splitlines()[-1], (states[-1], log[-2000:])
+    left = _left_after(before, token)
+    assert not left, "still running after the cancelled run ended:\n" + _listing(left)
+    (attempt,) = _attempts(tmp_path)
+    trial = attempt[-1]
+    assert (trial["step"], trial["status"]) == ("trial", "interrupted"), attempt
+    assert trial["error"].startswith("interrupted (KeyboardInterrupt)"), trial
 
 
 def test_kill_9_of_calibrate_leaves_no_ray(tmp_path: Path) -> None:
