@@ -11,6 +11,7 @@ from transformers import (
     FalconH1Config,
     GptOssConfig,
     JambaConfig,
+    Lfm2Config,
     Llama4TextConfig,
     NemotronHConfig,
     Qwen3NextConfig,
@@ -125,6 +126,13 @@ def test_mamba_hybrids_cache_kv_in_their_attention_layers_and_an_ssm_state_per_s
     zamba = kv_layout(Zamba2Config().to_dict())
     hybrid = Zamba2Config().to_dict()["layers_block_type"].count("hybrid")
     assert (zamba.layers, zamba.state_layers, zamba.head_dim) == (hybrid, 54, 160)
+    # LFM2-1.2B's layout: attention in 6 of 16 layers (8 KV heads of 64); each short-convolution layer keeps
+    # the last 2 inputs (conv_L_cache 3) of its 2,048 channels, split over TP as vLLM's short_conv_state_shape.
+    lfm2 = kv_layout(Lfm2Config(num_hidden_layers=16, hidden_size=2048, full_attn_idxs=[2, 5, 8, 10, 12, 14]).to_dict())
+    assert (lfm2.layers, lfm2.linear_layers, lfm2.state_layers, lfm2.state_heads) == (6, 10, 10, 2048)
+    assert kv_bytes_per_token(lfm2, 2) == 2 * 8 * 64 * 6 * 2
+    assert state_bytes_per_sequence(lfm2, 2) == 2048 * 2 * 10 * 2 == 81_920
+    assert state_bytes_per_sequence(lfm2, 2, tensor_parallel=2) == 81_920 / 2
     # A linear-attention layer whose mixer this module does not know: counted, and its state not sized.
     unknown = kv_layout(_config("llama-3-8b") | {"layer_types": ["linear_attention", "full_attention"] * 16})
     assert (unknown.layers, unknown.state_layers, state_bytes_per_sequence(unknown, 2)) == (16, 16, 0)

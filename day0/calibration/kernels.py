@@ -15,8 +15,6 @@ if TYPE_CHECKING:
 
 __all__ = ["Worker"]
 
-_DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
-
 
 class Worker:
     def __init__(self, device_type: str) -> None:
@@ -60,9 +58,10 @@ class Worker:
                 return self._time(lambda: torch._scaled_mm(a, b, one, one, out_dtype=torch.bfloat16), repeats), 1, 1
             except RuntimeError:
                 return None
+        from day0.core.dtypes import DTYPES
         from day0.platforms.kernels import Platform
 
-        t = getattr(torch, _DTYPES[dtype])
+        t = DTYPES[dtype]
         linear = torch.nn.Linear(k, n, bias=False, device=self.device)
         x = torch.randn(m, k, device=self.device, requires_grad=True)
 

@@ -18,6 +18,8 @@ L counts the layers that keep every token. transformers' `layer_types` names eac
     (heads x head dim x state size) plus the convolution's last kernel-1 inputs over x, B and C (heads x
     head dim + 2 x groups x state size channels), as transformers' and vLLM's Mamba-2 caches hold them;
   - a Mamba-1 mixer (Jamba): per inner channel (expand x hidden), the SSM state plus kernel-1 inputs;
+  - LFM2's short convolution ("conv" layers, `conv_L_cache`): the last kernel-1 inputs of every hidden
+    channel, no SSM state (vLLM's `short_conv_state_shape`);
 - "hybrid" layers (Zamba2, Falcon-H1) run attention and a Mamba mixer side by side: both K/V and a state.
 The state is kept at the cache dtype, except where the config pins the SSM state's (NemotronH's
 `mamba_ssm_cache_dtype`; float32 where a NemotronH config names none, as vLLM does); the convolution's
@@ -53,7 +55,7 @@ __all__ = [
 AttentionKind = Literal["MHA", "GQA", "MQA", "MLA"]
 
 _NO_TOKEN_CACHE = frozenset({"linear_attention", "mamba", "conv", "moe", "mlp"})
-_STATE = frozenset({"linear_attention", "mamba", "hybrid"})
+_STATE = frozenset({"linear_attention", "mamba", "hybrid", "conv"})
 _PATTERN_KIND = {"*": "full_attention", "M": "mamba", "E": "moe", "-": "mlp"}  # NemotronH's characters
 _WINDOW_KEY = {"sliding_attention": "sliding_window", "chunked_attention": "attention_chunk_size"}
 
@@ -131,6 +133,8 @@ def _linear_state(cfg: HFConfigDict) -> tuple[int, int, int]:
         conv_window = int(cfg.get("linear_conv_kernel_dim") or 4) - 1
         conv_channels = 2 * k_heads * k_dim + v_heads * v_dim  # q, k and v, before the heads split
         return v_heads, k_dim * v_dim, conv_window * conv_channels // v_heads
+    if kernel := _first(cfg, "conv_L_cache"):  # LFM2: per hidden channel, kernel-1 inputs and no state
+        return int(cfg["hidden_size"]), 0, kernel - 1
     d_state = _first(cfg, "mamba_d_state", "ssm_state_size")
     conv_window = (_first(cfg, "mamba_d_conv", "conv_kernel") or 4) - 1
     heads = _first(cfg, "mamba_n_heads", "mamba_num_heads", "n_mamba_heads")

@@ -232,7 +232,11 @@ def analyze_structure(model: "PreTrainedModel", source: str) -> ModelStructure:
         notes.append(
             f"KV cache counted over the {kv.layers + kv.window_layers} attention layers; the other "
             f"{kv.linear_layers} keep no K/V"
-            + (f", {kv.state_layers} of them a fixed state per sequence (linear attention)" if kv.state_layers else "")
+            + (
+                f", {kv.state_layers} of them a fixed state per sequence (linear attention, SSM or convolution)"
+                if kv.state_layers
+                else ""
+            )
             + (
                 " that is not sized here (no mixer fields this version knows)"
                 if kv.state_layers and not kv.state_heads
