@@ -168,3 +168,50 @@ def test_sigterm_ends_a_wait_inside_ray_at_once_as_an_interrupt(local_ray) -> No
                 assert time.monotonic() - t0 > 10, "Ray now ends its wait on any exception a handler raises"
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+def test_interruptible_converts_only_a_python_handler_of_the_main_thread() -> None:
+    """The handler's own exception becomes KeyboardInterrupt (caused by it), KeyboardInterrupt passes as it
+    is; the default disposition (the process ends) and a call from another thread are left alone."""
+    import signal
+    import threading
+
+    from day0.backends.local import interruptible
+
+    def stop(signum: int, frame: object) -> None:
+        raise _Stopped
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        with interruptible():
+            converting = signal.getsignal(signal.SIGTERM)
+            assert callable(converting) and converting is not stop
+            with pytest.raises(KeyboardInterrupt) as raised:
+                converting(signal.SIGTERM, None)
+            assert isinstance(raised.value.__cause__, _Stopped)
+        assert signal.getsignal(signal.SIGTERM) is stop
+        interrupt = KeyboardInterrupt("Ctrl-C")
+
+        def interrupted(signum: int, frame: object) -> None:
+            raise interrupt
+
+        signal.signal(signal.SIGTERM, interrupted)
+        with interruptible(), pytest.raises(KeyboardInterrupt) as raised:
+            signal.getsignal(signal.SIGTERM)(signal.SIGTERM, None)
+        assert raised.value is interrupt and raised.value.__cause__ is None
+        signal.signal(signal.SIGTERM, stop)
+        seen = []
+
+        def in_a_thread() -> None:
+            with interruptible():
+                seen.append(signal.getsignal(signal.SIGTERM))
+
+        worker = threading.Thread(target=in_a_thread)
+        worker.start()
+        worker.join()
+        assert seen == [stop], "another thread cannot set a handler: it leaves the main thread's alone"
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        with interruptible():
+            assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+    finally:
+        signal.signal(signal.SIGTERM, previous)
