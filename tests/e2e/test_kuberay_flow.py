@@ -13,6 +13,7 @@ import signal
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+from uuid import UUID
 
 import pytest
 import yaml
@@ -108,6 +109,14 @@ def _cancel(api_url: str, name: str) -> str:
         return asyncio.run(cancel())
 
 
+def _state(api_url: str, flow_run_id: str) -> Any:
+    from prefect.client.orchestration import get_client
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    with temporary_settings({PREFECT_API_URL: api_url}), get_client(sync_client=True) as client:
+        return client.read_flow_run(UUID(flow_run_id)).state
+
+
 def test_cancelling_the_flow_run_deletes_the_cluster(
     tmp_path: Path, api: Any, s3_server: Any, fake_pool: str, api_url: str
 ) -> None:
@@ -115,8 +124,9 @@ def test_cancelling_the_flow_run_deletes_the_cluster(
     with Day0Run(spec, "operators", api_url=api_url, api=api, run_id=run_id, home=tmp_path / "prefect") as run:
         run.wait_for("the first job", lambda: "submitted to" in run.output)
         assert run_clusters(api, run_id)
-        _cancel(api_url, "kr-cancel")
+        flow_run_id = _cancel(api_url, "kr-cancel")
         run.finish()
         out = run.output
-    assert "the flow run was cancelled" in out and run.proc.returncode != 0, out
+    assert "the flow run was cancelled" in out and run.proc.returncode == 130, out
     assert run_clusters(api, run_id) == [] and run.pods() == []
+    assert _state(api_url, flow_run_id).is_cancelled()  # not Crashed, which the recovery automation reruns
