@@ -159,7 +159,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         err().print(f"[red]error[/]: {escape(str(exc))}", highlight=False)
         return 1
     except CancelledRun as exc:  # the flow run ends Cancelled (flows/adapt.py): stopped, as by Ctrl-C
-        err().print(f"[yellow]cancelled[/]: {escape(str(exc))}", highlight=False)
+        err().print(f"[yellow]stopped[/]: {escape(str(exc))}", highlight=False)
         return 130
     summary = RunSummary.model_validate(raw)
     if args.json:

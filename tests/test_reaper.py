@@ -218,7 +218,8 @@ def test_cancelled_through_prefect_during_the_trial_the_run_stops_and_ends_cance
     log = (tmp_path / "cli.log").read_text()
     assert rc == 130, f"exit {rc}, expected 130:\n{log[-3000:]}"
     assert [t for t, _ in states][-3:] == [StateType.RUNNING, StateType.CANCELLING, StateType.CANCELLED], states
-    assert "report: " in states[-1][1] and "cancelled" in log.splitlines()[-1], (states[-1], log[-2000:])
+    assert "report: " in states[-1][1], states[-1]
+    assert "stopped: cancelled through Prefect" in log[-2000:], log[-2000:]
     left = _left_after(before, token)
     assert not left, "still running after the cancelled run ended:\n" + _listing(left)
     (attempt,) = _attempts(tmp_path)
