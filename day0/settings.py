@@ -69,12 +69,19 @@ class LimitsSettings(EnvSettings):
 
 
 class RunSettings(EnvSettings):
-    """How often a deployed flow run is started again after its process died (`flows.recovery`)."""
+    """How often a deployed flow run is started again after its process died (`flows.recovery`), and how
+    often a running flow looks for a cancellation requested through Prefect (`flows.adapt`)."""
 
     env_prefix = "DAY0_RUN_"
 
     max_attempts: int = Field(
         3, ge=1, le=20, description="Attempts of one flow run: a rerun after a crash past this many fails at once."
+    )
+    cancel_poll_s: float = Field(
+        3.0,
+        gt=0,
+        le=3600,
+        description="Seconds between a flow run's reads of its own state, to stop once it is Cancelling.",
     )
 
 

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, cast
 from uuid import UUID
 
 from prefect import flow, get_run_logger
-from prefect.exceptions import CancelledRun
+from prefect.exceptions import CancelledRun, TerminationSignal
 from prefect.runtime import flow_run
 from prefect.states import Cancelled
 
@@ -37,6 +37,7 @@ from day0.errors import Day0Error, RunFailed, UsageError
 from day0.paths import REPO_ROOT
 from day0.report import write_report
 from day0.runs import NAMESPACE_PATTERN, USER_RUNS, RunContext, RunSummary
+from day0.settings import RunSettings
 from day0.spec import STEPS, PipelineSpec, load_spec, spec_from_dict
 from day0.steps.registry import pods_needed, prerequisites
 from flows._artifacts import publish_report_artifacts
@@ -78,7 +79,7 @@ def check_runnable(spec: PipelineSpec) -> None:
 
 
 @contextmanager
-def _stop_when_cancelled(flow_run_id: str | None, requested: threading.Event, poll_s: float = 3.0) -> Iterator[None]:
+def _stop_when_cancelled(flow_run_id: str | None, requested: threading.Event) -> Iterator[None]:
     """Turn a cancellation requested through Prefect into SIGINT (KeyboardInterrupt) in the main thread,
     setting `requested` first.
 
@@ -91,7 +92,7 @@ def _stop_when_cancelled(flow_run_id: str | None, requested: threading.Event, po
         return
     from prefect.client.orchestration import get_client
 
-    done, main = threading.Event(), threading.main_thread().ident
+    done, main, poll_s = threading.Event(), threading.main_thread().ident, RunSettings().cancel_poll_s
     assert main is not None
 
     def watch() -> None:
@@ -114,6 +115,22 @@ def _stop_when_cancelled(flow_run_id: str | None, requested: threading.Event, po
         yield
     finally:
         done.set()
+
+
+def _cancel_requested(flow_run_id: str | None) -> bool:
+    """Whether the flow run reads Cancelling (or Cancelled): an interrupt then is its cancellation. A
+    worker's runner stops a run it cancels with SIGTERM, which Prefect's engine records as a crash unless
+    the runner's control channel told it first (with a process worker here it does not)."""
+    if flow_run_id is None:
+        return False
+    from prefect.client.orchestration import get_client
+
+    try:
+        with get_client(sync_client=True) as client:
+            state = client.read_flow_run(UUID(flow_run_id)).state
+    except Exception:  # noqa: BLE001 - the API away: an interrupt, as it would be without it
+        return False
+    return state is not None and (state.is_cancelling() or state.is_cancelled())
 
 
 def spec_parameter(spec: JsonObject | str) -> PipelineSpec:
@@ -167,9 +184,10 @@ def adapt(
             results: dict[str, StepResult | None] = {}
             for step in steps:  # each gated on the results its `run` reads (`day0.steps.registry`)
                 results[step] = gate.run(TASKS[step], ctx, results)
-    except KeyboardInterrupt:
-        if not cancel.is_set():
+    except (KeyboardInterrupt, TerminationSignal):  # Ctrl-C, our watcher's SIGINT; SIGTERM (a kill, a worker's)
+        if not (cancel.is_set() or _cancel_requested(ctx.flow_run_id)):
             raise
+        cancel.set()
     finally:  # also on SIGTERM/cancellation: the report shows what ran and what did not
         ctx.publish_manifest()
         report = write_report(ctx, time.perf_counter() - start, steps)
@@ -177,7 +195,7 @@ def adapt(
         publish_report_artifacts(ctx, report)
     if cancel.is_set():
         # The run ends Cancelled, as a worker marks a run it stopped, not Crashed (the engine's verdict
-        # on a KeyboardInterrupt), which the recovery automation (flows/recovery.py) would rerun.
+        # on an interrupt), which the recovery automation (flows/recovery.py) would rerun.
         # Prefect takes a returned state as the run's final one and raises CancelledRun to the caller,
         # who so never receives it (hence the cast).
         return cast(JsonObject, Cancelled(message=f"cancelled through Prefect; report: {report['html']}"))

@@ -10,6 +10,7 @@ import json
 import os
 import re
 import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
@@ -105,3 +106,70 @@ def test_deployment_run_with_a_path_and_with_an_inline_spec(prefect_server: None
         scorecard = str(by_key[f"scorecard-{spec_name}"].data)
         assert "## Day-0 scorecard" in scorecard and "numerical (steps 1-2)" in scorecard, scorecard
     assert names == {"by-path", "inline"}, runs
+
+
+def _running(needle: str) -> bool:
+    """Whether some process on this machine has `needle` in its command line."""
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and needle.encode() in (entry / "cmdline").read_bytes():
+                return True
+        except OSError:
+            continue
+    return False
+
+
+@pytest.mark.integration
+def test_a_deployment_run_cancelled_mid_trial_ends_cancelled_not_crashed(prefect_server: None, tmp_path: Path) -> None:
+    """A process worker's run cancelled through Prefect while its trial trains: Prefect's runner stops it
+    with SIGTERM (the flow's own watcher slowed here so that the runner acts first), and the flow run ends
+    Cancelled with no Crashed state on the way. It read Cancelling, Crashed, AwaitingRetry (the recovery
+    automation's reschedule of the crash), Cancelled: a worker that took the rescheduled run in between
+    would have run it again."""
+    from uuid import UUID
+
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.objects import State, StateType
+    from prefect.settings import PREFECT_API_URL
+
+    env = {**os.environ, "PREFECT_API_URL": str(PREFECT_API_URL.value()), "PREFECT_HOME": str(tmp_path / "home")}
+    deploy = subprocess.run(
+        ["make", "-o", ".venv/.installed", "deploy"], cwd=REPO, env=env, capture_output=True, text=True, timeout=600
+    )
+    assert deploy.returncode == 0, deploy.stdout[-3000:] + deploy.stderr[-3000:]
+    env["DAY0_RUN_CANCEL_POLL_S"] = "600"
+    spec = {
+        "metadata": {"name": "cancelled"},
+        "model": "tiny-deepseek-v3",
+        "platform": "cpu",
+        "cluster": "local",
+        "steps": ["analyze", "parallel", "optimize", "trial"],
+        "storage": f"file://{tmp_path}/store",
+        "trial": {"steps": 400, "workers": 2, "seq_len": 32, "micro_batch": 2},  # minutes of training
+    }
+    started = _prefect(env, "deployment", "run", "adapt/release", "--params", json.dumps({"spec": spec}))
+    flow_run_id = UUID(re.search(r"UUID: ([0-9a-f-]{36})", started.stdout)[1])  # type: ignore[index]
+    log = (tmp_path / "worker.log").open("w")
+    worker = subprocess.Popen(
+        [str(REPO / ".venv/bin/prefect"), "worker", "start", "--pool", "day0-local", "--run-once"],
+        cwd=REPO,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        deadline = time.monotonic() + 300
+        while not _running("RayTrainWorker") and worker.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert _running("RayTrainWorker"), (tmp_path / "worker.log").read_text()[-3000:]
+        time.sleep(2)
+        with get_client(sync_client=True) as client:
+            client.set_flow_run_state(flow_run_id, State(type=StateType.CANCELLING))  # as `prefect flow-run cancel`
+            worker.wait(timeout=120)
+            states = [s.type for s in client.read_flow_run_states(flow_run_id)]
+    finally:
+        worker.kill()
+    after = states[states.index(StateType.RUNNING) + 1 :]  # Cancelled once or twice (the flow's, the runner's)
+    assert after[0] == StateType.CANCELLING and set(after[1:]) == {StateType.CANCELLED}, states
+    manifest = json.loads(next((tmp_path / "store").rglob("manifest.json")).read_text())
+    assert [(r["step"], r["status"]) for r in manifest["attempts"][-1]][-1] == ("trial", "interrupted"), manifest

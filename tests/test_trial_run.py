@@ -156,9 +156,11 @@ def test_sigterm_ends_a_wait_inside_ray_at_once_as_an_interrupt(local_ray) -> No
             threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGTERM)).start()
             t0 = time.monotonic()
             if wrapped:
-                with pytest.raises(KeyboardInterrupt), interruptible():  # Ray raises its own, without a cause
+                with pytest.raises(_Stopped) as stopped, interruptible():
                     ray.get(ref)
                 assert time.monotonic() - t0 < 6, "the wait went on after SIGTERM"
+                # Ray ended its wait with its own KeyboardInterrupt; the handler's exception comes out after it
+                assert isinstance(stopped.value.__cause__, KeyboardInterrupt), repr(stopped.value.__cause__)
                 assert signal.getsignal(signal.SIGTERM) is stop  # put back
                 ray.cancel(ref, force=True)
             else:  # what `interruptible` is for; should a Ray release change it, this fails and says so
@@ -171,8 +173,9 @@ def test_sigterm_ends_a_wait_inside_ray_at_once_as_an_interrupt(local_ray) -> No
 
 
 def test_interruptible_converts_only_a_python_handler_of_the_main_thread() -> None:
-    """The handler's own exception becomes KeyboardInterrupt (caused by it), KeyboardInterrupt passes as it
-    is; the default disposition (the process ends) and a call from another thread are left alone."""
+    """Inside, the handler's own exception becomes KeyboardInterrupt (caused by it) and comes out again
+    once the body is over, whether the body raised or not; a KeyboardInterrupt passes as it is; the default
+    disposition (the process ends) and a call from another thread are left alone."""
     import signal
     import threading
 
@@ -183,12 +186,17 @@ def test_interruptible_converts_only_a_python_handler_of_the_main_thread() -> No
 
     previous = signal.signal(signal.SIGTERM, stop)
     try:
-        with interruptible():
+        with pytest.raises(_Stopped) as stopped, interruptible():
             converting = signal.getsignal(signal.SIGTERM)
             assert callable(converting) and converting is not stop
             with pytest.raises(KeyboardInterrupt) as raised:
                 converting(signal.SIGTERM, None)
             assert isinstance(raised.value.__cause__, _Stopped)
+            # the body goes on (a wait that ended by itself, the interrupt held): it is raised at the end
+        assert stopped.value is raised.value.__cause__ and stopped.value.__cause__ is None
+        with pytest.raises(_Stopped) as stopped, interruptible():
+            signal.getsignal(signal.SIGTERM)(signal.SIGTERM, None)  # the KeyboardInterrupt ends the body
+        assert isinstance(stopped.value.__cause__, KeyboardInterrupt)
         assert signal.getsignal(signal.SIGTERM) is stop
         interrupt = KeyboardInterrupt("Ctrl-C")
 

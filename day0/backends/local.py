@@ -11,7 +11,11 @@ the driver abort (exit -6) as it exits.
 `interruptible` wraps a wait of the driver's main thread inside Ray (`ray.get`, a Ray Train fit): Ray's
 signal check there passes on a handler's KeyboardInterrupt and SystemExit only and drops any other
 exception (held to the wait's end, or lost), so Prefect's SIGTERM handler (its flow engine's: it raises
-`TerminationSignal`) did not stop a run that was training until the training ended.
+`TerminationSignal`) did not stop a run that was training until the training ended. The wait gets a
+KeyboardInterrupt, and the handler's own exception is raised again once the wait is over: Prefect's
+engine tells a runner's cancellation (SIGTERM with a cancel intent: the run ends Cancelled) from a kill
+(Crashed) by its TerminationSignal, so a KeyboardInterrupt in its place made every cancelled deployment run
+Crashed, which the recovery automation reschedules.
 """
 
 from __future__ import annotations
@@ -67,11 +71,13 @@ def _check_listening(address: str, timeout_s: float = 5.0) -> None:
 @contextmanager
 def interruptible() -> Iterator[None]:
     """While the body waits inside Ray, SIGTERM raises KeyboardInterrupt (from what the process's own
-    handler raised): Ray's wait gives that up at once. The handler is put back after."""
+    handler raised): Ray's wait gives that up at once. Once the body is over, the handler's own exception
+    is raised (from whatever the body ended with), and the handler is put back."""
     handler = signal.getsignal(signal.SIGTERM)
     if not callable(handler) or threading.current_thread() is not threading.main_thread():
         yield  # the default (the process ends) or no Python handler to convert
         return
+    converted: list[BaseException] = []
 
     def raise_interrupt(signum: int, frame: FrameType | None) -> None:
         try:
@@ -79,10 +85,17 @@ def interruptible() -> Iterator[None]:
         except (KeyboardInterrupt, SystemExit):
             raise
         except BaseException as exc:  # e.g. Prefect's TerminationSignal, which Ray drops
+            converted.append(exc)
             raise KeyboardInterrupt(f"signal {signum}") from exc
 
     signal.signal(signal.SIGTERM, raise_interrupt)
     try:
         yield
+    except BaseException as exc:
+        if converted:
+            raise converted[0] from exc
+        raise
     finally:
         signal.signal(signal.SIGTERM, handler)
+    if converted:  # the wait ended before Ray raised: the signal still takes effect
+        raise converted[0]
