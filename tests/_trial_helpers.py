@@ -39,3 +39,16 @@ def tiny_loop(steps: int = 24, **overrides) -> LoopConfig:
         checkpoint_every=5,
     )
     return LoopConfig(**(fields | overrides))
+
+
+def long_trial_spec(name: str, storage: str) -> dict:
+    """A spec whose step 5 trains on Ray for minutes: it is still training when a test stops the run."""
+    return {
+        "metadata": {"name": name},
+        "model": "tiny-deepseek-v3",
+        "platform": "cpu",
+        "cluster": "local",
+        "steps": ["analyze", "parallel", "optimize", "trial"],
+        "storage": storage,
+        "trial": {"steps": 400, "workers": 2, "seq_len": 32, "micro_batch": 2},
+    }

@@ -20,6 +20,7 @@ import yaml
 from day0.paths import REPO_ROOT
 from flows._artifacts import artifact_key, scorecard_of
 from flows.adapt import spec_parameter
+from tests._trial_helpers import long_trial_spec
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -138,15 +139,7 @@ def test_a_deployment_run_cancelled_mid_trial_ends_cancelled_not_crashed(prefect
     )
     assert deploy.returncode == 0, deploy.stdout[-3000:] + deploy.stderr[-3000:]
     env["DAY0_RUN_CANCEL_POLL_S"] = "600"
-    spec = {
-        "metadata": {"name": "cancelled"},
-        "model": "tiny-deepseek-v3",
-        "platform": "cpu",
-        "cluster": "local",
-        "steps": ["analyze", "parallel", "optimize", "trial"],
-        "storage": f"file://{tmp_path}/store",
-        "trial": {"steps": 400, "workers": 2, "seq_len": 32, "micro_batch": 2},  # minutes of training
-    }
+    spec = long_trial_spec("cancelled", f"file://{tmp_path}/store")
     started = _prefect(env, "deployment", "run", "adapt/release", "--params", json.dumps({"spec": spec}))
     flow_run_id = UUID(re.search(r"UUID: ([0-9a-f-]{36})", started.stdout)[1])  # type: ignore[index]
     log = (tmp_path / "worker.log").open("w")

@@ -19,6 +19,7 @@ import pytest
 import yaml
 
 from cli.reaper import TOKEN_ENV, carriers
+from tests._trial_helpers import long_trial_spec
 
 pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parent.parent
@@ -78,19 +79,7 @@ def _env(tmp_path: Path) -> dict[str, str]:
 
 def _start_run(tmp_path: Path, **env: str) -> subprocess.Popen[str]:
     spec = tmp_path / "spec.yaml"
-    spec.write_text(
-        yaml.safe_dump(
-            {
-                "metadata": {"name": "killed"},
-                "model": "tiny-deepseek-v3",
-                "platform": "cpu",
-                "cluster": "local",
-                "steps": ["analyze", "parallel", "optimize", "trial"],
-                "storage": f"file://{tmp_path}/store",
-                "trial": {"steps": 400, "workers": 2, "seq_len": 32, "micro_batch": 2},
-            }
-        )
-    )  # step 5 trains on Ray for minutes: it is still running when killed
+    spec.write_text(yaml.safe_dump(long_trial_spec("killed", f"file://{tmp_path}/store")))
     return _start([sys.executable, "-m", "cli", "run", str(spec)], tmp_path, **env)
 
 
