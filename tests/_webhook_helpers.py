@@ -57,10 +57,11 @@ def runs_of(deployment: str, sha: str | None = None) -> list[Any]:
 
 
 def pinned_source(parameters: dict[str, Any]) -> str:
-    """The model source of a run's inline spec; "" for a run given a spec path (other tests on the
-    shared server start those, and they pin no commit)."""
+    """The model source of a run's inline spec (`model` a mapping, or the source alone); "" for a run given
+    a spec path (other tests on the shared server start those, and they pin no commit)."""
     spec = parameters.get("spec")
-    return spec.get("model", {}).get("source", "") if isinstance(spec, dict) else ""
+    model = spec.get("model") if isinstance(spec, dict) else None
+    return model.get("source", "") if isinstance(model, dict) else model if isinstance(model, str) else ""
 
 
 def wait_runs(deployment: str, sha: str, timeout_s: float = 60, settle_s: float = 1.0) -> list[Any]:

@@ -182,17 +182,19 @@ def test_cancelled_through_prefect_during_the_trial_the_run_stops_and_ends_cance
     UI) does: it stops (exit 130), the trial reads interrupted, nothing is left, and the flow run ends
     Cancelled. It ended Crashed, which the recovery automation (flows/recovery.py) reruns."""
     from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterState, FlowRunFilterStateType
     from prefect.client.schemas.objects import State, StateType
     from prefect.settings import PREFECT_API_URL
 
     cli = _start_run(tmp_path, PREFECT_API_URL=str(PREFECT_API_URL.value()))
     before = _wait_for(cli, ("raylet", "RayTrainWorker"))
     token = _token_of(next(pid for pid, cmd in before.items() if "gcs_server" in cmd))
+    running = FlowRunFilter(state=FlowRunFilterState(type=FlowRunFilterStateType(any_=[StateType.RUNNING])))
     with get_client(sync_client=True) as client:
         (run,) = [
             r
-            for r in client.read_flow_runs()
-            if r.state_type == StateType.RUNNING and r.parameters["spec"]["storage"] == f"file://{tmp_path}/store"
+            for r in client.read_flow_runs(flow_run_filter=running)
+            if isinstance(spec := r.parameters.get("spec"), dict) and spec["storage"] == f"file://{tmp_path}/store"
         ]
         client.set_flow_run_state(run.id, State(type=StateType.CANCELLING))
         try:
