@@ -184,8 +184,11 @@ def adapt(
             results: dict[str, StepResult | None] = {}
             for step in steps:  # each gated on the results its `run` reads (`day0.steps.registry`)
                 results[step] = gate.run(TASKS[step], ctx, results)
-    except (KeyboardInterrupt, TerminationSignal):  # Ctrl-C, our watcher's SIGINT; SIGTERM (a kill, a worker's)
-        if not (cancel.is_set() or _cancel_requested(ctx.flow_run_id)):
+    except KeyboardInterrupt:  # Ctrl-C, or our watcher's SIGINT
+        if not cancel.is_set():
+            raise
+    except TerminationSignal:  # SIGTERM: a kill, or a worker's runner stopping a run it cancels
+        if not _cancel_requested(ctx.flow_run_id):  # one API read, on this path only
             raise
         cancel.set()
     finally:  # also on SIGTERM/cancellation: the report shows what ran and what did not
