@@ -59,3 +59,14 @@ def test_the_command_line_exits_2_on_a_bad_variable(tmp_path: Path) -> None:
     )
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert "DAY0_LIMITS_MAX_FILE_BYTES: Input should be a valid integer" in proc.stderr
+
+
+def test_the_cancel_poll_is_read_and_a_bad_one_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`flows.adapt` reads RunSettings at the flow's start (`check_attempt`), so a bad value stops it there."""
+    from day0.settings import RunSettings
+
+    monkeypatch.setenv("DAY0_RUN_CANCEL_POLL_S", "0.5")
+    assert RunSettings().cancel_poll_s == 0.5
+    monkeypatch.setenv("DAY0_RUN_CANCEL_POLL_S", "0")
+    with pytest.raises(UsageError, match=r"^DAY0_RUN_CANCEL_POLL_S: Input should be greater than 0"):
+        RunSettings()
