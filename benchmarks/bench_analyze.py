@@ -118,7 +118,7 @@ def cold_processes() -> dict:
 
 
 def run() -> dict:
-    from day0.spec import ModelSpec, load_platform
+    from day0.spec.pipeline import ModelSpec, load_platform
     from day0.steps.analyze.run import analyze_model
 
     results = cold_processes()

@@ -19,7 +19,7 @@ DATA = Path(__file__).resolve().parent.parent / "tests" / "data"
 
 
 def run() -> dict[str, Any]:
-    from day0.spec import load_yaml
+    from day0.spec.pipeline import load_yaml
     from testsupport.fault_matrix import Catalogue, install_plugins, run_matrix
 
     catalogue = Catalogue.model_validate(load_yaml(DATA / "faults" / "catalogue.yaml"))

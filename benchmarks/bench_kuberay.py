@@ -86,7 +86,7 @@ def _measure(
     from day0.backends.kuberay.lifecycle import KubeRayCluster
     from day0.backends.kuberay.manifest import build_raycluster
     from day0.backends.kuberay.status import raycluster_ready
-    from day0.spec import ClusterSpec
+    from day0.spec.cluster import ClusterSpec
 
     core = client.CoreV1Api(api)
     items = _fake_nodes().pool_nodes(

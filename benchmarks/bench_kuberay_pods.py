@@ -32,7 +32,7 @@ def run(workers: int = 1) -> dict[str, Any]:
     from day0.backends.jobs import connect, submit
     from day0.backends.kuberay.lifecycle import KubeRayCluster, delete_run_clusters
     from day0.backends.kuberay.manifest import build_raycluster
-    from day0.spec import ClusterSpec
+    from day0.spec.cluster import ClusterSpec
     from testsupport.pod_runner import PodRunner, Pool, process_backed
 
     kubeconfig = subprocess.run(

@@ -21,7 +21,8 @@ MODEL = "tiny-deepseek-v3"
 
 def run() -> dict[str, Any]:
     from day0.paths import CONFIGS_DIR
-    from day0.spec import ModelSpec, PlatformSpec, ValidationSpec, load_yaml
+    from day0.spec.cluster import PlatformSpec
+    from day0.spec.pipeline import ModelSpec, ValidationSpec, load_yaml
     from day0.steps.analyze.run import analyze_model
     from day0.steps.operators.checks import run_operators
     from day0.steps.operators.layers import WholeModel
@@ -56,7 +57,8 @@ def _big(name: str) -> dict[str, Any]:
     """The 671B model's inventory (captured on meta) checked with the per-call element cap: the
     step stays bounded; the whole-model check is skipped by its parameter cap on this host."""
     from day0.paths import CONFIGS_DIR
-    from day0.spec import ModelSpec, PlatformSpec, load_yaml
+    from day0.spec.cluster import PlatformSpec
+    from day0.spec.pipeline import ModelSpec, load_yaml
     from day0.steps.analyze.run import analyze_model
     from day0.steps.operators.checks import run_operators
     from day0.steps.operators.layers import WholeModel

@@ -40,9 +40,9 @@ DATA = ROOT / "tests" / "data" / "planner"
 
 
 def _structure(name: str):
-    from day0.core.model_source import resolve_model_source
-    from day0.core.modeling import build_meta_model, load_hf_config
-    from day0.core.structure import analyze_structure
+    from day0.model.build import build_meta_model, load_hf_config
+    from day0.model.source import resolve_model_source
+    from day0.model.structure import analyze_structure
 
     return analyze_structure(build_meta_model(load_hf_config(resolve_model_source(name)), name), name)
 
@@ -67,7 +67,7 @@ def published_errors() -> dict:
     """Predicted vs published step time of every run in the table, with the mean and worst error."""
     import yaml
 
-    from day0.core.structure import ModelStructure
+    from day0.model.structure import ModelStructure
     from day0.planner.published import PublishedHardware, PublishedRun, predict_run
 
     table = yaml.safe_load((DATA / "published_runs.yaml").read_text())
@@ -146,9 +146,9 @@ def startup_ratio() -> dict:
     import yaml
 
     from cli.plan import build_structure, remember_structure
-    from day0.core.model_source import resolve_model
+    from day0.model.source import resolve_model
     from day0.paths import CONFIGS_DIR
-    from day0.spec import load_yaml, spec_from_dict
+    from day0.spec.pipeline import load_yaml, spec_from_dict
     from day0.store import open_store
 
     out: dict = {}
@@ -182,7 +182,8 @@ def startup_ratio() -> dict:
 def run(brute: bool = True) -> dict:
     from day0.paths import CONFIGS_DIR
     from day0.planner import brute_force, cluster_figures, plan_parallelism
-    from day0.spec import PlatformSpec, TrainingSpec, load_yaml
+    from day0.spec.cluster import PlatformSpec
+    from day0.spec.pipeline import TrainingSpec, load_yaml
 
     results = {}
     for name, model, platform, n, seq, gb, target in CASES:

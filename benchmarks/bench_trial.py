@@ -27,8 +27,8 @@ import time
 import torch
 import torch.nn.functional as F
 
-from day0.core.model_source import resolve_model_source
-from day0.spec import TrialScale
+from day0.model.source import resolve_model_source
+from day0.spec.pipeline import TrialScale
 from day0.steps.trial.data import batch_for_step, prepare_data
 from day0.steps.trial.faults import TrialFaults
 from day0.steps.trial.loop import LoopConfig
@@ -134,7 +134,7 @@ def recovery(loop: LoopConfig, tokens, storage: str) -> dict:
 
 def _candidate(data):
     """The default pipeline's candidate loop and its scaled config (as step 5 builds them)."""
-    from day0.spec import load_spec
+    from day0.spec.pipeline import load_spec
     from day0.steps.trial.train import TrialPlan, candidate_loop
 
     spec = load_spec(COST_SPEC)
@@ -159,7 +159,7 @@ def _error(predicted: float, measured: float) -> float:
 def cost_check(data, storage: str, store_uri: str) -> dict:
     """Calibrate, train the candidate, predict it from the datasheet and the profile (see the module doc)."""
     from day0.calibration import calibrate
-    from day0.spec import load_platform
+    from day0.spec.pipeline import load_platform
     from day0.steps.trial.ray_train import run_training
     from day0.steps.trial.result import steady_tokens_per_s
     from day0.steps.trial.run import PlannerMemoryEstimate

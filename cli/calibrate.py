@@ -37,7 +37,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
 
     start_reaper()  # before Ray starts anything: it dies with this process, also on kill -9
     from day0.calibration import calibrate
-    from day0.spec import load_platform
+    from day0.spec.pipeline import load_platform
     from day0.store import open_store
 
     platform = load_platform(args.platform)

@@ -36,7 +36,7 @@ import day0
 from cli._console import err, escape, out
 from cli.preflight import preflight
 from day0.errors import Day0Error, RunFailed, UsageError, shorten
-from day0.spec import STEPS, PipelineSpec, load_platform, load_yaml
+from day0.spec.pipeline import STEPS, PipelineSpec, load_platform, load_yaml
 
 __all__ = ["main"]
 
@@ -54,7 +54,7 @@ def progress(title: str) -> Iterator[Callable[[str], None]]:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    from day0.runs import RunContext
+    from day0.runs.context import RunContext
 
     spec, _ = preflight(args.spec, args.only, check_store=args.check_store)
     run = RunContext.create(spec)
@@ -74,7 +74,7 @@ def cmd_schema(args: argparse.Namespace) -> int:
 def cmd_analyze(args: argparse.Namespace) -> int:
     from rich.table import Table
 
-    from day0.spec import ModelSpec
+    from day0.spec.pipeline import ModelSpec
     from day0.steps.analyze.run import analyze_model
 
     platform = load_platform(args.platform, "--platform")
@@ -147,8 +147,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     os.environ.setdefault(_PREFECT_STARTUP, _PREFECT_STARTUP_DEFAULT)  # before Prefect reads its settings
     from prefect.exceptions import CancelledRun
 
-    from day0.runlock import hold_run
-    from day0.runs import RunContext, RunSummary
+    from day0.runs.context import RunContext, RunSummary
+    from day0.runs.lock import hold_run
 
     try:
         with hold_run(RunContext.create(spec)):  # a second run of this spec refuses (exit 1)

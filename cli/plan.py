@@ -36,12 +36,12 @@ from pathlib import Path
 
 import day0
 from cli.preflight import positive_int
-from day0.core.model_source import ResolvedModel, resolve_model
-from day0.core.structure import ModelStructure
 from day0.errors import StoreUnavailable, UsageError
-from day0.run_folder import run_folder, run_id
-from day0.spec import PipelineSpec, load_spec
-from day0.spec_checks import check_parallel
+from day0.model.source import ResolvedModel, resolve_model
+from day0.model.structure import ModelStructure
+from day0.runs.folder import run_folder, run_id
+from day0.spec.checks import check_parallel
+from day0.spec.pipeline import PipelineSpec, load_spec
 from day0.store import ArtifactStore, open_store, write_atomically
 from day0.yamlio import safe_load
 
@@ -59,7 +59,7 @@ PLAN_FILE = "plan.yaml"  # in the spec's run folder, where `day0 plan` writes wi
 _HEADER = b"# day0 plan"
 
 
-_COUNTERS = ("day0.core.structure", "day0.core.modeling")  # the code that counts a structure
+_COUNTERS = ("day0.model.structure", "day0.model.build")  # the code that counts a structure
 
 
 def structure_cache_key(resolved: ResolvedModel) -> str:
@@ -124,8 +124,8 @@ def cached_structure(store: ArtifactStore, spec: PipelineSpec) -> tuple[ModelStr
 
 def build_structure(resolved: ResolvedModel) -> ModelStructure:
     """Step 1's structure analysis alone (the meta-device build, no operator capture)."""
-    from day0.core.modeling import build_meta_model, load_hf_config
-    from day0.core.structure import analyze_structure
+    from day0.model.build import build_meta_model, load_hf_config
+    from day0.model.structure import analyze_structure
 
     meta = build_meta_model(load_hf_config(resolved), resolved.source, trust_remote_code=resolved.trust_remote_code)
     return analyze_structure(meta, resolved.source)

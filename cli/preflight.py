@@ -26,11 +26,11 @@ import json
 import os
 from pathlib import Path
 
-from day0.core.model_source import resolve_model
-from day0.core.plausible import check_config
 from day0.errors import StoreUnavailable, UsageError
-from day0.spec import STEPS, PipelineSpec, load_spec, load_yaml
-from day0.spec_checks import check_context_lengths, check_engine, check_parallel
+from day0.model.plausible import check_config
+from day0.model.source import resolve_model
+from day0.spec.checks import check_context_lengths, check_engine, check_parallel
+from day0.spec.pipeline import STEPS, PipelineSpec, load_spec, load_yaml
 from day0.store import FileStore, open_store
 
 __all__ = [

@@ -8,7 +8,7 @@ import re
 
 from prefect.artifacts import create_link_artifact, create_markdown_artifact
 
-from day0.runs import RunContext
+from day0.runs.context import RunContext
 
 __all__ = ["artifact_key", "publish_report_artifacts", "scorecard_of"]
 

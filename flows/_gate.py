@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from day0.core.result import StepResult
 from day0.errors import Day0Error
-from day0.runs import RunContext, StepRecord
+from day0.runs.context import RunContext, StepRecord
 from day0.steps.registry import needs
 from tasks._step import one_line, step_logger
 

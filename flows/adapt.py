@@ -35,10 +35,11 @@ from day0.core.result import StepResult
 from day0.core.typing import JsonObject
 from day0.errors import Day0Error, RunFailed, UsageError
 from day0.paths import REPO_ROOT
-from day0.report import write_report
-from day0.runs import NAMESPACE_PATTERN, USER_RUNS, RunContext, RunSummary
+from day0.report.write import write_report
+from day0.runs.context import NAMESPACE_PATTERN, RunContext, RunSummary
+from day0.runs.folder import USER_RUNS
 from day0.settings import RunSettings
-from day0.spec import STEPS, PipelineSpec, load_spec, spec_from_dict
+from day0.spec.pipeline import STEPS, PipelineSpec, load_spec, spec_from_dict
 from day0.steps.registry import pods_needed, prerequisites
 from flows._artifacts import publish_report_artifacts
 from flows._gate import StepGate
@@ -211,7 +212,7 @@ def adapt(
 
 
 def _main(argv: list[str]) -> int:
-    from day0.spec import load_yaml
+    from day0.spec.pipeline import load_yaml
 
     load_spec(argv[0])  # validate first: clear errors before Prefect starts
     try:

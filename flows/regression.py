@@ -39,8 +39,8 @@ from day0.regression import (
     trend_report,
     trend_rows,
 )
-from day0.runs import RunSummary
-from day0.spec import load_yaml, spec_from_dict
+from day0.runs.context import RunSummary
+from day0.spec.pipeline import load_yaml, spec_from_dict
 from day0.steps.operators.result import OperatorsResult
 from day0.steps.trial.result import TrialResult
 from day0.store import open_store

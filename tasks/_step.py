@@ -28,7 +28,7 @@ import day0
 from day0.core.result import StepResult
 from day0.errors import Day0Error, RunFailed
 from day0.provenance import code_digest
-from day0.runs import RunContext, StepRecord
+from day0.runs.context import RunContext, StepRecord
 from day0.steps.registry import StepSpec
 
 __all__ = [

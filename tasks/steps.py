@@ -7,7 +7,7 @@ from prefect import Task, task
 from prefect.cache_policies import NO_CACHE
 
 from day0.core.result import StepResult
-from day0.runs import RunContext
+from day0.runs.context import RunContext
 from day0.steps.registry import REGISTRY, StepSpec
 from tasks._step import run_step, step_logger
 

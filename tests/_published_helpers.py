@@ -18,7 +18,7 @@ from typing import Any
 
 import yaml
 
-from day0.core.structure import ModelStructure
+from day0.model.structure import ModelStructure
 from day0.paths import CONFIGS_DIR
 from day0.planner.published import PublishedHardware, PublishedRun, RunPrediction, predict_run, run_options
 from day0.planner.results import Plan
@@ -145,8 +145,8 @@ def remember_structures(store: Path) -> None:
     """Every table model's structure in the store's structure cache, as `day0 plan` fills it: the CLI
     then reads it (as it would after a first plan) instead of building the model on the meta device."""
     from cli.plan import remember_structure
-    from day0.core.model_source import resolve_model
-    from day0.spec import ModelSpec
+    from day0.model.source import resolve_model
+    from day0.spec.pipeline import ModelSpec
     from day0.store import open_store
 
     s = open_store(f"file://{store}")

@@ -6,8 +6,10 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from day0.core.model_source import resolve_model_source
-from day0.spec import InferenceSpec, PlatformSpec, TrialScale, load_platform
+from day0.model.source import resolve_model_source
+from day0.spec.cluster import PlatformSpec
+from day0.spec.pipeline import TrialScale, load_platform
+from day0.spec.serving import InferenceSpec
 from day0.steps.inference.model import ServedModel
 from day0.steps.trial.data import prepare_data
 from day0.steps.trial.model import scale_config

@@ -17,8 +17,9 @@ from day0.backends.kuberay.status import ClusterError
 from day0.backends.session import LocalBackend, backend_for, check_backend, job_env, run_backend
 from day0.errors import UsageError
 from day0.paths import CONFIGS_DIR
-from day0.runs import RunContext
-from day0.spec import ClusterSpec, load_yaml, spec_from_dict
+from day0.runs.context import RunContext
+from day0.spec.cluster import ClusterSpec
+from day0.spec.pipeline import load_yaml, spec_from_dict
 from day0.steps.registry import pods_needed
 
 

@@ -11,7 +11,7 @@ from day0.calibration import CalibrationError, CalibrationSizes, calibrate
 from day0.calibration.figures import bus_gbps, gemm_tflops, microseconds_per_op, optimizer_costs
 from day0.planner.inputs import PlannerOptions
 from day0.planner.profile import CalibratedProfile, apply_profile, load_profile, profile_key
-from day0.spec import load_platform
+from day0.spec.pipeline import load_platform
 from day0.store import open_store
 
 

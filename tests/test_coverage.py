@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from day0.core.model_source import resolve_model_source
-from day0.core.modeling import build_meta_model, load_hf_config
 from day0.core.ops import OpInventory, OpRecord
-from day0.core.structure import analyze_structure
-from day0.spec import OperatorSupport, spec_from_dict
+from day0.model.build import build_meta_model, load_hf_config
+from day0.model.source import resolve_model_source
+from day0.model.structure import analyze_structure
+from day0.spec.cluster import OperatorSupport
+from day0.spec.pipeline import spec_from_dict
 from day0.steps.analyze.coverage import diff_declared, probe_device
 from day0.steps.analyze.inventory import capture_operators
 

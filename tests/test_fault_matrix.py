@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from day0.spec import load_yaml
+from day0.spec.pipeline import load_yaml
 from day0.steps.trial.faults import TrialFaults
 from testsupport.fault_matrix import Catalogue, Fault, FaultMatrix, install_plugins, run_matrix
 
@@ -118,9 +118,9 @@ def test_catalogue_vendor_plugin_fails_step_5_through_ray_train(plugins: list[st
     import ray
 
     from day0.backends.local import connect
-    from day0.core.model_source import resolve_model
+    from day0.model.source import resolve_model
     from day0.paths import CONFIGS_DIR
-    from day0.spec import spec_from_dict
+    from day0.spec.pipeline import spec_from_dict
     from day0.steps.trial.data import prepare_data
     from day0.steps.trial.loop import StepRecord, run_steps
     from day0.steps.trial.model import scale_config

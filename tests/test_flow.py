@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from day0.errors import UsageError
-from day0.spec import spec_from_dict
+from day0.spec.pipeline import spec_from_dict
 from flows.adapt import adapt, plan_steps
 
 pytestmark = pytest.mark.integration

@@ -236,7 +236,7 @@ def test_the_defaults_and_the_ci_values_render(values: Path | None) -> None:
 
 def test_values_at_the_edges_are_accepted() -> None:
     """...and the cluster spec the chart renders from them is one day0.spec takes (a flow run reads it)."""
-    from day0.spec import ClusterSpec
+    from day0.spec.cluster import ClusterSpec
 
     docs = accepted(
         *WRITABLE_ROOT,

@@ -7,8 +7,8 @@ import datetime as dt
 import json
 from pathlib import Path
 
-from day0.runs import RunContext, StepRecord
-from day0.spec import spec_from_dict
+from day0.runs.context import RunContext, StepRecord
+from day0.spec.pipeline import spec_from_dict
 
 
 def _ctx(tmp_path: Path) -> RunContext:

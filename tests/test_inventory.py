@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from day0.core.model_source import resolve_model_source
-from day0.core.modeling import build_meta_model, load_hf_config
 from day0.core.ops import OpInventory
-from day0.core.structure import analyze_structure
+from day0.model.build import build_meta_model, load_hf_config
+from day0.model.source import resolve_model_source
+from day0.model.structure import analyze_structure
 from day0.steps.analyze.inventory import _Recorder, capture_operators
 
 

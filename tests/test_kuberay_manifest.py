@@ -16,7 +16,7 @@ from day0.backends.kuberay.manifest import (
     workers_per_pool,
 )
 from day0.backends.kuberay.status import ClusterError
-from day0.spec import ClusterSpec
+from day0.spec.cluster import ClusterSpec
 
 DNS1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 
@@ -195,7 +195,7 @@ def test_store_credentials_come_from_the_secret_in_every_ray_container_but_the_a
 
 def test_a_jobs_driver_asks_for_a_workers_driver_slot_and_step_6s_also_for_an_accelerator() -> None:
     from day0.backends.resources import driver_placement
-    from day0.spec import PlatformSpec
+    from day0.spec.cluster import PlatformSpec
 
     platform = PlatformSpec.model_validate(
         {

@@ -3,11 +3,11 @@ source, no imports executed:
 
 1. `cli -> flows -> tasks -> day0`, never backwards.
 2. Inside `day0`, tiers: the foundation (`core`, `errors`, `paths`, `settings`, `yamlio`, `store`,
-   `plots`, `provenance`) < the spec and runs (`spec*`, `runs`, `run_folder`, `runlock`) < the libraries
+   `plots`, `provenance`) < the model, the spec and runs (`model`, `spec`, `runs`) < the libraries
    (`backends`, `platforms`, `planner`, `calibration`, `webhook`) < the steps (`steps/<step>/`) <
-   what reads every step (`steps.registry`, `report*`, `regression`); a module imports its own tier
+   what reads every step (`steps.registry`, `report`, `regression`); a module imports its own tier
    or lower ones.
-3. `core` imports only `core` and `errors`, `paths`, `settings`, `yamlio`.
+3. `core` is the bottom: it imports nothing else of `day0`.
 4. A step reaches another step only through its `result` module; a step's `run` module may also
    import another's `run` (where step 6 takes the model step 5 trains). Outside `day0.steps`, a step
    is reached through its `result` or `run` module, or the registry (which reads each step's
@@ -26,14 +26,12 @@ REPO = Path(__file__).resolve().parent.parent
 LAYERS = {"cli": 3, "flows": 2, "tasks": 1, "day0": 0}  # a module may import its own layer or lower ones
 TIERS = {
     **dict.fromkeys(["core", "errors", "paths", "settings", "yamlio", "store", "plots", "provenance"], 0),
-    **dict.fromkeys(["spec", "spec_base", "spec_checks", "spec_cluster", "spec_planner", "spec_serving"], 1),
-    **dict.fromkeys(["runs", "run_folder", "runlock"], 1),
+    **dict.fromkeys(["model", "spec", "runs"], 1),
     **dict.fromkeys(["backends", "platforms", "planner", "calibration", "webhook"], 2),
     "steps": 3,
-    **dict.fromkeys(["steps.registry", "report", "report_html", "report_reuse", "report_scorecard"], 4),
-    **dict.fromkeys(["report_text", "regression"], 4),
+    **dict.fromkeys(["steps.registry", "report", "regression"], 4),
 }
-CORE_MAY_IMPORT = {"core", "errors", "paths", "settings", "yamlio"}
+CORE_MAY_IMPORT = {"core"}
 
 
 def _modules() -> dict[str, Path]:

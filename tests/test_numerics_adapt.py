@@ -12,7 +12,8 @@ sys.path.insert(0, str(Path(__file__).parent / "data" / "numerics"))
 from numerics_fixtures import cpu_spec, entry_point, faulty_platform, tiny_inventory, whole_model
 
 from day0.platforms.kernels import Platform, load_plugin_kernels
-from day0.spec import OperatorSupport, ValidationSpec
+from day0.spec.cluster import OperatorSupport
+from day0.spec.pipeline import ValidationSpec
 from day0.steps.operators.adapt import adapt_report
 from day0.steps.operators.checks import run_operators
 from day0.steps.operators.layers import build_model, compare_layers
@@ -135,7 +136,8 @@ def test_whole_model_runs_after_adaptation_and_step_result() -> None:
 
 def test_declared_platform_is_emulated_when_device_absent() -> None:
     from day0.paths import CONFIGS_DIR
-    from day0.spec import PlatformSpec, load_yaml
+    from day0.spec.cluster import PlatformSpec
+    from day0.spec.pipeline import load_yaml
 
     spec = PlatformSpec.model_validate(load_yaml(CONFIGS_DIR / "platforms" / "ascend-910b.yaml"))
     platform = Platform.from_spec(spec, plugins=[])
@@ -149,7 +151,8 @@ def test_emulated_vendor_library_runs_whole_model_after_adaptation() -> None:
     """ascend-910b's declared library lacks _grouped_mm, histc, sort ... and the ops the real
     (not meta) forward adds: all are adapted, inventory ops up front and the rest as the run meets them."""
     from day0.paths import CONFIGS_DIR
-    from day0.spec import PlatformSpec, load_yaml
+    from day0.spec.cluster import PlatformSpec
+    from day0.spec.pipeline import load_yaml
 
     spec = PlatformSpec.model_validate(load_yaml(CONFIGS_DIR / "platforms" / "ascend-910b.yaml"))
     result = run_operators(

@@ -14,7 +14,7 @@ sys.path.insert(0, str(Path(__file__).parent / "data" / "numerics"))
 from numerics_fixtures import cpu_spec, tiny_inventory
 
 from day0.backends.resources import task_options, train_worker_resources
-from day0.spec import Accelerator, ClusterSpec, NodePool
+from day0.spec.cluster import Accelerator, ClusterSpec, NodePool
 from day0.steps.operators.job import OperatorsRequest, main, run_operators_on_ray
 
 OPS = {"aten::mm", "aten::_safe_softmax", "aten::histc"}

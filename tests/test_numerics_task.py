@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from day0.paths import CONFIGS_DIR
-from day0.runs import RunContext
-from day0.spec import load_yaml, spec_from_dict
+from day0.runs.context import RunContext
+from day0.spec.pipeline import load_yaml, spec_from_dict
 from day0.steps.analyze.run import analyze_model
 from tasks.steps import TASKS
 

@@ -85,10 +85,10 @@ def test_wired_into_day0_cli(tmp_path: Path) -> None:
 def test_parallel_and_optimize_tasks_store_results_and_resume(tmp_path: Path, prefect_server: None) -> None:
     from pydantic import BaseModel
 
-    from day0.core.structure import ModelStructure
+    from day0.model.structure import ModelStructure
     from day0.paths import CONFIGS_DIR
-    from day0.runs import RunContext
-    from day0.spec import load_yaml, spec_from_dict
+    from day0.runs.context import RunContext
+    from day0.spec.pipeline import load_yaml, spec_from_dict
     from tasks.steps import TASKS
 
     class Analyzed(BaseModel):  # the part of step 1's AnalyzeResult that steps 3-4 read
@@ -114,9 +114,9 @@ def test_parallel_and_optimize_tasks_store_results_and_resume(tmp_path: Path, pr
 def _spec_in(tmp_path: Path, storage: str | None = None) -> Path:
     """deepseek-v3-8-h800 with its store under tmp_path, holding the model's structure (no meta build)."""
     from cli.plan import remember_structure
-    from day0.core.model_source import resolve_model
-    from day0.core.structure import ModelStructure
-    from day0.spec import load_spec
+    from day0.model.source import resolve_model
+    from day0.model.structure import ModelStructure
+    from day0.spec.pipeline import load_spec
     from day0.store import open_store
 
     raw = yaml.safe_load((DATA / "deepseek-v3-8-h800.yaml").read_text())
@@ -132,8 +132,8 @@ def _spec_in(tmp_path: Path, storage: str | None = None) -> Path:
 
 def test_replanning_goes_to_the_store_beside_the_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """The edit-and-replan loop: no --out, no --force, and a second plan replaces the first, saying so."""
-    from day0.runs import RunContext
-    from day0.spec import load_spec
+    from day0.runs.context import RunContext
+    from day0.spec.pipeline import load_spec
 
     path = _spec_in(tmp_path)
     key = RunContext.create(load_spec(path)).key("plan.yaml")
@@ -173,8 +173,8 @@ def test_unreachable_store_plans_to_out_only(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     from cli import plan as plan_cli
-    from day0.core.structure import ModelStructure
     from day0.errors import StoreUnavailable
+    from day0.model.structure import ModelStructure
 
     for name, value in {
         "DAY0_STORE_ENDPOINT_URL": "http://127.0.0.1:9",
@@ -201,9 +201,9 @@ def test_the_structure_cache_is_keyed_by_the_code_that_counts_it(
     its files are unchanged (time and size), the recorded digest holds without parsing them again."""
     import day0.provenance
     from cli.plan import cached_structure, remember_structure, structure_cache_key
-    from day0.core.model_source import resolve_model
-    from day0.core.structure import ModelStructure
-    from day0.spec import load_spec
+    from day0.model.source import resolve_model
+    from day0.model.structure import ModelStructure
+    from day0.spec.pipeline import load_spec
     from day0.store import open_store
 
     path = _spec_in(tmp_path)
@@ -222,7 +222,7 @@ def test_the_structure_cache_is_keyed_by_the_code_that_counts_it(
     store.put_json(structure_cache_key(resolved), entry)
     monkeypatch.undo()  # the digest is recomputed now: the same code gives the same digest ...
     assert cached_structure(store, spec)[0] is not None
-    monkeypatch.setattr(day0.provenance, "code_digest", lambda m: "changed" if m == "day0.core.structure" else "x")
+    monkeypatch.setattr(day0.provenance, "code_digest", lambda m: "changed" if m == "day0.model.structure" else "x")
     assert cached_structure(store, spec)[0] is None  # ... a fixed analysis does not: recount
     structure = ModelStructure.model_validate_json((DATA / "deepseek-v3.structure.json").read_text())
     remember_structure(store, resolved, structure)

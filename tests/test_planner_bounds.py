@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from day0.core.structure import ModelStructure
+from day0.model.structure import ModelStructure
 from day0.paths import CONFIGS_DIR
 from day0.planner import PlannerOptions, cluster_figures
 from day0.planner import step_time as st
@@ -18,7 +18,8 @@ from day0.planner.evaluate import PlanContext
 from day0.planner.inputs import CommSettings
 from day0.planner.model import model_costs
 from day0.planner.space import enumerate_degrees, knob_settings
-from day0.spec import ParallelConstraints, PlatformSpec, Precision, TrainingSpec, load_yaml
+from day0.spec.cluster import PlatformSpec
+from day0.spec.pipeline import ParallelConstraints, Precision, TrainingSpec, load_yaml
 
 DATA = Path(__file__).parent / "data" / "planner"
 H100 = PlatformSpec.model_validate(load_yaml(CONFIGS_DIR / "platforms" / "h100.yaml")).hardware

@@ -14,13 +14,13 @@ import pytest
 import yaml
 
 from cli.plan import remember_structure
-from day0.core.model_source import resolve_model
-from day0.core.structure import ModelStructure
 from day0.errors import UsageError
+from day0.model.source import resolve_model
+from day0.model.structure import ModelStructure
 from day0.planner.inputs import PlannerOptions
 from day0.planner.profile import CalibratedProfile, CollectivePoint, GemmPoint, profile_key
 from day0.planner.step import planner_inputs
-from day0.spec import load_yaml, spec_from_dict
+from day0.spec.pipeline import load_yaml, spec_from_dict
 from day0.store import open_store
 
 DATA = Path(__file__).parent / "data" / "planner"

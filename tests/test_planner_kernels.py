@@ -8,14 +8,14 @@ import torch
 from transformers import AutoConfig
 
 from day0.core.dtypes import DTYPES
-from day0.core.model_source import resolve_model_source
-from day0.core.modeling import build_meta_model
-from day0.core.structure import analyze_structure
 from day0.core.training import clip_gradients, forward_loss, make_optimizer
+from day0.model.build import build_meta_model
+from day0.model.source import resolve_model_source
+from day0.model.structure import analyze_structure
 from day0.planner.kernels import model_kernels
 from day0.planner.model import model_costs
 from day0.platforms.kernels import Platform
-from day0.spec import TrialScale
+from day0.spec.pipeline import TrialScale
 from day0.steps.trial.model import build_model, scale_config
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from day0.core.structure import ModelStructure
+from day0.model.structure import ModelStructure
 from day0.planner.evaluate import PlanContext
 from day0.planner.inputs import PlannerOptions, cluster_figures
 from day0.planner.memory import (
@@ -25,7 +25,8 @@ from day0.planner.memory import (
 )
 from day0.planner.model import model_costs
 from day0.planner.values import Degrees, MemoryKnobs
-from day0.spec import HardwareSpec, TrainingSpec
+from day0.spec.cluster import HardwareSpec
+from day0.spec.pipeline import TrainingSpec
 
 DATA = Path(__file__).parent / "data" / "planner"
 GB = 1e9
@@ -126,8 +127,8 @@ def _tiny_llama():
 
 
 def _analyze(cfg, name: str) -> ModelStructure:
-    from day0.core.modeling import build_meta_model
-    from day0.core.structure import analyze_structure
+    from day0.model.build import build_meta_model
+    from day0.model.structure import analyze_structure
 
     return analyze_structure(build_meta_model(cfg, name), name)
 
@@ -209,8 +210,8 @@ def test_moe_mla_layer_activations_measured_on_cpu() -> None:
     import torch
     from transformers import AutoModelForCausalLM
 
-    from day0.core.model_source import resolve_model_source
-    from day0.core.modeling import load_hf_config
+    from day0.model.build import load_hf_config
+    from day0.model.source import resolve_model_source
 
     cfg, seq, batch = load_hf_config(resolve_model_source("tiny-deepseek-v3")), 64, 2
     costs = model_costs(_analyze(cfg, "tiny-deepseek-v3"))

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from day0.core.structure import ModelStructure
+from day0.model.structure import ModelStructure
 from day0.paths import CONFIGS_DIR
 from day0.planner import cluster_figures, plan_parallelism
 from day0.planner.frameworks import to_toml
@@ -22,7 +22,8 @@ from day0.planner.optimize_report import OptimizationReport
 from day0.planner.plan_text import time_terms
 from day0.planner.results import PlanReport
 from day0.planner.step import optimize_for_spec, plan_for_spec
-from day0.spec import PlatformSpec, TrainingSpec, load_spec, load_yaml
+from day0.spec.cluster import PlatformSpec
+from day0.spec.pipeline import TrainingSpec, load_spec, load_yaml
 
 DATA = Path(__file__).parent / "data" / "planner"
 ELASTIC = DATA / "qwen3-30b-a3b-64-h100-elastic.yaml"
@@ -187,8 +188,8 @@ def test_day0_plan_prints_frameworks_and_next_steps_and_links_no_plot(
 
     from cli.main import main
     from cli.plan import remember_structure
-    from day0.core.model_source import resolve_model
-    from day0.spec import spec_from_dict
+    from day0.model.source import resolve_model
+    from day0.spec.pipeline import spec_from_dict
     from day0.store import open_store
 
     raw = load_yaml(ELASTIC) | {"storage": f"file://{tmp_path / 'store'}"}

@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from day0.core.structure import ModelStructure
+from day0.model.structure import ModelStructure
 from day0.paths import CONFIGS_DIR
 from day0.planner.inputs import PlannerOptions, costs_for
 from day0.planner.memory import activation_bytes_per_token

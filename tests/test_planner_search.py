@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from day0.core.structure import ModelStructure
+from day0.model.structure import ModelStructure
 from day0.paths import CONFIGS_DIR
 from day0.planner import PlannerOptions, brute_force, cluster_figures, cluster_from_spec, plan_parallelism
 from day0.planner.bounds import static_lower_bound
@@ -18,7 +18,8 @@ from day0.planner.optimize import choose_optimizations
 from day0.planner.space import enumerate_degrees, knob_settings
 from day0.planner.stages import partition, rank_groups
 from day0.planner.values import OFFLOADS, RECOMPUTES
-from day0.spec import ParallelConstraints, PlatformSpec, TrainingSpec, load_spec, load_yaml
+from day0.spec.cluster import PlatformSpec
+from day0.spec.pipeline import ParallelConstraints, TrainingSpec, load_spec, load_yaml
 
 DATA = Path(__file__).parent / "data" / "planner"
 H100 = PlatformSpec.model_validate(load_yaml(CONFIGS_DIR / "platforms" / "h100.yaml")).hardware

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from day0.core.structure import ModelStructure
+from day0.model.structure import ModelStructure
 from day0.planner import timing as tm
 from day0.planner.inputs import PlannerOptions, costs_for
 from day0.planner.memory import dualpipe_weight_bytes, zero3_unit_params
@@ -82,7 +82,7 @@ def _trial_context(hardware, micro_batch: int = 2):
     from day0.planner.evaluate import PlanContext
     from day0.planner.inputs import cluster_figures
     from day0.planner.values import Degrees
-    from day0.spec import Precision, TrainingSpec
+    from day0.spec.pipeline import Precision, TrainingSpec
 
     s = _structure("deepseek-v3")
     o = PlannerOptions(micro_batches=[micro_batch], flash_attention=False)
@@ -104,7 +104,7 @@ def _trial_context(hardware, micro_batch: int = 2):
 def test_stage_time_carries_one_dispatch_per_op_on_a_synchronous_platform() -> None:
     from day0.planner.kernels import model_kernels
     from day0.planner.values import MemoryKnobs
-    from day0.spec import load_platform
+    from day0.spec.pipeline import load_platform
 
     cpu = load_platform("cpu").hardware
     assert not cpu.launch_async and cpu.kernel_launch_us > 0
@@ -129,7 +129,7 @@ def test_dispatch_is_hidden_on_an_h100_and_the_foreach_optimizer_costs_more_pass
     from day0.planner import step_time as st
     from day0.planner.memory import param_bytes
     from day0.planner.values import MemoryKnobs
-    from day0.spec import load_platform
+    from day0.spec.pipeline import load_platform
 
     h100 = load_platform("h100").hardware
     knobs = MemoryKnobs(recompute="none", zero_stage=0, offload="none")

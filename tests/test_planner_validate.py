@@ -12,7 +12,7 @@ import yaml
 
 from cli.preflight import preflight
 from day0.errors import SpecError
-from day0.spec import load_yaml
+from day0.spec.pipeline import load_yaml
 
 DATA = Path(__file__).parent / "data" / "planner"
 ROOT = Path(__file__).parent.parent

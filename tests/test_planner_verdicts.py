@@ -6,11 +6,12 @@ from pathlib import Path
 
 import pytest
 
-from day0.core.structure import ModelStructure
+from day0.model.structure import ModelStructure
 from day0.paths import CONFIGS_DIR
 from day0.planner import PlanReport, cluster_figures, plan_parallelism
 from day0.planner.optimize import OptimizationReport, choose_optimizations
-from day0.spec import PlatformSpec, TrainingSpec, load_yaml
+from day0.spec.cluster import PlatformSpec
+from day0.spec.pipeline import TrainingSpec, load_yaml
 
 DATA = Path(__file__).parent / "data" / "planner"
 

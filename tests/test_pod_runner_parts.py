@@ -12,7 +12,7 @@ import pytest
 from pydantic import ValidationError
 
 from day0.backends.kuberay.manifest import build_raycluster
-from day0.spec import ClusterSpec
+from day0.spec.cluster import ClusterSpec
 from testsupport.pod_runner.__main__ import main
 from testsupport.pod_runner.container import ContainerRun
 from testsupport.pod_runner.expand import EnvError, base_env, container_env, expand

@@ -273,7 +273,7 @@ def test_selection_check_agrees_with_the_flows_plan() -> None:
     """`check_only` refuses exactly the selections for which the flow would plan no step."""
     from cli.preflight import check_only
     from day0.errors import UsageError
-    from day0.spec import STEPS, spec_from_dict
+    from day0.spec.pipeline import STEPS, spec_from_dict
     from flows.adapt import plan_steps
 
     for steps in (list(STEPS), ["analyze"], ["trial", "inference"], ["parallel"]):
@@ -290,7 +290,7 @@ def test_selection_check_agrees_with_the_flows_plan() -> None:
 
 
 def test_bundled_hub_cache_is_the_models_config() -> None:
-    from day0.core.model_source import BUNDLED_HUB_CACHE
+    from day0.model.source import BUNDLED_HUB_CACHE
 
     repo = BUNDLED_HUB_CACHE / "models--deepseek-ai--DeepSeek-V3"
     commit = (repo / "refs" / "main").read_text()
@@ -300,7 +300,7 @@ def test_bundled_hub_cache_is_the_models_config() -> None:
 
 
 def test_hf_source_falls_back_to_the_bundled_cache_offline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from day0.core.model_source import BUNDLED_HUB_CACHE, resolve_model_source
+    from day0.model.source import BUNDLED_HUB_CACHE, resolve_model_source
     from day0.settings import HubSettings
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")

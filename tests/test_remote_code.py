@@ -13,7 +13,7 @@ import pytest
 import yaml
 from test_source import make_hub_cache
 
-from day0.spec import ModelSpec, load_platform
+from day0.spec.pipeline import ModelSpec, load_platform
 from day0.steps.analyze.run import analyze_model
 from day0.steps.operators.checks import run_operators
 from day0.steps.operators.layers import WholeModel

@@ -12,9 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from day0.report import SCORECARD, write_report
-from day0.runs import RunContext
-from day0.spec import spec_from_dict
+from day0.report.scorecard import SCORECARD
+from day0.report.write import write_report
+from day0.runs.context import RunContext
+from day0.spec.pipeline import spec_from_dict
 from day0.steps.inference.result import InferenceResult
 from day0.steps.trial.result import TrialResult
 from tests._report_helpers import recorded_run

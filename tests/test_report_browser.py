@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from day0.report import write_report
+from day0.report.write import write_report
 from tests._browser import Page, chromium
 from tests._report_helpers import recorded_run
 

@@ -12,8 +12,8 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from day0.runs import RunContext, StepRecord
-from day0.spec import spec_from_dict
+from day0.runs.context import RunContext, StepRecord
+from day0.spec.pipeline import spec_from_dict
 
 
 def _ctx(tmp_path: Path) -> RunContext:
@@ -72,7 +72,7 @@ def test_records_keep_their_order_within_an_attempt(tmp_path: Path) -> None:
 
 
 def test_a_second_holder_of_a_run_is_refused_and_a_dead_one_taken_over(tmp_path: Path) -> None:
-    from day0.runlock import RunLocked, hold_run
+    from day0.runs.lock import RunLocked, hold_run
 
     ctx, other = _ctx(tmp_path), _ctx(tmp_path)
     with hold_run(ctx):

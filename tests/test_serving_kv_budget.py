@@ -18,7 +18,7 @@ from transformers import (
     Zamba2Config,
 )
 
-from day0.core.kv_cache import (
+from day0.model.kv_cache import (
     kv_bytes_per_sequence,
     kv_bytes_per_token,
     kv_layout,

@@ -9,9 +9,9 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from day0.core.model_source import resolve_model_source
 from day0.errors import UsageError
-from day0.spec import spec_from_dict
+from day0.model.source import resolve_model_source
+from day0.spec.pipeline import spec_from_dict
 from day0.steps.inference.model import build_model
 
 
@@ -60,7 +60,7 @@ def test_a_full_size_model_without_trial_scale_is_refused_naming_the_field() -> 
 
 
 def test_the_tokenizer_travels_through_the_runs_store_never_as_a_host_path(tmp_path: Path) -> None:
-    from day0.runs import RunContext
+    from day0.runs.context import RunContext
     from day0.steps.inference.model import load_tokenizer
     from day0.steps.inference.run import publish_tokenizer, served_model
 

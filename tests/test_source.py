@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from day0.core.model_source import resolve_model_source
-from day0.core.modeling import load_hf_config
 from day0.errors import ModelError
+from day0.model.build import load_hf_config
+from day0.model.source import resolve_model_source
 from day0.settings import HubSettings
 
 REPO = Path(__file__).resolve().parent.parent
@@ -90,8 +90,8 @@ def test_unknown_source_lists_known_models() -> None:
 
 
 def test_remote_code_needs_a_trusted_org(tmp_path: Path) -> None:
-    from day0.core.model_source import remote_code_allowed
-    from day0.spec import ModelSpec
+    from day0.model.source import remote_code_allowed
+    from day0.spec.pipeline import ModelSpec
 
     make_hub_cache(tmp_path, "acme/new-model", {"model_type": "llama"})
     resolved = resolve_model_source("hf://acme/new-model@main", HubSettings(cache_dir=tmp_path, offline=True))

@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from day0.errors import SpecError
-from day0.spec import PipelineSpec, load_spec, spec_from_dict
+from day0.spec.pipeline import PipelineSpec, load_spec, spec_from_dict
 
 REPO = Path(__file__).resolve().parent.parent
 MINIMAL = {"metadata": {"name": "t"}, "model": "tiny-deepseek-v3", "platform": "cpu"}
@@ -92,7 +92,7 @@ def test_json_schema_forbids_unknown_fields() -> None:
 
 def test_every_spec_field_documents_itself() -> None:
     """`day0 schema` is what editors show: every user-facing field carries a description."""
-    from day0.spec import PipelineSpec
+    from day0.spec.pipeline import PipelineSpec
 
     schema = PipelineSpec.model_json_schema()
     models = [("PipelineSpec", schema), *schema["$defs"].items()]

@@ -14,9 +14,10 @@ import yaml
 from pydantic import BaseModel
 
 from day0.errors import SpecError
-from day0.spec import PipelineSpec, PlatformSpec, spec_from_dict
-from day0.spec_base import UserModel
-from day0.spec_base import _one_line as _ONE_LINE
+from day0.spec.base import UserModel
+from day0.spec.base import _one_line as _ONE_LINE
+from day0.spec.cluster import PlatformSpec
+from day0.spec.pipeline import PipelineSpec, spec_from_dict
 
 REPO = Path(__file__).resolve().parent.parent
 TINY = yaml.safe_load((REPO / "configs/pipelines/tiny-local.yaml").read_text())

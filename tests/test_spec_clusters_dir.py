@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from day0.errors import SpecError
-from day0.spec import spec_from_dict
+from day0.spec.pipeline import spec_from_dict
 
 REPO = Path(__file__).resolve().parent.parent
 MINIMAL = {"metadata": {"name": "t"}, "model": "tiny-deepseek-v3", "platform": "cpu"}
@@ -79,7 +79,8 @@ def test_a_fresh_process_reads_it_from_the_environment(tmp_path: Path) -> None:
     cmd = [
         sys.executable,
         "-c",
-        "from day0.spec import load_spec; import sys; print(load_spec(sys.argv[1]).cluster.node_pools[0].nodes)",
+        "from day0.spec.pipeline import load_spec; import sys; "
+        "print(load_spec(sys.argv[1]).cluster.node_pools[0].nodes)",
         str(spec),
     ]
     out = subprocess.run(cmd, env=env, cwd=REPO, capture_output=True, text=True, check=True)

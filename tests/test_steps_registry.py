@@ -7,7 +7,7 @@ import inspect
 from pathlib import Path
 
 from day0.paths import CONFIGS_DIR
-from day0.spec import STEPS, load_spec
+from day0.spec.pipeline import STEPS, load_spec
 from day0.steps.registry import REGISTRY, needs, pods_needed, scorecard
 from tasks.steps import TASKS
 

@@ -9,9 +9,9 @@ import pytest
 import yaml
 from transformers import GptOssConfig, Qwen3NextConfig
 
-from day0.core.model_source import resolve_model_source
-from day0.core.modeling import build_meta_model, load_hf_config
-from day0.core.structure import ModelStructure, analyze_structure
+from day0.model.build import build_meta_model, load_hf_config
+from day0.model.source import resolve_model_source
+from day0.model.structure import ModelStructure, analyze_structure
 
 PUBLISHED = yaml.safe_load((Path(__file__).parent / "data/published_params.yaml").read_text())
 

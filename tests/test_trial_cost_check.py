@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from day0.core.model_source import resolve_model_source
+from day0.model.source import resolve_model_source
 from day0.planner.profile import CalibratedProfile
-from day0.spec import load_spec
+from day0.spec.pipeline import load_spec
 from day0.steps.trial.loop import run_steps
 from day0.steps.trial.model import build_model, scale_config
 from day0.steps.trial.run import PlannerMemoryEstimate
@@ -99,8 +99,8 @@ def test_eager_traffic_counted_per_layer_kind_matches_the_whole_model(candidate)
 def test_eager_traffic_and_ddp_buckets_add_to_the_prediction(candidate) -> None:
     from transformers import AutoConfig
 
-    from day0.core.modeling import build_meta_model
-    from day0.core.structure import analyze_structure
+    from day0.model.build import build_meta_model
+    from day0.model.structure import analyze_structure
     from day0.planner.trial_estimate import ddp_bucket_seconds, eager_seconds, predict_trial
 
     spec, cfg, loop = candidate
@@ -128,9 +128,9 @@ def test_the_default_spec_calibrates_before_step_3_so_its_cost_check_is_calibrat
     (How close it comes to the measurement is `make bench`'s figure, bench_trial's cost_check.)"""
     import day0.steps.parallel.run as step3
     from day0.calibration.job import CalibrationRequest
-    from day0.core.structure import ModelStructure
+    from day0.model.structure import ModelStructure
     from day0.planner.profile import load_profile, profile_key
-    from day0.runs import RunContext
+    from day0.runs.context import RunContext
     from day0.steps.trial.cost_check import CostCheck
     from day0.store import open_store
 

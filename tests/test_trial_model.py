@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from day0.core.model_source import resolve_model_source
 from day0.errors import ModelError
-from day0.spec import TrialScale
+from day0.model.source import resolve_model_source
+from day0.spec.pipeline import TrialScale
 from day0.steps.trial.model import build_model, count_parameters, scale_config
 
 SMALL = TrialScale(layers=2, hidden=64, experts=4)

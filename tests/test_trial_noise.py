@@ -8,7 +8,7 @@ import random
 
 import pytest
 
-from day0.spec import TrialTolerance
+from day0.spec.pipeline import TrialTolerance
 from day0.steps.trial.alignment import compare_curves, reference_noise, seed_spread
 
 TREND = [6.0 * math.exp(-0.03 * t) + 2.0 for t in range(200)]

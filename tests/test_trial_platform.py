@@ -11,7 +11,8 @@ import pytest
 import torch
 
 from day0.paths import CONFIGS_DIR
-from day0.spec import PlatformSpec, load_yaml
+from day0.spec.cluster import PlatformSpec
+from day0.spec.pipeline import load_yaml
 from day0.steps.trial.loop import StepRecord, run_steps
 from tests._trial_helpers import tiny_data, tiny_loop
 from testsupport.fault_matrix import Fault, install_plugins
@@ -69,8 +70,8 @@ def test_cuda_platform_trains_the_candidate_on_the_gpu(tmp_path: Path) -> None:
     import ray
 
     from day0.backends.local import connect
-    from day0.core.model_source import resolve_model
-    from day0.spec import spec_from_dict
+    from day0.model.source import resolve_model
+    from day0.spec.pipeline import spec_from_dict
     from day0.steps.trial.train import run_trial
 
     raw = load_yaml(CONFIGS_DIR / "pipelines" / "tiny-local.yaml")
@@ -104,7 +105,7 @@ def test_cuda_platform_trains_the_candidate_on_the_gpu(tmp_path: Path) -> None:
 def ascend_checked():
     """Step 2 on the emulated Ascend 910B (declared operator library, no device here) with the whole
     reduced-depth model: its op checks, layer comparison and training step."""
-    from day0.core.model_source import resolve_model_source
+    from day0.model.source import resolve_model_source
     from day0.steps.operators.checks import run_operators
     from day0.steps.operators.layers import WholeModel
     from tests.data.numerics.numerics_fixtures import tiny_inventory
@@ -142,7 +143,7 @@ def test_step_2s_training_step_meets_what_the_capture_cannot_see(ascend_checked)
 def test_a_kernel_wrong_only_at_trainings_dtype_fails_step_2s_training_step(tmp_path: Path) -> None:
     """The bf16 model's capture runs the embedding at bf16, so the op checks pass a vendor embedding
     wrong at fp32; the trial's fp32 weights call exactly that kernel, and the training step sees it."""
-    from day0.core.model_source import resolve_model_source
+    from day0.model.source import resolve_model_source
     from day0.steps.operators.checks import run_operators
     from day0.steps.operators.layers import WholeModel
     from tests.data.numerics.numerics_fixtures import tiny_inventory

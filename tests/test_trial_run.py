@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
-from day0.core.model_source import resolve_model
+from day0.model.source import resolve_model
 from day0.paths import CONFIGS_DIR
-from day0.runs import RunContext
-from day0.spec import load_yaml, spec_from_dict
+from day0.runs.context import RunContext
+from day0.spec.pipeline import load_yaml, spec_from_dict
 from day0.steps.trial.loop import StepRecord, run_steps
 from day0.steps.trial.result import TrialCurve, TrialResult
 from tests._trial_helpers import tiny_data, tiny_loop

@@ -10,7 +10,7 @@ import pytest
 
 from day0.errors import UsageError
 from day0.paths import CONFIGS_DIR
-from day0.spec import load_spec
+from day0.spec.pipeline import load_spec
 from day0.steps.trial.faults import FaultDrillSettings, TrialFaults
 from day0.steps.trial.train import TrialPlan
 from tests._trial_helpers import tiny_loop

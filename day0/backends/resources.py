@@ -10,7 +10,7 @@ for one CPU.
 from __future__ import annotations
 
 from day0.backends.jobs import DriverPlacement
-from day0.spec import ClusterSpec, PlatformSpec
+from day0.spec.cluster import ClusterSpec, PlatformSpec
 
 __all__ = ["DRIVER_RESOURCE", "accelerator_resource", "driver_placement", "task_options", "train_worker_resources"]
 

@@ -34,8 +34,8 @@ from day0.backends.jobs import StepJob, submission_id
 from day0.backends.resources import driver_placement
 from day0.core.result import Execution, ExecutionEvent, Progress
 from day0.errors import UsageError
-from day0.runs import RunContext
-from day0.spec import PipelineSpec
+from day0.runs.context import RunContext
+from day0.spec.pipeline import PipelineSpec
 
 if TYPE_CHECKING:
     from kubernetes.client import ApiClient

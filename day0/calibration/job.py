@@ -12,7 +12,7 @@ from pydantic import BaseModel, Field
 
 from day0.backends.jobs import StepJob
 from day0.calibration.run import CalibrationReport, calibrate
-from day0.spec import PlatformSpec
+from day0.spec.cluster import PlatformSpec
 from day0.store import open_store
 
 __all__ = ["JOB", "CalibrationRequest", "main", "run_request"]

@@ -16,7 +16,7 @@ from pydantic import BaseModel, Field, field_validator
 from day0.backends.resources import task_options
 from day0.calibration import figures as fig
 from day0.planner.profile import CalibratedProfile, CollectivePoint, GemmPoint, profile_key
-from day0.spec import PlatformSpec
+from day0.spec.cluster import PlatformSpec
 from day0.store import ArtifactStore
 
 if TYPE_CHECKING:

@@ -1,6 +1,6 @@
 """Concepts every step shares, defined once (like torchtitan's `components/`): the step result and
-its verdict, the op-call notation, dtypes and tolerances, the resolved model source.
+its verdict, the op-call notation, dtypes and tolerances, loss-curve distance, typing aliases.
 
-Contract: `day0.core` imports nothing from the step packages (`analysis`, `numerics`, `planner`,
-`trial`), so any of them may import it without a cycle.
+Contract: the bottom of `day0`: `day0.core` imports nothing else of day0, so any module may import it
+without a cycle.
 """

@@ -20,10 +20,10 @@ from day0.planner.results import ClusterPoint, Plan, PlanReport, degrees_label
 from day0.planner.search import best_knobs, min_accelerators, plan_parallelism
 from day0.planner.space import knob_settings
 from day0.planner.values import OFFLOADS, RECOMPUTES, Degrees
-from day0.spec import ParallelConstraints, TrainingSpec
+from day0.spec.pipeline import ParallelConstraints, TrainingSpec
 
 if TYPE_CHECKING:
-    from day0.core.structure import ModelStructure
+    from day0.model.structure import ModelStructure
 
 __all__ = ["elastic_points", "next_steps"]
 

@@ -22,7 +22,7 @@ from day0.planner.rates import RateCache
 from day0.planner.stages import layer_counts, stage_work
 from day0.planner.step_time import StageWork
 from day0.planner.values import Degrees
-from day0.spec import TrainingSpec
+from day0.spec.pipeline import TrainingSpec
 
 __all__ = ["StaticBound", "static_lower_bound"]
 

@@ -20,7 +20,7 @@ from pydantic import BaseModel, Field
 from day0.core.typing import JsonObject
 from day0.planner.inputs import CommSettings, PlannerOptions
 from day0.planner.results import Plan
-from day0.spec import TrainingSpec
+from day0.spec.pipeline import TrainingSpec
 
 __all__ = ["FrameworkConfigs", "FrameworkSetup", "framework_configs", "to_toml"]
 

@@ -12,11 +12,12 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from day0.core.recompute import Recompute
 from day0.planner.model import ActivationPolicy, ModelCosts, model_costs
-from day0.spec import HardwareSpec, PipelineSpec
-from day0.spec_planner import SearchChoices
+from day0.spec.cluster import HardwareSpec
+from day0.spec.pipeline import PipelineSpec
+from day0.spec.planner import SearchChoices
 
 if TYPE_CHECKING:
-    from day0.core.structure import ModelStructure
+    from day0.model.structure import ModelStructure
 
 __all__ = [
     "GIB",

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from day0.core.structure import LayerKind, ModelStructure
+    from day0.model.structure import LayerKind, ModelStructure
 
 
 __all__ = ["ACT_BYTES", "SELECTIVE_MODULES", "ActivationPolicy", "KindCost", "ModelCosts", "Tensor", "model_costs"]

@@ -22,10 +22,10 @@ from day0.planner.results import Plan, make_plan
 from day0.planner.search import best_knobs
 from day0.planner.space import knob_settings
 from day0.planner.values import OFFLOADS, RECOMPUTES, Degrees, MemoryKnobs
-from day0.spec import TrainingSpec
+from day0.spec.pipeline import TrainingSpec
 
 if TYPE_CHECKING:
-    from day0.core.structure import ModelStructure
+    from day0.model.structure import ModelStructure
 
 __all__ = ["OptimizationReport", "TechniqueChoice", "TechniqueOption", "choose_optimizations"]
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from day0.planner.inputs import PlannerOptions
-from day0.spec import ParallelConstraints, PipelineSpec
+from day0.spec.pipeline import ParallelConstraints, PipelineSpec
 
 __all__ = ["constraints_for", "pin_options", "pinned_micro_batch"]
 

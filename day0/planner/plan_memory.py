@@ -19,7 +19,7 @@ from day0.planner.model import ModelCosts
 from day0.planner.rates import RateCache
 from day0.planner.stages import rank_groups
 from day0.planner.values import Degrees, MemoryEstimate, MemoryKnobs
-from day0.spec import TrainingSpec
+from day0.spec.pipeline import TrainingSpec
 
 __all__ = ["MemoryContext"]
 

@@ -14,7 +14,7 @@ measured. The datasheet stays beside it for the report.
 from pydantic import BaseModel, ConfigDict, Field
 
 from day0.planner.inputs import PlannerOptions
-from day0.spec import HardwareSpec
+from day0.spec.cluster import HardwareSpec
 from day0.store import ArtifactStore
 
 __all__ = [

@@ -19,10 +19,11 @@ from day0.planner.model import model_costs
 from day0.planner.results import Plan
 from day0.planner.search import plan_parallelism
 from day0.planner.step_time import model_flops_per_step
-from day0.spec import HardwareSpec, ParallelConstraints, Precision, TrainingSpec
+from day0.spec.cluster import HardwareSpec
+from day0.spec.pipeline import ParallelConstraints, Precision, TrainingSpec
 
 if TYPE_CHECKING:
-    from day0.core.structure import ModelStructure
+    from day0.model.structure import ModelStructure
 
 __all__ = [
     "HBM_FRACTION",

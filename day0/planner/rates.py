@@ -16,7 +16,7 @@ from day0.planner.inputs import ClusterFigures, PlannerOptions
 from day0.planner.kernels import model_kernels, optimizer_tensors
 from day0.planner.model import ModelCosts
 from day0.planner.values import Degrees
-from day0.spec import HardwareSpec
+from day0.spec.cluster import HardwareSpec
 
 __all__ = ["BYTES", "RateCache", "StepRates", "gemm_peak_flops"]
 

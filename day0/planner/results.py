@@ -18,7 +18,7 @@ from day0.planner.evaluate import PlanContext
 from day0.planner.inputs import GIB, ClusterFigures, PlannerOptions
 from day0.planner.stages import partition
 from day0.planner.values import Degrees, MemoryEstimate, MemoryKnobs, TimeEstimate
-from day0.spec import TrainingSpec
+from day0.spec.pipeline import TrainingSpec
 from day0.yamlio import safe_dump
 
 __all__ = [

@@ -25,10 +25,10 @@ from day0.planner.model import ModelCosts
 from day0.planner.results import MEMORY_TERMS, Infeasibility, Plan, PlanReport, make_plan
 from day0.planner.space import enumerate_degrees, knob_settings
 from day0.planner.values import OFFLOADS, RECOMPUTES, Degrees, MemoryEstimate, MemoryKnobs
-from day0.spec import ParallelConstraints, TrainingSpec
+from day0.spec.pipeline import ParallelConstraints, TrainingSpec
 
 if TYPE_CHECKING:
-    from day0.core.structure import ModelStructure
+    from day0.model.structure import ModelStructure
 
 __all__ = ["best_knobs", "brute_force", "min_accelerators", "overflow_reason", "plan_parallelism"]
 

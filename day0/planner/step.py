@@ -22,11 +22,11 @@ from day0.planner.pins import constraints_for, pin_options
 from day0.planner.profile import CalibratedProfile, apply_profile
 from day0.planner.results import PlanReport
 from day0.planner.search import plan_parallelism
-from day0.spec import PipelineSpec
-from day0.spec_planner import SearchChoices
+from day0.spec.pipeline import PipelineSpec
+from day0.spec.planner import SearchChoices
 
 if TYPE_CHECKING:
-    from day0.core.structure import ModelStructure
+    from day0.model.structure import ModelStructure
 
 __all__ = ["optimize_for_spec", "plan_for_spec", "planner_inputs"]
 

@@ -22,10 +22,11 @@ from day0.planner.evaluate import PlanContext
 from day0.planner.inputs import CommSettings, PlannerOptions, cluster_figures, costs_for
 from day0.planner.profile import CalibratedProfile, apply_profile
 from day0.planner.values import Degrees, MemoryKnobs
-from day0.spec import HardwareSpec, Precision, TrainingSpec
+from day0.spec.cluster import HardwareSpec
+from day0.spec.pipeline import Precision, TrainingSpec
 
 if TYPE_CHECKING:
-    from day0.core.structure import ModelStructure
+    from day0.model.structure import ModelStructure
 
 __all__ = ["TrialPrediction", "ddp_bucket_seconds", "eager_seconds", "predict_trial"]
 

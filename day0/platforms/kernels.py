@@ -36,7 +36,7 @@ from day0.core.ops import (
     op_name,
     resolve_op,
 )
-from day0.spec import PlatformSpec
+from day0.spec.cluster import PlatformSpec
 
 __all__ = [
     "ENTRY_POINT_GROUP",

@@ -21,7 +21,7 @@ from typing import Any, NamedTuple, get_type_hints
 
 from day0.backends.jobs import StepJob
 from day0.core.result import StepResult
-from day0.spec import PipelineSpec, Step
+from day0.spec.pipeline import PipelineSpec, Step
 from day0.steps.analyze import run as analyze
 from day0.steps.analyze.result import AnalyzeResult
 from day0.steps.inference import job as inference_job

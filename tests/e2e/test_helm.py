@@ -28,7 +28,8 @@ import pytest
 import yaml
 
 from day0.backends.kuberay.manifest import build_raycluster
-from day0.spec import NodePool, spec_from_dict
+from day0.spec.cluster import NodePool
+from day0.spec.pipeline import spec_from_dict
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
 
@@ -180,7 +181,7 @@ def test_the_schema_knows_every_field_of_a_node_pool() -> None:
 def test_the_cluster_configmap_sets_every_cluster_spec_field() -> None:
     """Nothing of day0.spec.ClusterSpec is left to a default the chart cannot change (address is
     the local backend's)."""
-    from day0.spec import ClusterSpec
+    from day0.spec.cluster import ClusterSpec
 
     (text,) = find(render(), "ConfigMap", "-clusters")["data"].values()
     assert set(yaml.safe_load(text)) == set(ClusterSpec.model_fields) - {"address"}

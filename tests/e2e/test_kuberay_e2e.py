@@ -16,7 +16,7 @@ import pytest
 from day0.backends.kuberay.lifecycle import KubeRayCluster, raycluster_session
 from day0.backends.kuberay.manifest import build_raycluster, cluster_name
 from day0.backends.kuberay.status import ClusterError
-from day0.spec import ClusterSpec
+from day0.spec.cluster import ClusterSpec
 from testsupport.ray import local_head
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]

@@ -19,8 +19,8 @@ import pytest
 import yaml
 
 from day0.backends.kuberay.manifest import GROUP, PLURAL, RUN_ID_LABEL, VERSION, label_value
-from day0.runs import RunContext
-from day0.spec import spec_from_dict
+from day0.runs.context import RunContext
+from day0.spec.pipeline import spec_from_dict
 from tests.e2e._day0_run import Day0Run
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]

@@ -20,7 +20,7 @@ import pytest
 
 from day0.backends.jobs import run_job
 from day0.backends.kuberay.lifecycle import KubeRayCluster, raycluster_session
-from day0.spec import ClusterSpec
+from day0.spec.cluster import ClusterSpec
 from testsupport.pod_runner import PodRunner, Pool, process_backed
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]

@@ -34,7 +34,7 @@ import torch
 from day0.core.dtypes import DTYPES
 from day0.core.ops import resolve_op
 from day0.platforms.kernels import Platform
-from day0.spec import TrialTolerance, ValidationSpec
+from day0.spec.pipeline import TrialTolerance, ValidationSpec
 from day0.steps.trial.loop import StepRecord
 from testsupport.fault_matrix.results import Detection
 from testsupport.fault_matrix.training import WARMUP
@@ -87,9 +87,9 @@ def numerical(platform: Platform, clean_failing: set[str], dtype: str = "bf16") 
 
 @cache
 def _inventory():
-    from day0.core.model_source import resolve_model_source
-    from day0.core.modeling import build_meta_model, load_hf_config
-    from day0.core.structure import analyze_structure
+    from day0.model.build import build_meta_model, load_hf_config
+    from day0.model.source import resolve_model_source
+    from day0.model.structure import analyze_structure
     from day0.steps.analyze.inventory import capture_operators
 
     model = build_meta_model(load_hf_config(resolve_model_source("tiny-deepseek-v3")), "tiny-deepseek-v3", "fp32")

@@ -14,7 +14,7 @@ from importlib.metadata import EntryPoint
 from pathlib import Path
 
 from day0.platforms.kernels import ENTRY_POINT_GROUP, Platform
-from day0.spec import PlatformSpec
+from day0.spec.cluster import PlatformSpec
 from testsupport.fault_matrix.catalogue import Fault
 
 __all__ = ["install_plugins", "plugin_platform", "plugin_platform_spec"]
@@ -41,7 +41,7 @@ def install_plugins(faults: Iterable[Fault], site: Path, module_dirs: Iterable[P
 def plugin_platform_spec(name: str | None) -> PlatformSpec | None:
     """The CPU platform with plugin `name` as its vendor plugin (None: no platform table)."""
     from day0.paths import CONFIGS_DIR
-    from day0.spec import load_yaml
+    from day0.spec.pipeline import load_yaml
 
     if name is None:
         return None

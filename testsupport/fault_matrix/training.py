@@ -12,7 +12,7 @@ from typing import Any
 import torch
 
 from day0.core.ports import free_port
-from day0.spec import TrialScale
+from day0.spec.pipeline import TrialScale
 from day0.steps.trial.faults import TrialFaults
 from day0.steps.trial.loop import LoopConfig, StepRecord
 from testsupport.fault_matrix.catalogue import Fault
@@ -33,7 +33,7 @@ def _tokens() -> torch.Tensor:
 
 @cache
 def _model_config() -> dict[str, Any]:
-    from day0.core.model_source import resolve_model_source
+    from day0.model.source import resolve_model_source
     from day0.steps.trial.data import prepare_data
     from day0.steps.trial.model import scale_config
     from day0.steps.trial.train import TRIAL_VOCAB

@@ -49,7 +49,7 @@ from day0.backends.kuberay.status import (
 )
 from day0.backends.kuberay.watching import ResourceWatch
 from day0.core.typing import KubeObject
-from day0.spec import ClusterSpec
+from day0.spec.cluster import ClusterSpec
 
 __all__ = ["KubeRayCluster", "RunResult", "delete_run_clusters", "raycluster_session"]
 

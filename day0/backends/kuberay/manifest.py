@@ -26,7 +26,7 @@ from typing import TypedDict
 from day0.backends.kuberay.status import ClusterError
 from day0.backends.resources import DRIVER_RESOURCE
 from day0.core.typing import KubeObject
-from day0.spec import ClusterSpec, NodePool
+from day0.spec.cluster import ClusterSpec, NodePool
 
 __all__ = [
     "GROUP",

@@ -23,7 +23,7 @@ from day0.core.ops import (
     is_composite_implicit,
     resolve_op,
 )
-from day0.spec import OperatorSupport
+from day0.spec.cluster import OperatorSupport
 
 __all__ = ["CoverageReport", "OpCoverage", "diff_declared", "probe_device"]
 

@@ -25,7 +25,6 @@ from torch.utils._pytree import tree_map
 from day0.core.dtypes import DTYPES, dtype_name
 from day0.core.ops import DtypeConstraint, Example, OpInventory, OpRecord, describe_call, op_name
 from day0.core.scopes import module_scopes
-from day0.core.structure import _decoder_layers, layer_kinds
 from day0.core.training import (
     GRAD_CLIP_NORM,
     LEARNING_RATE,
@@ -34,6 +33,7 @@ from day0.core.training import (
     make_optimizer,
     next_token_loss,
 )
+from day0.model.structure import _decoder_layers, layer_kinds
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel

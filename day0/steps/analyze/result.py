@@ -3,10 +3,10 @@ inventory and the coverage diff) and its verdict."""
 
 from __future__ import annotations
 
-from day0.core.model_source import ResolvedModel
 from day0.core.result import Judgement, StepResult
-from day0.core.structure import ModelStructure
 from day0.core.training import MASTER_DTYPE
+from day0.model.source import ResolvedModel
+from day0.model.structure import ModelStructure
 from day0.steps.analyze.coverage import CoverageReport
 from day0.steps.analyze.inventory import OpInventory
 

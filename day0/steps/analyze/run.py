@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import time
 
-from day0.core.model_source import resolve_model
-from day0.core.modeling import build_meta_model, load_hf_config
 from day0.core.precision import host_compute_dtype
 from day0.core.result import Progress
-from day0.core.structure import analyze_structure
-from day0.runs import RunContext
-from day0.spec import ModelSpec, PlatformSpec
+from day0.model.build import build_meta_model, load_hf_config
+from day0.model.source import resolve_model
+from day0.model.structure import analyze_structure
+from day0.runs.context import RunContext
+from day0.spec.cluster import PlatformSpec
+from day0.spec.pipeline import ModelSpec
 from day0.steps.analyze.coverage import diff_declared, probe_device
 from day0.steps.analyze.inventory import capture_operators
 from day0.steps.analyze.result import AnalyzeResult

@@ -1,6 +1,6 @@
 """The KV-cache budget: how many tokens (and sequences at the target context) fit beside the weights.
 
-What a token and a sequence cost comes from `day0.core.kv_cache` (the layers that keep every token; a
+What a token and a sequence cost comes from `day0.model.kv_cache` (the layers that keep every token; a
 hybrid model's windowed layers keep a window and its linear-attention layers a state per sequence). The
 budget follows vLLM's: usable = memory x utilisation - weight shard - activation reserve; blocks = usable //
 (block_size x bytes per token); max sequences = usable // what one sequence at the target context keeps,
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
-from day0.core.kv_cache import (
+from day0.model.kv_cache import (
     KVLayout,
     kv_bytes_per_sequence,
     kv_bytes_per_token,

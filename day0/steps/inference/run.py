@@ -15,8 +15,8 @@ from pathlib import Path
 
 from day0.backends.session import backend_for
 from day0.core.result import Progress
-from day0.runs import RunContext
-from day0.spec import PipelineSpec
+from day0.runs.context import RunContext
+from day0.spec.pipeline import PipelineSpec
 from day0.steps.analyze.result import AnalyzeResult
 from day0.steps.inference import FullModel, InferenceRequest, InferenceResult
 from day0.steps.inference.job import JOB

@@ -23,11 +23,12 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 
 from pydantic import BaseModel, Field
 
-from day0.core.kv_cache import kv_bytes_per_token, kv_layout
 from day0.core.result import Progress
 from day0.core.typing import HFConfigDict
 from day0.errors import UsageError
-from day0.spec import InferenceSpec, PlatformSpec
+from day0.model.kv_cache import kv_bytes_per_token, kv_layout
+from day0.spec.cluster import PlatformSpec
+from day0.spec.serving import InferenceSpec
 from day0.steps.inference.client import LoadRequest, LoadSettings, run_load
 from day0.steps.inference.kv_budget import KVBudget, kv_budget, serving_tensor_parallel
 from day0.steps.inference.metrics import summarize

@@ -20,12 +20,12 @@ from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from day0.core.dtypes import DTYPES
-from day0.core.model_source import ResolvedModel
-from day0.core.modeling import load_hf_config
-from day0.core.structure import ModelStructure
 from day0.core.typing import DecoderStack
+from day0.model.build import load_hf_config
+from day0.model.source import ResolvedModel
+from day0.model.structure import ModelStructure
 from day0.platforms.kernels import MissingKernelError, Platform
-from day0.spec import ValidationSpec
+from day0.spec.pipeline import ValidationSpec
 from day0.steps.analyze.result import AnalyzeResult
 from day0.steps.operators.metrics import ErrorMetrics, Thresholds, compare, verdict
 from day0.steps.operators.op_policy import thresholds_for

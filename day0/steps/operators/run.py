@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from day0.backends.session import backend_for
 from day0.core.result import Progress
-from day0.runs import RunContext
+from day0.runs.context import RunContext
 from day0.steps.analyze.result import AnalyzeResult
 from day0.steps.operators.job import JOB, OperatorsRequest
 from day0.steps.operators.layers import WholeModel

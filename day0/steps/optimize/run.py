@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from day0.core.result import Progress
 from day0.planner.step import optimize_for_spec
-from day0.runs import RunContext
+from day0.runs.context import RunContext
 from day0.steps.analyze.result import AnalyzeResult
 from day0.steps.optimize.result import OptimizationReport
 from day0.steps.parallel.result import PlanReport

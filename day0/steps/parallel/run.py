@@ -10,7 +10,7 @@ from day0.calibration.job import CalibrationRequest
 from day0.core.result import Progress
 from day0.planner.profile import load_profile
 from day0.planner.step import plan_for_spec
-from day0.runs import RunContext
+from day0.runs.context import RunContext
 from day0.steps.analyze.result import AnalyzeResult
 from day0.steps.parallel.result import PlanReport
 

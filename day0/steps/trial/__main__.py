@@ -18,9 +18,9 @@ from day0.errors import Day0Error
 
 
 def main(argv: list[str] | None = None) -> int:
-    from day0.core.model_source import resolve_model
-    from day0.runs import RunContext
-    from day0.spec import load_spec
+    from day0.model.source import resolve_model
+    from day0.runs.context import RunContext
+    from day0.spec.pipeline import load_spec
     from day0.steps.trial.train import run_trial
 
     parser = argparse.ArgumentParser(prog="python -m day0.steps.trial", description=__doc__.splitlines()[0])

@@ -16,8 +16,8 @@ from pydantic import BaseModel, Field
 
 from day0.backends.jobs import StepJob
 from day0.backends.resources import train_worker_resources
-from day0.core.model_source import ResolvedModel
-from day0.spec import PipelineSpec
+from day0.model.source import ResolvedModel
+from day0.spec.pipeline import PipelineSpec
 from day0.steps.operators.result import Adaptation
 from day0.steps.trial.faults import TrialFaults
 from day0.steps.trial.result import TrialResult

@@ -36,7 +36,7 @@ from day0.core.training import GRAD_CLIP_NORM, WEIGHT_DECAY, clip_gradients, for
 from day0.core.typing import HFConfigDict, JsonObject
 from day0.platforms.adapted import AdaptedKernel, apply_adaptations
 from day0.platforms.kernels import Platform, PlatformMode, load_plugin_kernels
-from day0.spec import PlatformSpec
+from day0.spec.cluster import PlatformSpec
 from day0.steps.trial.data import batch_for_step
 from day0.steps.trial.memory import SavedActivations, TrainingState, state_bytes
 from day0.steps.trial.model import build_model

@@ -13,8 +13,9 @@ from day0.core.result import Progress
 from day0.core.typing import HFConfigDict
 from day0.planner.profile import CalibratedProfile, load_profile
 from day0.planner.trial_estimate import TrialPrediction, predict_trial
-from day0.runs import RunContext
-from day0.spec import HardwareSpec, PipelineSpec
+from day0.runs.context import RunContext
+from day0.spec.cluster import HardwareSpec
+from day0.spec.pipeline import PipelineSpec
 from day0.steps.analyze.result import AnalyzeResult
 from day0.steps.operators.result import OperatorsResult
 from day0.steps.optimize.result import OptimizationReport
@@ -74,8 +75,8 @@ class PlannerMemoryEstimate:
         backward of the model's first layers), which only the step time needs."""
         from transformers import AutoConfig
 
-        from day0.core.modeling import build_meta_model
-        from day0.core.structure import analyze_structure
+        from day0.model.build import build_meta_model
+        from day0.model.structure import analyze_structure
         from day0.steps.trial.traffic import eager_traffic_bytes
 
         structure = analyze_structure(build_meta_model(AutoConfig.for_model(**config), "trial", "fp32"), "trial")

@@ -27,15 +27,15 @@ from urllib.parse import urlparse
 from pydantic import BaseModel, Field
 
 from day0.backends.resources import accelerator_resource, train_worker_resources
-from day0.core.model_source import ResolvedModel
 from day0.core.precision import host_compute_dtype
 from day0.core.recompute import Recompute
 from day0.core.result import Progress
 from day0.core.typing import HFConfigDict
 from day0.errors import UsageError
+from day0.model.source import ResolvedModel
 from day0.platforms.adapted import AdaptedKernel
 from day0.settings import StoreSettings
-from day0.spec import PipelineSpec, TrialSpec
+from day0.spec.pipeline import PipelineSpec, TrialSpec
 from day0.steps.operators.result import Adaptation
 from day0.steps.trial.alignment import compare_curves, reference_noise
 from day0.steps.trial.data import TokenData, prepare_data

@@ -6,13 +6,14 @@ from __future__ import annotations
 import functools
 from importlib.metadata import EntryPoint
 
-from day0.core.model_source import resolve_model_source
-from day0.core.modeling import build_meta_model, load_hf_config
 from day0.core.ops import OpInventory
-from day0.core.structure import analyze_structure
+from day0.model.build import build_meta_model, load_hf_config
+from day0.model.source import resolve_model_source
+from day0.model.structure import analyze_structure
 from day0.paths import CONFIGS_DIR
 from day0.platforms.kernels import ENTRY_POINT_GROUP, Platform
-from day0.spec import ModelSpec, PlatformSpec, load_yaml
+from day0.spec.cluster import PlatformSpec
+from day0.spec.pipeline import ModelSpec, load_yaml
 from day0.steps.analyze.inventory import capture_operators
 from day0.steps.analyze.result import AnalyzeResult
 from day0.steps.analyze.run import analyze_model

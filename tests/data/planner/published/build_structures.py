@@ -115,8 +115,8 @@ def config(name: str):
 
 def structure(name: str):
     """Step 1's structure of one GPT of the table."""
-    from day0.core.modeling import build_meta_model
-    from day0.core.structure import analyze_structure
+    from day0.model.build import build_meta_model
+    from day0.model.structure import analyze_structure
 
     return analyze_structure(build_meta_model(config(name), name), name)
 

@@ -23,8 +23,8 @@ from pydantic import BaseModel, Field
 
 import day0
 from day0.core.result import Verdict
-from day0.run_folder import USER_RUNS, run_folder, run_id
-from day0.spec import PipelineSpec
+from day0.runs.folder import USER_RUNS, run_folder, run_id
+from day0.spec.pipeline import PipelineSpec
 from day0.store import ArtifactStore, open_store
 
 __all__ = ["NAMESPACE_PATTERN", "USER_RUNS", "RunContext", "RunManifest", "RunSummary", "StepRecord"]

@@ -13,13 +13,13 @@ from typing import Literal, get_args
 
 from pydantic import Field, ValidationError, field_validator
 
-from day0.core.model_source import hub_reference
 from day0.core.precision import COMPUTE_DTYPES, DEFAULT_TOLERANCES, DType
 from day0.core.typing import Document, JsonObject
 from day0.errors import SpecError, SpecIssue, StoreError, shorten
+from day0.model.source import hub_reference
 from day0.paths import CONFIGS_DIR, config_dirs
-from day0.spec_base import MAX_ACCELERATORS, Text, UserModel
-from day0.spec_cluster import (
+from day0.spec.base import MAX_ACCELERATORS, Text, UserModel
+from day0.spec.cluster import (
     Accelerator,
     ClusterSpec,
     ElasticRange,
@@ -31,8 +31,8 @@ from day0.spec_cluster import (
     PodEnvVar,
     Toleration,
 )
-from day0.spec_planner import ParallelKnobs, PlannerOverlap, PlannerSpec
-from day0.spec_serving import SLO, BenchmarkSpec, InferenceSpec, QualityTolerance
+from day0.spec.planner import ParallelKnobs, PlannerOverlap, PlannerSpec
+from day0.spec.serving import SLO, BenchmarkSpec, InferenceSpec, QualityTolerance
 from day0.store import parse_store_uri
 from day0.yamlio import read_user_yaml
 

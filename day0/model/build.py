@@ -16,9 +16,9 @@ import torch
 
 from day0.core.dtypes import DTYPES
 from day0.core.library_logs import quiet_known_library_logs
-from day0.core.model_source import ResolvedModel
-from day0.core.plausible import check_config
 from day0.errors import ModelError, shorten
+from day0.model.plausible import check_config
+from day0.model.source import ResolvedModel
 
 if TYPE_CHECKING:
     from transformers import PreTrainedConfig, PreTrainedModel

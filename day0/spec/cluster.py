@@ -1,7 +1,7 @@
 """Where a pipeline runs: the platform descriptor (`configs/platforms/`) and the cluster
 (`configs/clusters/`), as the user writes them (`day0.spec` re-exports every model here).
 
-Contract: `UserModel` rules (`day0.spec_base`); every figure within a plausibility bound named in
+Contract: `UserModel` rules (`day0.spec.base`); every figure within a plausibility bound named in
 its description (per-accelerator memory, peak TFLOP/s, bandwidths, node and accelerator counts,
 timeouts), so nonsense is refused by `day0 validate`, never met by a step.
 """
@@ -11,7 +11,7 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from day0.core.precision import DType
-from day0.spec_base import BANDWIDTH_GBPS, MAX_ACCELERATORS, MAX_TIMEOUT_S, MEMORY_GIB, TFLOPS, Text, UserModel
+from day0.spec.base import BANDWIDTH_GBPS, MAX_ACCELERATORS, MAX_TIMEOUT_S, MEMORY_GIB, TFLOPS, Text, UserModel
 
 __all__ = [
     "Accelerator",
@@ -33,7 +33,7 @@ class OperatorSupport(UserModel):
 
 
 class HardwareSpec(UserModel):
-    """Per-accelerator figures, each within the bounds of `day0.spec_base` (named in each description)."""
+    """Per-accelerator figures, each within the bounds of `day0.spec.base` (named in each description)."""
 
     memory_gib: float = Field(
         ge=MEMORY_GIB[0], le=MEMORY_GIB[1], description="Memory per accelerator, GiB (1 MiB to 64 TiB)."

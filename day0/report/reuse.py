@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from day0.runs import RunContext, RunManifest, StepRecord
+from day0.runs.context import RunContext, RunManifest, StepRecord
 
 __all__ = ["Origin", "origins", "record_wall_time", "reuse_summary"]
 

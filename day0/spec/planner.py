@@ -1,10 +1,10 @@
 """Steps 3-4's sections of the spec: the cost model's assumptions (`planner:`) and the knobs a plan may pin
 beside its degrees (`parallel:`'s `ParallelKnobs`; `day0.spec` re-exports both).
 
-Contract: `UserModel` rules (`day0.spec_base`); every figure within a bound named in its description. A
+Contract: `UserModel` rules (`day0.spec.base`); every figure within a bound named in its description. A
 knob left out (None) is searched (steps 3-4 choose it); a knob written is kept exactly, and where another
 value would be better the plan says so beside it. Contradictions between knobs, and knobs the model
-cannot have (recompute modules it lacks), are refused by `day0.spec_checks.check_parallel`, naming both
+cannot have (recompute modules it lacks), are refused by `day0.spec.checks.check_parallel`, naming both
 fields.
 """
 
@@ -13,7 +13,7 @@ from typing import Annotated, Literal, get_args
 from pydantic import BaseModel, Field
 
 from day0.core.recompute import Recompute
-from day0.spec_base import HBM_GBPS, MAX_ACCELERATORS, UserModel
+from day0.spec.base import HBM_GBPS, MAX_ACCELERATORS, UserModel
 
 __all__ = [
     "Fp8Pin",

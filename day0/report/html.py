@@ -2,7 +2,7 @@
 report's Markdown pieces and the scorecard's own HTML.
 
 Markdown is rendered with raw HTML off, so text from a spec or a model config is shown, never run;
-a strict Content-Security-Policy backs that up. Only `day0.report_text.PLOT` lines become images
+a strict Content-Security-Policy backs that up. Only `day0.report.text.PLOT` lines become images
 (the plots the steps wrote); every other text reached the Markdown through `inert`.
 
 Verdict cells become coloured badges; tables longer than `_FOLD_ROWS` fold into `<details>`; no
@@ -20,8 +20,8 @@ from collections.abc import Callable, Sequence
 
 from markdown_it import MarkdownIt
 
-from day0.report_scorecard import badge
-from day0.report_text import PLOT
+from day0.report.scorecard import badge
+from day0.report.text import PLOT
 
 __all__ = ["page"]
 

@@ -1,7 +1,7 @@
 """Step 6's section of the spec: the serving engine, its paged cache, the SLO, the quantisation
 quality tolerance and the load benchmark (`day0.spec` re-exports every model here).
 
-Contract: `UserModel` rules (`day0.spec_base`); the paged cache is bounded by what the engine can
+Contract: `UserModel` rules (`day0.spec.base`); the paged cache is bounded by what the engine can
 use (`max_batch` sequences at the longest context the spec asks for), so a cache of ten million
 blocks is refused by `day0 validate` rather than met by the engine as an allocation failure.
 """
@@ -11,7 +11,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
-from day0.spec_base import MAX_TIMEOUT_S, UserModel
+from day0.spec.base import MAX_TIMEOUT_S, UserModel
 
 __all__ = ["ENGINES", "SLO", "BenchmarkSpec", "InferenceSpec", "QualityTolerance"]
 

@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from day0.errors import Day0Error
-from day0.runs import RunContext
+from day0.runs.context import RunContext
 
 __all__ = ["RunLocked", "hold_run"]
 

@@ -1,12 +1,12 @@
 """The run report: one Markdown and one self-contained HTML file per run, written to the run's
-folder in the artifact store. It opens with the Day-0 scorecard (`day0.report_scorecard`: the
+folder in the artifact store. It opens with the Day-0 scorecard (`day0.report.scorecard`: the
 validation layers and the plan, each with its verdict badge and a glance of its numbers, the rest
 folded), then the run (model, platform, cluster, wall time: a rerun that reused steps says so,
 with the time of the attempt that computed them), then every step's section, linking its result
 and embedding its plots. A plot a section links but the store lacks is named as missing, never
 left a broken link. Written on every path, also when a step raised.
 
-Only the steps' own plots are images (`day0.report_text`): a line of a step's result.md that is
+Only the steps' own plots are images (`day0.report.text`): a line of a step's result.md that is
 exactly `![alt](file.png)`, a plain file name, becomes `![alt](<step>/file.png)`; every other text
 (a step's reasons, names and errors from the spec or a model config) passes `inert`, so image or
 link syntax in it is shown as written and never reaches into the store.
@@ -18,11 +18,11 @@ import datetime as dt
 import re
 
 from day0.core.result import StepResult, worst
-from day0.report_html import page
-from day0.report_reuse import Origin, origins, record_wall_time, reuse_summary
-from day0.report_scorecard import MARK, SCORECARD, outcome, rows, scorecard_html, scorecard_markdown
-from day0.report_text import OWN_PLOT, PLOT, inert
-from day0.runs import RunContext, StepRecord
+from day0.report.html import page
+from day0.report.reuse import Origin, origins, record_wall_time, reuse_summary
+from day0.report.scorecard import MARK, SCORECARD, outcome, rows, scorecard_html, scorecard_markdown
+from day0.report.text import OWN_PLOT, PLOT, inert
+from day0.runs.context import RunContext, StepRecord
 from day0.steps.analyze.result import AnalyzeResult
 from day0.steps.registry import REGISTRY
 

@@ -11,9 +11,9 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, Field
 
-from day0.core.kv_cache import KVLayout, kv_bytes_per_token, kv_layout
 from day0.core.precision import DTYPE_BYTES
 from day0.errors import ModelError
+from day0.model.kv_cache import KVLayout, kv_bytes_per_token, kv_layout
 
 if TYPE_CHECKING:
     import torch

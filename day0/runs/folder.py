@@ -8,7 +8,7 @@ run's step-1 result and writes the run's plan, finds the folder without building
 import hashlib
 
 import day0
-from day0.spec import PipelineSpec
+from day0.spec.pipeline import PipelineSpec
 
 __all__ = ["USER_RUNS", "run_folder", "run_id"]
 

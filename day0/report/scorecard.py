@@ -14,8 +14,8 @@ from typing import NamedTuple
 from markdown_it import MarkdownIt
 
 from day0.core.result import StepResult, worst
-from day0.report_text import inert
-from day0.runs import StepRecord
+from day0.report.text import inert
+from day0.runs.context import StepRecord
 from day0.steps.registry import scorecard
 
 __all__ = ["GLANCE", "MARK", "SCORECARD", "Row", "badge", "outcome", "rows", "scorecard_html", "scorecard_markdown"]
