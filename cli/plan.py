@@ -197,7 +197,8 @@ def add_plan_command(subparsers: argparse._SubParsersAction) -> None:
 
 def cmd_plan(args: argparse.Namespace) -> int:
     from day0.planner.profile import load_profile
-    from day0.planner.step import optimize_for_spec, plan_for_spec
+    from day0.steps.optimize.plan import optimize_for_spec
+    from day0.steps.parallel.plan import plan_for_spec
 
     spec = load_spec(args.spec)
     out: Path | None = args.out

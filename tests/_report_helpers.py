@@ -18,13 +18,13 @@ from pathlib import Path
 import yaml
 
 from day0.core.result import StepResult
-from day0.planner.optimize import OptimizationReport
-from day0.planner.results import PlanReport
 from day0.runs.context import RunContext, StepRecord
 from day0.spec.pipeline import spec_from_dict
 from day0.steps.analyze.result import AnalyzeResult
 from day0.steps.inference.result import InferenceResult
 from day0.steps.operators.result import OperatorsResult
+from day0.steps.optimize.result import OptimizationReport
+from day0.steps.parallel.result import PlanReport
 from day0.steps.trial.result import TrialResult
 
 REPO = Path(__file__).resolve().parent.parent

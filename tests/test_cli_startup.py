@@ -98,7 +98,7 @@ def test_a_brief_command_runs_without_collections_a_long_one_with(argv: list[str
 
 # What `day0 plan` imports (the command line, the spec, the planner and its results).
 _PLAN_IMPORTS = """
-import json, sys, cli.main, cli.plan, day0.planner.profile, day0.planner.step
+import json, sys, cli.main, cli.plan, day0.planner.profile, day0.steps.parallel.plan
 from pydantic import BaseModel
 from pydantic.dataclasses import is_pydantic_dataclass
 def models(module):
@@ -116,6 +116,6 @@ def test_model_modules_on_the_plans_path_evaluate_their_annotations_as_python_do
     proc = subprocess.run([sys.executable, "-c", _PLAN_IMPORTS], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
     found = json.loads(proc.stdout)
-    assert len(found) > 12 and "day0.spec" in found
+    assert len(found) > 12 and "day0.spec.pipeline" in found
     stringified = sorted(name for name, future in found.items() if future)
     assert not stringified, stringified

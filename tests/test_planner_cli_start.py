@@ -19,8 +19,8 @@ from day0.model.source import resolve_model
 from day0.model.structure import ModelStructure
 from day0.planner.inputs import PlannerOptions
 from day0.planner.profile import CalibratedProfile, CollectivePoint, GemmPoint, profile_key
-from day0.planner.step import planner_inputs
 from day0.spec.pipeline import load_yaml, spec_from_dict
+from day0.steps.parallel.plan import planner_inputs
 from day0.store import open_store
 
 DATA = Path(__file__).parent / "data" / "planner"

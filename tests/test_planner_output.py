@@ -18,12 +18,13 @@ from day0.model.structure import ModelStructure
 from day0.paths import CONFIGS_DIR
 from day0.planner import cluster_figures, plan_parallelism
 from day0.planner.frameworks import to_toml
-from day0.planner.optimize_report import OptimizationReport
-from day0.planner.plan_text import time_terms
-from day0.planner.results import PlanReport
-from day0.planner.step import optimize_for_spec, plan_for_spec
 from day0.spec.cluster import PlatformSpec
 from day0.spec.pipeline import TrainingSpec, load_spec, load_yaml
+from day0.steps.optimize.plan import optimize_for_spec
+from day0.steps.optimize.result import OptimizationReport
+from day0.steps.parallel.plan import plan_for_spec
+from day0.steps.parallel.result import PlanReport
+from day0.steps.parallel.text import time_terms
 
 DATA = Path(__file__).parent / "data" / "planner"
 ELASTIC = DATA / "qwen3-30b-a3b-64-h100-elastic.yaml"

@@ -13,9 +13,10 @@ import pytest
 from day0.model.structure import ModelStructure
 from day0.planner.evaluate import PlanContext
 from day0.planner.inputs import GIB, costs_for
-from day0.planner.step import optimize_for_spec, plan_for_spec, planner_inputs
 from day0.planner.values import Degrees, MemoryKnobs
 from day0.spec.pipeline import PipelineSpec, load_yaml, spec_from_dict
+from day0.steps.optimize.plan import optimize_for_spec
+from day0.steps.parallel.plan import plan_for_spec, planner_inputs
 
 DATA = Path(__file__).parent / "data" / "planner"
 ELASTIC = DATA / "qwen3-30b-a3b-64-h100-elastic.yaml"

@@ -20,6 +20,7 @@ from day0.planner.stages import partition, rank_groups
 from day0.planner.values import OFFLOADS, RECOMPUTES
 from day0.spec.cluster import PlatformSpec
 from day0.spec.pipeline import ParallelConstraints, TrainingSpec, load_spec, load_yaml
+from day0.steps.parallel.result import PlanReport
 
 DATA = Path(__file__).parent / "data" / "planner"
 H100 = PlatformSpec.model_validate(load_yaml(CONFIGS_DIR / "platforms" / "h100.yaml")).hardware
@@ -104,8 +105,10 @@ def test_stage_partition_balances_flops_and_covers_layers() -> None:
 
 
 def test_plan_yaml_has_the_pipeline_vocabulary() -> None:
-    report = plan_parallelism(
-        structure("llama-3-8b"), cluster_figures(H100, 16, 8), TrainingSpec(seq_len=8192, global_batch=64)
+    report = PlanReport.of(
+        plan_parallelism(
+            structure("llama-3-8b"), cluster_figures(H100, 16, 8), TrainingSpec(seq_len=8192, global_batch=64)
+        )
     )
     doc = yaml.safe_load(report.to_yaml())
     assert set(doc["parallel"]) >= {"tensor_parallel", "pipeline_parallel", "expert_parallel", "data_parallel"}

@@ -75,8 +75,9 @@ def test_aligned_trial_two_workers(local_ray, tmp_path: Path) -> None:
 def test_task_rerun_resumes_from_s3_checkpoint(
     local_ray, s3_server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from day0.planner.step import optimize_for_spec, plan_for_spec
     from day0.steps.analyze.run import analyze_model
+    from day0.steps.optimize.plan import optimize_for_spec
+    from day0.steps.parallel.plan import plan_for_spec
     from day0.steps.trial.train import TrialTrainingError
     from tasks.steps import TASKS
 

@@ -1,28 +1,27 @@
-"""Steps 3 and 4: the parallelism planner and the memory/communication optimiser.
+"""The parallelism planner and the memory/communication optimiser that steps 3 and 4 (and `day0 plan`) run.
 
 Contract: pure functions over step 1's `ModelStructure` (no torch, no I/O). `plan_parallelism` ranks
 feasible plans (or says why none fits and how many accelerators would); `choose_optimizations` picks
 memory/communication techniques for a chosen plan, each with its estimated memory and time effect.
-Around them: `step` (from a spec's `planner:` section, the knobs its `parallel:` pins (`pins`) and the
-platform's calibrated `profile`; with `advice`: the elastic pool's two ends and what to do next),
-`frameworks` (the chosen plan as Megatron-LM arguments and a torchtitan config), `plan_text` (the
-report's text: every time term on the critical path or marked hidden), `published` (the model against
-published training runs), `trial_estimate` (step 5's own configuration). The cost model itself:
-`model` (per-layer costs), `memory`, `timing` and `step_time` (the terms), `rates` (per-tuple rates,
-memoised per search), `stages`, `evaluate` (`PlanContext`), `bounds`, `space`, `search`, `explain`.
+Around them: `pins` (the knobs a spec's `parallel:` pins), `profile` (the platform's calibrated
+figures), `advice` (the elastic pool's two ends and what to do next), `frameworks` (the chosen plan as
+Megatron-LM arguments and a torchtitan config), `published` (the model against published training
+runs), `trial_estimate` (step 5's own configuration). The cost model itself: `model` (per-layer
+costs), `memory`, `timing` and `step_time` (the terms), `rates` (per-tuple rates, memoised per
+search), `stages`, `evaluate` (`PlanContext`), `bounds`, `space`, `search`, `explain`. Step identity,
+verdicts and report text are the steps' (`day0.steps.parallel`, `day0.steps.optimize`).
 """
 
 from day0.planner.inputs import ClusterFigures, CommSettings, PlannerOptions, cluster_figures, cluster_from_spec
-from day0.planner.optimize import OptimizationReport, choose_optimizations
-from day0.planner.results import Plan, PlanReport
+from day0.planner.optimize import choose_optimizations
+from day0.planner.results import Plan, PlanSearch
 from day0.planner.search import brute_force, min_accelerators, plan_parallelism
 
 __all__ = [
     "ClusterFigures",
     "CommSettings",
-    "OptimizationReport",
     "Plan",
-    "PlanReport",
+    "PlanSearch",
     "PlannerOptions",
     "brute_force",
     "choose_optimizations",

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from day0.planner.evaluate import PlanContext
 from day0.planner.inputs import GIB, ClusterFigures, PlannerOptions, costs_for
-from day0.planner.results import ClusterPoint, Plan, PlanReport, degrees_label
+from day0.planner.results import ClusterPoint, Plan, PlanSearch, degrees_label
 from day0.planner.search import best_knobs, min_accelerators, plan_parallelism
 from day0.planner.space import knob_settings
 from day0.planner.values import OFFLOADS, RECOMPUTES, Degrees
@@ -58,7 +58,7 @@ def elastic_points(
     training: TrainingSpec,
     constraints: ParallelConstraints | None,
     options: PlannerOptions,
-    report: PlanReport,
+    report: PlanSearch,
 ) -> list[ClusterPoint]:
     """The best plan at the elastic minimum and at the maximum (empty without an elastic pool)."""
     low = cluster.elastic_min_accelerators
@@ -76,7 +76,7 @@ def elastic_points(
     return [_point(f"elastic minimum (nodes: {lows})", low, small.best, small.message), top]
 
 
-def _context(structure: ModelStructure, report: PlanReport, d: Degrees, options: PlannerOptions) -> PlanContext:
+def _context(structure: ModelStructure, report: PlanSearch, d: Degrees, options: PlannerOptions) -> PlanContext:
     costs = costs_for(structure, options, report.training.precision.compute)
     return PlanContext(costs, report.cluster, report.training, d, options)
 
@@ -89,7 +89,7 @@ def _fastest(ctx: PlanContext, options: PlannerOptions) -> tuple[float, float] |
     return found[0][0], ctx.memory(found[1]).total_bytes / GIB
 
 
-def _micro_batch_line(structure: ModelStructure, report: PlanReport, best: Plan) -> str | None:
+def _micro_batch_line(structure: ModelStructure, report: PlanSearch, best: Plan) -> str | None:
     o, d, tr = report.options, best.parallel, report.training
     if "micro_batch" not in o.pinned:
         return None
@@ -118,7 +118,7 @@ def _fields(d: Degrees) -> dict[str, int]:
     return {k: getattr(d, k) for k in d.__dataclass_fields__}
 
 
-def _unpin_lines(structure: ModelStructure, report: PlanReport, plan: Plan, fits: bool) -> list[str]:
+def _unpin_lines(structure: ModelStructure, report: PlanSearch, plan: Plan, fits: bool) -> list[str]:
     """For each pinned memory knob: the fastest setting on these degrees with that knob free."""
     o, out = report.options, []
     for knob, option in _KNOB_OPTION.items():
@@ -142,7 +142,7 @@ def _unpin_lines(structure: ModelStructure, report: PlanReport, plan: Plan, fits
     return out
 
 
-def _fit_line(structure: ModelStructure, report: PlanReport, leanest: Plan) -> str | None:
+def _fit_line(structure: ModelStructure, report: PlanSearch, leanest: Plan) -> str | None:
     """When nothing fits and no knob is pinned: does any ZeRO/recompute/offload make the leanest fit?"""
     free = report.options.model_copy(update=_FULL)
     got = _fastest(_context(structure, report, leanest.parallel, free), free)
@@ -151,7 +151,7 @@ def _fit_line(structure: ModelStructure, report: PlanReport, leanest: Plan) -> s
 
 def next_steps(
     structure: ModelStructure,
-    report: PlanReport,
+    report: PlanSearch,
     constraints: ParallelConstraints | None,
     platform: str,
 ) -> list[str]:

@@ -85,7 +85,7 @@ SelectiveModule = Literal["core_attn", "layernorm", "mla_up_proj", "moe_act", "m
 
 class PlannerOptions(_Model, SearchChoices):
     """Every assumption of the cost model (those a spec may set declared once in `SearchChoices`);
-    `day0.planner.step.planner_inputs` fills it from a spec's `planner:` section and,
+    `day0.steps.parallel.plan.planner_inputs` fills it from a spec's `planner:` section and,
     when present, the platform's calibrated profile (`day0.planner.profile`)."""
 
     gemm_efficiency: dict[str, float] = Field(

@@ -7,7 +7,7 @@ then (2) re-picks recompute / ZeRO stage / offload for the fastest setting that 
 pins (`options.pinned`) is never changed. The result's `sequence` is step 3's plan and the plan after
 each change, in order, so the changes add up to the saving; `techniques` reports every alternative
 against the final choice (memory saved, time cost). The chosen plan comes with its Megatron-LM and
-torchtitan configs (`frameworks`). The result model is `optimize_report.OptimizationReport`.
+torchtitan configs (`frameworks`). The result model is `optimization.Optimization`.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from day0.planner.evaluate import PlanContext
 from day0.planner.frameworks import FrameworkSetup, framework_configs
 from day0.planner.inputs import ClusterFigures, CommSettings, PlannerOptions, costs_for
-from day0.planner.optimize_report import OptimizationReport, SequenceStep, TechniqueChoice, TechniqueOption
+from day0.planner.optimization import Optimization, SequenceStep, TechniqueChoice, TechniqueOption
 from day0.planner.results import Plan, make_plan
 from day0.planner.search import best_knobs
 from day0.planner.space import knob_settings
@@ -27,7 +27,7 @@ from day0.spec.pipeline import TrainingSpec
 if TYPE_CHECKING:
     from day0.model.structure import ModelStructure
 
-__all__ = ["OptimizationReport", "TechniqueChoice", "TechniqueOption", "choose_optimizations"]
+__all__ = ["Optimization", "TechniqueChoice", "TechniqueOption", "choose_optimizations"]
 
 _MIN_GAIN = 0.01  # a lossy technique must save at least 1% of the step
 _OFF = {
@@ -80,7 +80,7 @@ def choose_optimizations(
     training: TrainingSpec,
     plan: Plan,
     options: PlannerOptions | None = None,
-) -> OptimizationReport:
+) -> Optimization:
     options = options or PlannerOptions()
     d, base_knobs, pinned = plan.parallel, plan.memory_knobs, options.pinned
     base = _ctx(structure, cluster, training, d, options, options.comm)
@@ -126,7 +126,7 @@ def choose_optimizations(
         structure, cluster, training, d, options, comm, knobs, reasons
     )
     setup = FrameworkSetup(training, options, comm, structure.num_layers, structure.moe is not None, cluster.per_node)
-    return OptimizationReport(
+    return Optimization(
         model=structure.model,
         plan=final,
         comm=comm,

@@ -1,18 +1,15 @@
-"""Step-3 results: ranked plans with memory and time breakdowns, the infeasibility report, the chosen
-plan as YAML in the pipeline's vocabulary (`parallel:`, `memory:`, `precision:`), and the verdict.
+"""What the search returns: ranked plans with memory and time breakdowns, the infeasibility report, and
+the chosen plan as YAML in the pipeline's vocabulary (`parallel:`, `memory:`, `precision:`).
 
 Contract: pydantic models, JSON-serialisable; bytes are plain bytes, times seconds. A `Plan` holds the
-cost model's own values (`values.py`), not copies. `PlanReport` is step 3's `StepResult`: `fail` when no
-plan fits (why, and the accelerators needed when known), else `pass` with the chosen degrees, memory
-per accelerator against capacity, step time and MFU. `to_yaml()` writes the best plan (or an
-infeasibility note); `to_markdown()` is the human report.
+cost model's own values (`values.py`), not copies. `PlanSearch.to_yaml()` writes the best plan (or an
+infeasibility note). The verdict and the text are step 3's (`day0.steps.parallel`).
 """
 
 from dataclasses import fields
 
 from pydantic import BaseModel, Field
 
-from day0.core.result import Judgement, StepResult
 from day0.core.typing import JsonObject
 from day0.planner.evaluate import PlanContext
 from day0.planner.inputs import GIB, ClusterFigures, PlannerOptions
@@ -27,7 +24,7 @@ __all__ = [
     "Infeasibility",
     "MemoryKnobs",
     "Plan",
-    "PlanReport",
+    "PlanSearch",
     "degrees_label",
     "make_plan",
 ]
@@ -91,8 +88,9 @@ class Infeasibility(BaseModel):
     min_memory_gib: float | None = None
 
 
-class PlanReport(StepResult):
-    STEP = "parallel"
+class PlanSearch(BaseModel):
+    """What the search found for a model on a cluster: the ranked plans, or why none fits, with the
+    assumptions it used. Step 3's result (`day0.steps.parallel.result.PlanReport`) adds the verdict."""
 
     model: str
     params_total: int
@@ -124,67 +122,11 @@ class PlanReport(StepResult):
     def best(self) -> Plan | None:
         return self.plans[0] if self.plans else None
 
-    def judge(self) -> Judgement:
-        cap = self.cluster.hardware.memory_gib
-        if self.best is None:
-            headline = {"plan": f"none fits {self.cluster.accelerators} accelerators of {cap:g} GiB"}
-            if self.closest_infeasible:
-                headline["memory per accelerator"] = (
-                    f"{self.closest_infeasible[0].memory.total_bytes / GIB:.1f} of {cap:g} GiB (leanest setup)"
-                )
-            if self.min_accelerators:
-                headline["minimum accelerators"] = str(self.min_accelerators)
-            return Judgement(verdict="fail", reasons=[self.message], headline=headline)
-        p = self.best
-        return Judgement(
-            verdict="pass",
-            headline={  # the first two are the scorecard's glance
-                "degrees": degrees_label(p.parallel),
-                "step time": f"{p.time.step_s:.3g} s",
-                "memory per accelerator": f"{p.memory.total_bytes / GIB:.1f} of {cap:g} GiB",
-                "MFU": f"{p.time.mfu:.1%}",
-            },
-        )
-
-    def files(self) -> dict[str, bytes]:
-        """plan.yaml, and memory.png: each memory term of the top three plans (the report embeds it)."""
-        out = {"plan.yaml": self.to_yaml().encode()}
-        if self.plans:
-            from day0.plots import grouped_bars
-
-            terms = [t for t in MEMORY_TERMS if any(getattr(p.memory, t) for p in self.plans[:3])]
-            out["memory.png"] = grouped_bars(
-                f"{self.model}: memory per accelerator by term (capacity {self.cluster.hardware.memory_gib:g} GiB)",
-                [t.removesuffix("_bytes").replace("_", " ") for t in terms],
-                {
-                    f"#{p.rank} TP{p.parallel.tensor_parallel} PP{p.parallel.pipeline_parallel} "
-                    f"EP{p.parallel.expert_parallel} {p.memory_knobs.recompute}": [
-                        getattr(p.memory, t) / GIB for t in terms
-                    ]
-                    for p in self.plans[:3]
-                },
-                "GiB",
-            )
-        return out
-
     def to_yaml(self) -> str:
         if self.best is None:
             return safe_dump({"feasible": False, "reason": self.message, "min_accelerators": self.min_accelerators})
         head = f"# day0 plan for {self.model} on {self.cluster.accelerators} accelerators\n"
         return head + safe_dump(self.best.to_yaml_dict())
-
-    def table(self, top: int = 10) -> str:
-        """The ranked plans; when none fits, the closest setups first, each with why it does not fit."""
-        from day0.planner.plan_text import plan_table
-
-        return plan_table(self, top)
-
-    def to_markdown(self, top: int = 10, images: bool = True) -> str:
-        """The step's section; `images=False` leaves out the link to memory.png, for a caller that
-        shows the text without the step's files (`day0 plan` prints it)."""
-        from day0.planner.plan_text import report_markdown
-
-        return report_markdown(self, top, images)
 
 
 MEMORY_TERMS = [

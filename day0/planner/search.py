@@ -22,7 +22,7 @@ from day0.planner.explain import pinned_layout_reasons
 from day0.planner.inputs import GIB, ClusterFigures, PlannerOptions, costs_for
 from day0.planner.memory import param_bytes, usable_bytes
 from day0.planner.model import ModelCosts
-from day0.planner.results import MEMORY_TERMS, Infeasibility, Plan, PlanReport, make_plan
+from day0.planner.results import MEMORY_TERMS, Infeasibility, Plan, PlanSearch, make_plan
 from day0.planner.space import enumerate_degrees, knob_settings
 from day0.planner.values import OFFLOADS, RECOMPUTES, Degrees, MemoryEstimate, MemoryKnobs
 from day0.spec.pipeline import ParallelConstraints, TrainingSpec
@@ -81,7 +81,7 @@ def plan_parallelism(
     constraints: ParallelConstraints | None = None,
     options: PlannerOptions | None = None,
     find_min_accelerators: bool = True,
-) -> PlanReport:
+) -> PlanSearch:
     """Ranked feasible plans (best per degree tuple) or, if none fits, why and the accelerators needed."""
     t0 = time.perf_counter()
     options, cons = options or PlannerOptions(), _constraints(constraints)
@@ -171,7 +171,7 @@ def brute_force(
     training: TrainingSpec,
     constraints: ParallelConstraints | None = None,
     options: PlannerOptions | None = None,
-) -> PlanReport:
+) -> PlanSearch:
     """Every (degree tuple, knob setting) evaluated in full: the reference the pruned search must match."""
     t0 = time.perf_counter()
     options, cons = options or PlannerOptions(), _constraints(constraints)
@@ -270,7 +270,7 @@ def _report(
     options: PlannerOptions,
     outcome: _Outcome,
     find_min: bool,
-) -> PlanReport:
+) -> PlanSearch:
     ranked, rejected, min_mem, tuples = outcome.ranked, outcome.rejected, outcome.min_memory, outcome.tuples
     plans = []
     for i, (_key, k, ctx) in enumerate(ranked, 1):
@@ -320,7 +320,7 @@ def _report(
             )
     if structure.moe and "deepseek" in structure.model_type and not options.dualpipe:
         notes.append("1F1B schedule assumed; parallel.dualpipe: true plans DeepSeek-V3's DualPipe (two weight copies)")
-    return PlanReport(
+    return PlanSearch(
         model=structure.model,
         params_total=structure.params_total,
         params_active=structure.params_active,

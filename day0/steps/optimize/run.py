@@ -1,12 +1,10 @@
 """Step 4 for a run: memory/communication techniques for step 3's best plan, each with its
 estimated effect; optimized-plan.yaml is what the trial step applies."""
 
-from __future__ import annotations
-
 from day0.core.result import Progress
-from day0.planner.step import optimize_for_spec
 from day0.runs.context import RunContext
 from day0.steps.analyze.result import AnalyzeResult
+from day0.steps.optimize.plan import optimize_for_spec
 from day0.steps.optimize.result import OptimizationReport
 from day0.steps.parallel.result import PlanReport
 

@@ -2,16 +2,14 @@
 with the platform's calibrated profile from the run's store when `day0 calibrate` left one, or measured
 first on the run's backend when the spec says `planner.calibrate: true`."""
 
-from __future__ import annotations
-
 from day0.backends.session import backend_for
 from day0.calibration.job import JOB as CALIBRATE
 from day0.calibration.job import CalibrationRequest
 from day0.core.result import Progress
 from day0.planner.profile import load_profile
-from day0.planner.step import plan_for_spec
 from day0.runs.context import RunContext
 from day0.steps.analyze.result import AnalyzeResult
+from day0.steps.parallel.plan import plan_for_spec
 from day0.steps.parallel.result import PlanReport
 
 __all__ = ["run"]

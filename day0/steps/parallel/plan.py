@@ -1,34 +1,36 @@
-"""Steps 3 and 4 from a `PipelineSpec`: what the Prefect tasks and the CLI call.
+"""Step 3 on a spec alone (no run context, no backend): the spec's `planner:` and `parallel:` sections
+and a calibrated profile turned into the planner's inputs, and the ranked plans. `run.py` calls it
+for a run; `day0 plan` calls it directly, without Ray, Prefect or torch in its process.
 
-    plan_for_spec(spec, structure, profile)                  -> PlanReport        (step 3: ranked plans, the
-                                                                                 elastic pool's two ends, what next)
-    optimize_for_spec(spec, structure, plan_report)          -> OptimizationReport (step 4)
-
-Contract: pure over the spec, step 1's structure (`AnalyzeResult.structure`) and the platform's
-calibrated profile (the caller reads it from the store: `day0.planner.profile.load_profile`). The
-spec's `planner:` section sets the assumptions; a calibrated profile replaces the datasheet figures
-unless `planner.profile` is `datasheet`; figures the user wrote in `planner:` win over both.
+Precedence of the figures the cost model uses: the spec's `planner:` section sets the assumptions; a
+calibrated profile replaces the datasheet's figures unless `planner.profile` is `datasheet`; figures
+the user wrote in `planner:` win over both.
 """
 
-from __future__ import annotations
-
-from typing import TYPE_CHECKING
-
 from day0.errors import UsageError
+from day0.model.structure import ModelStructure
 from day0.planner.advice import elastic_points, next_steps
 from day0.planner.inputs import ClusterFigures, CommSettings, PlannerOptions, cluster_from_spec
-from day0.planner.optimize import OptimizationReport, choose_optimizations
 from day0.planner.pins import constraints_for, pin_options
 from day0.planner.profile import CalibratedProfile, apply_profile
-from day0.planner.results import PlanReport
 from day0.planner.search import plan_parallelism
 from day0.spec.pipeline import PipelineSpec
 from day0.spec.planner import SearchChoices
+from day0.steps.parallel.result import PlanReport
 
-if TYPE_CHECKING:
-    from day0.model.structure import ModelStructure
+__all__ = ["plan_for_spec", "planner_inputs"]
 
-__all__ = ["optimize_for_spec", "plan_for_spec", "planner_inputs"]
+
+def plan_for_spec(
+    spec: PipelineSpec, structure: ModelStructure, profile: CalibratedProfile | None = None
+) -> PlanReport:
+    """Ranked plans for `spec` over step 1's structure, with the elastic pool's two ends and what next."""
+    cluster, options = planner_inputs(spec, profile)
+    constraints = constraints_for(spec)
+    search = plan_parallelism(structure, cluster, spec.training, constraints, options)
+    elastic = elastic_points(structure, cluster, spec.training, constraints, options, search)
+    advice = next_steps(structure, search, constraints, spec.platform.name)
+    return PlanReport.of(search.model_copy(update={"elastic": elastic, "advice": advice}))
 
 
 def planner_inputs(
@@ -59,22 +61,3 @@ def planner_inputs(
     if p.hbm_bandwidth_gbps is not None:
         update["hbm_bandwidth_gbps"] = p.hbm_bandwidth_gbps
     return cluster, options.model_copy(update=update)
-
-
-def plan_for_spec(
-    spec: PipelineSpec, structure: ModelStructure, profile: CalibratedProfile | None = None
-) -> PlanReport:
-    cluster, options = planner_inputs(spec, profile)
-    constraints = constraints_for(spec)
-    report = plan_parallelism(structure, cluster, spec.training, constraints, options)
-    elastic = elastic_points(structure, cluster, spec.training, constraints, options, report)
-    advice = next_steps(structure, report, constraints, spec.platform.name)
-    return report.model_copy(update={"elastic": elastic, "advice": advice})
-
-
-def optimize_for_spec(spec: PipelineSpec, structure: ModelStructure, report: PlanReport) -> OptimizationReport:
-    return (
-        choose_optimizations(structure, report.cluster, spec.training, report.best, report.options)
-        if report.best
-        else OptimizationReport.skipped(structure.model, report.message)
-    )

@@ -1,20 +1,20 @@
 """Step 3's report as text: the ranked table, the best plan's memory and time terms, the elastic cluster's
 two ends, what to do next, the rejected setups and the assumptions.
 
-Contract: pure functions of a `PlanReport`. `time_terms(plan, options)` lists every time term with its
-total, what of it is on the critical path, and what hides the rest; the critical-path column sums to
-the plan's step time. A link to `memory.png` is written only with `images=True` and a plan to draw
-(the caller that writes the step's files).
+Contract: pure functions of the search (`PlanSearch`) and, for the section, its verdict.
+`time_terms(plan, options)` lists every time term with its total, what of it is on the critical path,
+and what hides the rest; the critical-path column sums to the plan's step time. A link to
+`memory.png` is written only with `images=True` and a plan to draw (the caller that writes the step's
+files).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, NamedTuple
+from typing import NamedTuple
 
+from day0.core.result import Judgement
 from day0.planner.inputs import GIB, PlannerOptions
-
-if TYPE_CHECKING:
-    from day0.planner.results import Plan, PlanReport
+from day0.planner.results import Plan, PlanSearch
 
 __all__ = ["TimeTerm", "plan_table", "report_markdown", "time_terms"]
 
@@ -112,7 +112,7 @@ def _row(rank: str, p: Plan) -> str:
     )
 
 
-def plan_table(report: PlanReport, top: int = 10) -> str:
+def plan_table(report: PlanSearch, top: int = 10) -> str:
     """The ranked plans; when none fits, the closest setups first, each with why it does not fit."""
     head = (
         "| # | TP | PP | VPP | EP | ETP | CP | DP | mb | recompute | ZeRO | offload | GiB | step s | "
@@ -147,7 +147,7 @@ def _time_section(p: Plan, options: PlannerOptions) -> str:
     )
 
 
-def _elastic_section(report: PlanReport) -> list[str]:
+def _elastic_section(report: PlanSearch) -> list[str]:
     if not report.elastic:
         return []
     rows = [
@@ -165,8 +165,8 @@ def _elastic_section(report: PlanReport) -> list[str]:
     ]
 
 
-def report_markdown(report: PlanReport, top: int = 10, images: bool = True) -> str:
-    c, j = report.cluster, report.judge()
+def report_markdown(report: PlanSearch, j: Judgement, top: int = 10, images: bool = True) -> str:
+    c = report.cluster
     hw, tr = c.hardware, report.training
     lines = [
         f"# Step 3: parallel plan for `{report.model}`: {j.verdict.upper()}",
@@ -202,7 +202,7 @@ def report_markdown(report: PlanReport, top: int = 10, images: bool = True) -> s
     return "\n".join(lines) + "\n"
 
 
-def _assumptions(report: PlanReport) -> str:
+def _assumptions(report: PlanSearch) -> str:
     o, compute = report.options, report.training.precision.compute
     measured = len(o.gemm_points(compute))
     gemms = (

@@ -1,0 +1,18 @@
+"""Step 4 on a spec alone (no run context): the techniques for step 3's best plan. `run.py` calls it for
+a run; `day0 plan` calls it directly."""
+
+from day0.model.structure import ModelStructure
+from day0.planner.optimize import choose_optimizations
+from day0.spec.pipeline import PipelineSpec
+from day0.steps.optimize.result import OptimizationReport
+from day0.steps.parallel.result import PlanReport
+
+__all__ = ["optimize_for_spec"]
+
+
+def optimize_for_spec(spec: PipelineSpec, structure: ModelStructure, report: PlanReport) -> OptimizationReport:
+    if report.best is None:
+        return OptimizationReport.skipped(structure.model, report.message)
+    return OptimizationReport.of(
+        choose_optimizations(structure, report.cluster, spec.training, report.best, report.options)
+    )
