@@ -81,7 +81,7 @@ def bare_pytorch(loop: LoopConfig, tokens) -> dict:
 
 
 def day0_ray(loop: LoopConfig, tokens, storage: str) -> dict:
-    from day0.backends.local import connect
+    from day0.backends.local.ray import connect
     from day0.steps.trial.ray_train import run_training
     from day0.steps.trial.result import steady_tokens_per_s
 

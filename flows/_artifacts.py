@@ -33,7 +33,7 @@ def publish_report_artifacts(ctx: RunContext, report: dict[str, str]) -> None:
         link_text=f"day0 report: {name} ({ctx.prefix})",
         description=f"The run's report (HTML; Markdown beside it: {report['markdown']})",
     )
-    markdown = ctx.store().get_bytes(ctx.key("report.md")).decode()
+    markdown = ctx.store.get_bytes(ctx.key("report.md")).decode()
     create_markdown_artifact(
         key=artifact_key("scorecard", name),
         markdown=scorecard_of(markdown) + f"\n[report]({report['html']})\n",

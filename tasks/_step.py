@@ -108,7 +108,7 @@ def in_prefect_run() -> bool:
 
 
 def _reusable(ctx: RunContext, step: str, code: str, variant: str | None) -> bool:
-    store = ctx.store()
+    store = ctx.store
     if ctx.fresh or not store.exists(ctx.key(step, "result.json")) or not store.exists(ctx.key(step, "code.json")):
         return False
     marker = store.get_json(ctx.key(step, "code.json"))
@@ -118,7 +118,7 @@ def _reusable(ctx: RunContext, step: str, code: str, variant: str | None) -> boo
 def _prepare(ctx: RunContext, step: str, code: str, variant: str | None, log: StepLogger) -> None:
     """Clear what other code (or an earlier attempt under --fresh) left, then claim the folder. A
     different variant alone keeps the folder: its checkpoints came from the same code."""
-    store, marker = ctx.store(), ctx.key(step, "code.json")
+    store, marker = ctx.store, ctx.key(step, "code.json")
     previous = store.get_json(marker).get("digest") if store.exists(marker) else None
     if ctx.fresh or (previous is not None and previous != code):
         removed = store.delete_prefix(ctx.key(step))
@@ -156,7 +156,7 @@ def run_step(spec: StepSpec, ctx: RunContext, compute: Callable[[], StepResult])
     module and every first-party module it imports), else compute it, store its files, `result.md`
     and (last) `result.json`, and publish its artifacts. The step's `variant` names what else shaped
     the result besides the code and the spec."""
-    log, store, step, result_type = step_logger(), ctx.store(), spec.name, spec.result
+    log, store, step, result_type = step_logger(), ctx.store, spec.name, spec.result
     code = code_digest(spec.run.__module__)
     variant = spec.variant()
     if variant:  # a fault drill: such a result is never reused by a clean run, nor the reverse

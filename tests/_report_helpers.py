@@ -52,7 +52,7 @@ def recorded_run(tmp_path: Path) -> tuple[RunContext, list[str], float]:
     meta = json.loads(lines[0])
     ctx = RunContext.create(spec_from_dict(default_spec(f"file://{tmp_path}/store")))
     ctx.begin_attempt()
-    store, steps = ctx.store(), []
+    store, steps = ctx.store, []
     for line in lines[1:]:
         entry = json.loads(line)
         step, result = entry["step"], TYPES[entry["step"]].model_validate(entry["result"])

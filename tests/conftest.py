@@ -40,7 +40,7 @@ def local_ray() -> Iterator[None]:
     """A local Ray cluster (2 CPUs) for the tests of one module, shut down after them."""
     import ray
 
-    from day0.backends.local import connect
+    from day0.backends.local.ray import connect
 
     ray.shutdown()
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")

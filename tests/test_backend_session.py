@@ -12,9 +12,11 @@ import pytest
 from pydantic import BaseModel
 
 from day0.backends.jobs import StepJob, read_url, write_url
+from day0.backends.kuberay.backend import job_env
 from day0.backends.kuberay.manifest import build_raycluster, workers_for_pods
 from day0.backends.kuberay.status import ClusterError
-from day0.backends.session import LocalBackend, backend_for, check_backend, job_env, run_backend
+from day0.backends.local.backend import LocalBackend
+from day0.backends.session import check_backend, run_backend
 from day0.errors import UsageError
 from day0.paths import CONFIGS_DIR
 from day0.runs.context import RunContext
@@ -138,11 +140,11 @@ def test_local_backend_runs_in_process_and_records_where() -> None:
     ctx = RunContext.create(_spec())
     seen: list[str] = []
     with run_backend(ctx, 1, progress=seen.append) as backend:
-        assert isinstance(backend, LocalBackend) and backend_for(ctx) is backend
+        assert isinstance(backend, LocalBackend) and ctx.backend is backend
         result, execution = backend.run("x", SQUARE, _Req(n=4), seen.append)
     assert result == _Res(square=16) and seen == ["squaring 4"]
     assert execution.backend == "local" and execution.job_id is None and execution.duration_s is not None
-    assert backend_for(ctx) is not backend  # outside the run: a fresh local backend
+    assert ctx.backend is not backend  # outside the run: a fresh local backend
 
 
 @pytest.mark.parametrize(
@@ -155,7 +157,7 @@ def test_an_address_where_no_ray_listens_fails_in_seconds(family: str, host: str
 
     import ray
 
-    from day0.backends.local import connect
+    from day0.backends.local.ray import connect
 
     with socket.socket(getattr(socket, family)) as s:  # a port that was free a moment ago: nothing listens there
         try:
@@ -209,13 +211,14 @@ class _Cluster:
 def test_a_job_whose_drivers_node_was_lost_is_submitted_again_within_bounds(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, outcomes: list[Any], submissions: int, ok: bool
 ) -> None:
-    from day0.backends.session import JobFailed, KubeRayBackend
+    from day0.backends.base import JobFailed
+    from day0.backends.kuberay.backend import KubeRayBackend
     from day0.store import FileStore
 
     spec = _spec(cluster=_cluster().model_dump(), storage="s3://bucket/x")
     ctx = RunContext.create(spec)
     store = FileStore(tmp_path)
-    monkeypatch.setattr(RunContext, "store", lambda self: store)
+    monkeypatch.setattr(RunContext, "store", property(lambda self: store))
     backend = KubeRayBackend(ctx, 1)
     cluster = _Cluster(store, ctx.key("square", "job", "result.json"), outcomes)
     backend.cluster = cluster  # type: ignore[assignment]  # the stand-in

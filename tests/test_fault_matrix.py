@@ -117,7 +117,7 @@ def test_catalogue_vendor_plugin_fails_step_5_through_ray_train(plugins: list[st
     matrix's clean 2-worker row runs the same loop."""
     import ray
 
-    from day0.backends.local import connect
+    from day0.backends.local.ray import connect
     from day0.model.source import resolve_model
     from day0.paths import CONFIGS_DIR
     from day0.spec.pipeline import spec_from_dict

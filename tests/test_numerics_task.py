@@ -22,7 +22,7 @@ def test_operators_task_stores_result_and_resumes(tmp_path: Path, prefect_server
     assert len(result.ops.checks) == len(analyzed.inventory.ops)
     assert result.passed, result.to_markdown()
     assert result.layers is not None and result.layers.compute_dtype == "bf16"
-    store = ctx.store()
+    store = ctx.store
     assert store.exists(ctx.key("operators", "result.json"))
     assert "Step 2" in store.get_bytes(ctx.key("operators", "result.md")).decode()
     assert store.get_bytes(ctx.key("operators", "layers.png")).startswith(b"\x89PNG")  # bf16 errors plotted

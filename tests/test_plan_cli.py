@@ -105,7 +105,7 @@ def test_parallel_and_optimize_tasks_store_results_and_resume(tmp_path: Path, pr
     assert plans.feasible and plans.best.parallel.accelerators == 1
     optimized = TASKS["optimize"].fn(ctx, analyzed=analyzed, planned=plans)
     assert optimized.plan is not None and optimized.plan.feasible
-    store = ctx.store()
+    store = ctx.store
     for step, name in (("parallel", "plan.yaml"), ("parallel", "result.md"), ("optimize", "optimized-plan.yaml")):
         assert store.exists(ctx.key(step, name)), (step, name)
     assert TASKS["parallel"].fn(ctx, analyzed=analyzed).model_dump() == plans.model_dump()  # reused, not recomputed

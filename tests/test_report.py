@@ -109,7 +109,7 @@ def test_a_rerun_that_reuses_every_step_says_so_with_the_original_wall_time(reco
 
 def test_a_plot_the_store_lacks_is_named_never_linked(recorded, tmp_path: Path) -> None:
     ctx, steps, wall_s = recorded
-    store = ctx.store()
+    store = ctx.store
     key = ctx.key("parallel", "memory.png")
     saved = store.get_bytes(key)
     (Path(store.url(key).removeprefix("file://"))).unlink()
@@ -138,7 +138,7 @@ def test_latency_and_loss_plots_give_each_quantity_its_own_axis(recorded, monkey
 
     monkeypatch.setattr(day0.plots, "panels", capture)
     monkeypatch.setattr(day0.steps.trial.plot, "panels", capture)
-    store = ctx.store()
+    store = ctx.store
     served = InferenceResult.model_validate(store.get_json(ctx.key("inference", "result.json")))
     trained = TrialResult.model_validate(store.get_json(ctx.key("trial", "result.json")))
     served.files()
@@ -175,7 +175,7 @@ def _store_with_other_run(tmp_path: Path, name: str) -> tuple[RunContext, bytes]
     ctx = RunContext.create(spec)
     ctx.begin_attempt()
     secret = b"\x89PNG another run's plot"
-    ctx.store().put_bytes(f"{ctx.prefix.rsplit('/', 1)[0]}/other-run/analyze/params.png", secret)
+    ctx.store.put_bytes(f"{ctx.prefix.rsplit('/', 1)[0]}/other-run/analyze/params.png", secret)
     (tmp_path / "outside.png").write_bytes(secret)
     return ctx, secret
 
@@ -209,7 +209,7 @@ def test_an_image_link_in_a_step_reason_stays_text_and_the_steps_plots_embed(rec
     import base64
 
     ctx, steps, wall_s = recorded
-    store = ctx.store()
+    store = ctx.store
     secret = b"\x89PNG another run's plot"
     other = f"{ctx.prefix.rsplit('/', 1)[0]}/other-run/analyze/params.png"
     store.put_bytes(other, secret)

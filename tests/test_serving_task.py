@@ -70,7 +70,7 @@ def test_the_tokenizer_travels_through_the_runs_store_never_as_a_host_path(tmp_p
     url = publish_tokenizer(ctx, local)
     assert url.startswith(f"file://{tmp_path / 'store'}") and url.endswith("/inference/tokenizer")
     assert str(local) not in url
-    stored = ctx.store().list(ctx.key("inference", "tokenizer"))
+    stored = ctx.store.list(ctx.key("inference", "tokenizer"))
     assert any(k.endswith("/tokenizer.json") for k in stored) and not any(k.endswith(".npy") for k in stored)
     text = "def f(x):\n    return x + 1"
     assert load_tokenizer(url)(text)["input_ids"] == load_tokenizer(local)(text)["input_ids"]

@@ -159,18 +159,17 @@ def test_the_default_spec_calibrates_before_step_3_so_its_cost_check_is_calibrat
             open_store(request.store).put_json(profile_key(request.platform.name), profile.model_dump(mode="json"))
             return job.result_type.model_construct(seconds=1.0, store_key=profile_key("cpu")), None
 
-    monkeypatch.setattr(step3, "backend_for", lambda ctx: Backend())
-
     class Analyzed:
         structure = ModelStructure.model_validate_json(
             (Path(__file__).parent / "data/planner/tiny-deepseek-v3.structure.json").read_text()
         )
 
     ctx = RunContext.create(spec)
+    ctx.use_backend(Backend())
     plans = step3.run(ctx, lambda _msg: None, Analyzed())  # type: ignore[arg-type]
     assert [(r.workers, r.store) for r in calibrated] == [(spec.trial.workers, spec.storage)]
     assert any("calibrated profile" in note for note in plans.notes + plans.cluster.notes)
-    profile = load_profile(ctx.store(), spec.platform.name)
+    profile = load_profile(ctx.store, spec.platform.name)
     predicted = _predict(spec.platform.hardware, loop, cfg, profile, workers=spec.trial.workers)
     check = CostCheck(
         source=predicted.source,

@@ -69,7 +69,7 @@ def test_candidate_runs_the_vendor_kernels_and_step_2s_adaptations(vendor: Platf
 def test_cuda_platform_trains_the_candidate_on_the_gpu(tmp_path: Path) -> None:
     import ray
 
-    from day0.backends.local import connect
+    from day0.backends.local.ray import connect
     from day0.model.source import resolve_model
     from day0.spec.pipeline import spec_from_dict
     from day0.steps.trial.train import run_trial

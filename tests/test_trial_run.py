@@ -123,8 +123,8 @@ def test_task_rerun_resumes_from_s3_checkpoint(
     assert run.resumed_from_step == 5 and run.steps_executed == 7 < spec.trial.steps
     assert result.alignment.passed, result.alignment.failures
     assert "fault drill: hooks were active in the candidate: TrialFaults(step_delay_s=0.01)" in result.notes
-    assert ctx.store().exists(ctx.key("trial", "result.json")) and ctx.store().exists(ctx.key("trial", "loss.png"))
-    stored = json.loads(ctx.store().get_bytes(ctx.key("trial", "result.json")))
+    assert ctx.store.exists(ctx.key("trial", "result.json")) and ctx.store.exists(ctx.key("trial", "loss.png"))
+    stored = json.loads(ctx.store.get_bytes(ctx.key("trial", "result.json")))
     assert stored["runs"][0]["steps_executed"] == 7 and stored["verdict"] == "pass"
 
 
@@ -141,7 +141,7 @@ def test_sigterm_ends_a_wait_inside_ray_at_once_as_an_interrupt(local_ray) -> No
 
     import ray
 
-    from day0.backends.local import interruptible
+    from day0.backends.local.ray import interruptible
 
     def stop(signum: int, frame: object) -> None:
         raise _Stopped
@@ -180,7 +180,7 @@ def test_interruptible_converts_only_a_python_handler_of_the_main_thread() -> No
     import signal
     import threading
 
-    from day0.backends.local import interruptible
+    from day0.backends.local.ray import interruptible
 
     def stop(signum: int, frame: object) -> None:
         raise _Stopped

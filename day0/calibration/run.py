@@ -171,7 +171,7 @@ def _get(refs: ObjectRef[R] | Sequence[ObjectRef[R]], what: str, timeout_s: floa
     import ray
     from ray.exceptions import GetTimeoutError
 
-    from day0.backends.local import interruptible
+    from day0.backends.local.ray import interruptible
 
     try:
         with interruptible():
@@ -196,7 +196,7 @@ def calibrate(
     `timeout_s` with a `CalibrationError`."""
     import ray
 
-    from day0.backends.local import connect
+    from day0.backends.local.ray import connect
     from day0.calibration.kernels import Worker
 
     t0, sizes = time.perf_counter(), sizes or CalibrationSizes.for_device(platform.device_type)

@@ -33,11 +33,11 @@ def record_wall_time(ctx: RunContext, wall_s: float) -> None:
     """Remember this attempt's wall time for the reports of later attempts that reuse its steps."""
     attempt = ctx.attempt_id or next(reversed(ctx.load_manifest().attempt_ids), None)
     if attempt is not None:
-        ctx.store().put_json(_key(ctx, attempt), {"wall_s": wall_s})
+        ctx.store.put_json(_key(ctx, attempt), {"wall_s": wall_s})
 
 
 def _attempt_wall(ctx: RunContext, manifest: RunManifest, index: int) -> tuple[float, bool]:
-    store, key = ctx.store(), _key(ctx, manifest.attempt_ids[index])
+    store, key = ctx.store, _key(ctx, manifest.attempt_ids[index])
     if store.exists(key):
         return float(store.get_json(key)["wall_s"]), True
     records = manifest.attempts[index]

@@ -45,7 +45,7 @@ def _code(text: str) -> str:
 
 def _results(ctx: RunContext, records: list[StepRecord]) -> dict[str, StepResult]:
     """The results this attempt computed or reused, parsed as their steps' result models."""
-    store, out = ctx.store(), {}
+    store, out = ctx.store, {}
     for r in records:
         key = ctx.key(r.step, "result.json")
         if r.status in ("executed", "cached") and store.exists(key):
@@ -109,7 +109,7 @@ def _run_table(
         f"{spec.platform.distributed_backend}) |",
         f"| cluster | {spec.cluster.backend} backend: {_cell(pools)} |",
         f"| wall time | {wall_s:.1f} s (attempt {attempts}){f': {reused}' if reused else ''} |",
-        f"| run | `{ctx.run_id}`, store {_code(ctx.store().url(ctx.prefix))} |",
+        f"| run | `{ctx.run_id}`, store {_code(ctx.store.url(ctx.prefix))} |",
         "",
     ]
 
@@ -132,7 +132,7 @@ def _steps_table(records: list[StepRecord], planned: list[str], found: dict[str,
 
 
 def _step_sections(ctx: RunContext, records: list[StepRecord]) -> list[str]:
-    store, sections = ctx.store(), []
+    store, sections = ctx.store, []
     for r in records:
         key = ctx.key(r.step, "result.md")
         if r.status not in ("executed", "cached") or not store.exists(key):
@@ -156,7 +156,7 @@ def _own_plots(step: str, body: str) -> str:
 
 def _missing_images(ctx: RunContext, markdown: str) -> str:
     """Every plot line whose file the store lacks, replaced by a line naming it."""
-    store = ctx.store()
+    store = ctx.store
 
     def check(m: re.Match[str]) -> str:
         return m.group(0) if store.exists(ctx.key(m.group(2))) else f"*(plot `{m.group(2)}` was not written)*"
@@ -176,7 +176,7 @@ def write_report(ctx: RunContext, wall_s: float, planned: list[str]) -> dict[str
     rest = ["## Steps", "", *_steps_table(records, planned, found), "", *_execution(results)]
     tail = _missing_images(ctx, "\n".join(rest) + "\n" + "\n".join(_step_sections(ctx, records)))
     markdown = "\n".join([*head, *scorecard_markdown(table), *run, ""]) + tail
-    store = ctx.store()
+    store = ctx.store
 
     def image(path: str) -> bytes | None:
         return store.get_bytes(ctx.key(path)) if store.exists(ctx.key(path)) else None

@@ -19,9 +19,11 @@ import time
 import uuid
 from typing import Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, PrivateAttr
 
 import day0
+from day0.backends.base import Backend
+from day0.backends.local.backend import LocalBackend
 from day0.core.result import Verdict
 from day0.runs.folder import USER_RUNS, run_folder, run_id
 from day0.spec.pipeline import PipelineSpec
@@ -70,7 +72,9 @@ class RunManifest(BaseModel):
 
 
 class RunContext(BaseModel):
-    """What every task needs: the resolved spec and where this run's results go."""
+    """What every step needs: the resolved spec, where this run's results go (`store`, opened once per
+    context), and the backend its jobs run on (`backend`: the run's, inside
+    `day0.backends.session.run_backend`; a local one outside it)."""
 
     spec: PipelineSpec
     run_id: str
@@ -78,6 +82,8 @@ class RunContext(BaseModel):
     fresh: bool = Field(False, description="Recompute every step instead of reusing stored results.")
     attempt_id: str | None = Field(None, description="This flow run's attempt, set by `begin_attempt`.")
     namespace: str = Field(USER_RUNS, pattern=NAMESPACE_PATTERN, description="The run's top folder in the store.")
+    _store: ArtifactStore | None = PrivateAttr(None)
+    _backend: Backend | None = PrivateAttr(None)
 
     @classmethod
     def create(
@@ -92,8 +98,21 @@ class RunContext(BaseModel):
     def key(self, *parts: str) -> str:
         return "/".join((self.prefix, *parts))
 
+    @property
     def store(self) -> ArtifactStore:
-        return open_store(self.spec.storage)
+        """The run's artifact store, opened on first use (on S3 one client for the whole run)."""
+        if self._store is None:
+            self._store = open_store(self.spec.storage)
+        return self._store
+
+    @property
+    def backend(self) -> Backend:
+        """Where the run's jobs run: the backend `use_backend` attached, else a local one."""
+        return self._backend or LocalBackend(self.spec.cluster.address)
+
+    def use_backend(self, backend: Backend | None) -> None:
+        """Attach the run's backend (`run_backend` does, around the steps), or detach it with None."""
+        self._backend = backend
 
     # --- manifest ---------------------------------------------------------------------------
 
@@ -107,7 +126,7 @@ class RunContext(BaseModel):
     # readers use `load_manifest()`, which reads the objects.
 
     def load_manifest(self) -> RunManifest:
-        store = self.store()
+        store = self.store
         attempts: dict[str, list[StepRecord]] = {}
         for key in store.list(self.key(_ATTEMPTS) + "/"):
             attempt, _, name = key.removeprefix(self.key(_ATTEMPTS) + "/").partition("/")
@@ -131,8 +150,8 @@ class RunContext(BaseModel):
         """Start a new attempt (this context's records go to it from now on)."""
         self.attempt_id = _sortable_id()
         begun = {"flow_run_id": self.flow_run_id, "started_at": dt.datetime.now(dt.UTC).isoformat()}
-        self.store().put_json(self.key(_ATTEMPTS, self.attempt_id, _BEGIN), begun)
-        self.store().put_json(self.key("spec.json"), self.spec.model_dump(mode="json"))
+        self.store.put_json(self.key(_ATTEMPTS, self.attempt_id, _BEGIN), begun)
+        self.store.put_json(self.key("spec.json"), self.spec.model_dump(mode="json"))
         self.publish_manifest()
 
     def record(self, record: StepRecord) -> None:
@@ -141,7 +160,7 @@ class RunContext(BaseModel):
             self.begin_attempt()
         assert self.attempt_id is not None
         key = self.key(_ATTEMPTS, self.attempt_id, f"{_sortable_id()}-{record.step}.json")
-        self.store().put_json(key, record.model_dump(mode="json"))
+        self.store.put_json(key, record.model_dump(mode="json"))
 
     def step_started(self, step: str, started_at: dt.datetime) -> None:
         """Mark `step` as running in this context's attempt: with no record after it, it reads as
@@ -150,7 +169,7 @@ class RunContext(BaseModel):
             self.begin_attempt()
         assert self.attempt_id is not None
         key = self.key(_ATTEMPTS, self.attempt_id, f"{_sortable_id()}-{step}{_STARTED}")
-        self.store().put_json(key, {"step": step, "started_at": started_at.isoformat()})
+        self.store.put_json(key, {"step": step, "started_at": started_at.isoformat()})
         self.publish_manifest()
 
     def attempt_records(self) -> list[StepRecord]:
@@ -162,7 +181,7 @@ class RunContext(BaseModel):
 
     def publish_manifest(self) -> None:
         """Rewrite the `manifest.json` view from the attempt objects."""
-        self.store().put_json(self.key("manifest.json"), self.load_manifest().model_dump(mode="json"))
+        self.store.put_json(self.key("manifest.json"), self.load_manifest().model_dump(mode="json"))
 
 
 class RunSummary(BaseModel):

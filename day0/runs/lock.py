@@ -55,7 +55,7 @@ def _dead_here(holder: dict[str, object]) -> bool:
 @contextmanager
 def hold_run(ctx: RunContext) -> Iterator[None]:
     """Hold the run folder's lock for the duration of the block (see the module contract)."""
-    store, folder = ctx.store(), ctx.key("lock")
+    store, folder = ctx.store, ctx.key("lock")
     key, mine = f"{folder}/holder.json", json.dumps(_holder()).encode()
     if not store.create(key, mine):
         holder = store.get_json(key) if store.exists(key) else {}

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from day0.backends.session import backend_for
 from day0.core.result import Progress
 from day0.runs.context import RunContext
 from day0.spec.pipeline import PipelineSpec
@@ -52,7 +51,7 @@ def served_model(spec: PipelineSpec, analyzed: AnalyzeResult, trained: TrialResu
 def publish_tokenizer(ctx: RunContext, directory: Path) -> str:
     """The tokenizer's files copied into the run's store folder; their folder's URL. The job reads them
     from there: on a cluster its pod cannot see the flow's disk."""
-    store, folder = ctx.store(), ctx.key("inference", "tokenizer")
+    store, folder = ctx.store, ctx.key("inference", "tokenizer")
     for path in sorted(directory.glob("*.json")):  # tokenizer.json and its configs (not the token-id cache)
         store.put_bytes(f"{folder}/{path.name}", path.read_bytes(), "application/json")
     return store.url(folder)
@@ -75,5 +74,5 @@ def run(
             label=analyzed.model.source, config=analyzed.model.config, params_total=analyzed.structure.params_total
         ),
     )
-    result, execution = backend_for(ctx).run("inference", JOB, request, progress)
+    result, execution = ctx.backend.run("inference", JOB, request, progress)
     return result.model_copy(update={"execution": execution})

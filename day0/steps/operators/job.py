@@ -60,7 +60,7 @@ def run_operators_on_ray(
     """Run step 2 as one Ray task (connects to `address`, or an already initialised Ray)."""
     import ray
 
-    from day0.backends.local import connect, interruptible
+    from day0.backends.local.ray import connect, interruptible
 
     connect(address)
     remote = ray.remote(run_request).options(**task_options(request.platform, cluster or request.cluster))

@@ -4,7 +4,6 @@ backend, one Ray task on an accelerator worker on a cluster (KubeRay, or `cluste
 
 from __future__ import annotations
 
-from day0.backends.session import backend_for
 from day0.core.result import Progress
 from day0.runs.context import RunContext
 from day0.steps.analyze.result import AnalyzeResult
@@ -17,7 +16,7 @@ __all__ = ["run"]
 
 def run(ctx: RunContext, progress: Progress, analyzed: AnalyzeResult) -> OperatorsResult:
     """Checks step 1's operator inventory; the whole-model check builds step 1's resolved model."""
-    spec, backend = ctx.spec, backend_for(ctx)
+    spec, backend = ctx.spec, ctx.backend
     request = OperatorsRequest(
         inventory=analyzed.inventory,
         platform=spec.platform,

@@ -2,7 +2,6 @@
 with the platform's calibrated profile from the run's store when `day0 calibrate` left one, or measured
 first on the run's backend when the spec says `planner.calibrate: true`."""
 
-from day0.backends.session import backend_for
 from day0.calibration.job import JOB as CALIBRATE
 from day0.calibration.job import CalibrationRequest
 from day0.core.result import Progress
@@ -18,7 +17,7 @@ __all__ = ["run"]
 def run(ctx: RunContext, progress: Progress, analyzed: AnalyzeResult) -> PlanReport:
     spec = ctx.spec
     if spec.planner.calibrate:
-        backend = backend_for(ctx)
+        backend = ctx.backend
         request = CalibrationRequest(
             platform=spec.platform,
             workers=max(2, spec.trial.workers),
@@ -27,5 +26,5 @@ def run(ctx: RunContext, progress: Progress, analyzed: AnalyzeResult) -> PlanRep
         )
         report, _ = backend.run("calibrate", CALIBRATE, request, progress)
         progress(f"calibrated in {report.seconds:.1f} s: {report.store_key}")
-    profile = load_profile(ctx.store(), spec.platform.name)
+    profile = load_profile(ctx.store, spec.platform.name)
     return plan_for_spec(spec, analyzed.structure, profile)

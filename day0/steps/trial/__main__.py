@@ -34,7 +34,7 @@ def main(argv: list[str] | None = None) -> int:
         updates = {k: v for k, v in {"steps": args.steps, "workers": args.workers}.items() if v}
         spec = spec.model_copy(update={"trial": spec.trial.model_copy(update=updates)})
         ctx = RunContext.create(spec)
-        store = ctx.store()
+        store = ctx.store
         result = run_trial(
             spec,
             resolve_model(spec.model),

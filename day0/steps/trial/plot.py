@@ -3,30 +3,32 @@ band (and the reference's seed-to-seed spread when estimated) on its own scale. 
 a band of a fraction of a percent is thinner than the curves; against the difference it is plain to see.
 """
 
-from __future__ import annotations
-
-from typing import TYPE_CHECKING
+from typing import NamedTuple
 
 from day0.plots import Band, Panel, panels
+from day0.steps.trial.alignment import AlignmentReport
 
-if TYPE_CHECKING:
-    from day0.steps.trial.result import TrialResult
-
-__all__ = ["loss_plot"]
+__all__ = ["Curve", "loss_plot"]
 
 
-def _widths(result: TrialResult) -> list[tuple[str, float]]:
+class Curve(NamedTuple):
+    """A loss curve as the plot draws it."""
+
+    label: str
+    steps: list[int]
+    loss: list[float]
+
+
+def _widths(a: AlignmentReport) -> list[tuple[str, float]]:
     """(label, relative half-width) of each band, widest first (drawn first, beneath)."""
-    a = result.alignment
     bands = [(f"tolerance (±{a.loss_threshold:.2%})", a.loss_threshold)]
     if a.noise is not None:
         bands.append((f"seed-to-seed spread (±{a.noise.loss_spread_rel:.2%})", a.noise.loss_spread_rel))
     return sorted(bands, key=lambda b: -b[1])
 
 
-def loss_plot(result: TrialResult) -> bytes:
-    ref, cand, a = result.reference, result.candidate, result.alignment
-    widths = _widths(result)
+def loss_plot(model: str, ref: Curve, cand: Curve, a: AlignmentReport) -> bytes:
+    widths = _widths(a)
     steps = [s for s, _ in zip(ref.steps, cand.loss)]
     diff = [100 * (c - r) / abs(r) if r else float("nan") for r, c in zip(ref.loss, cand.loss)]
     loss = Panel(
@@ -49,7 +51,7 @@ def loss_plot(result: TrialResult) -> bytes:
     )
     parted = f"; curves part at step {a.parted_at_step}" if a.parted_at_step else ""
     return panels(
-        f"{result.model} trial: loss, {ref.label} vs {cand.label}{parted}",
+        f"{model} trial: loss, {ref.label} vs {cand.label}{parted}",
         [loss, relative],
         "step",
         heights=[2, 1],

@@ -17,7 +17,7 @@ from urllib.parse import urlparse
 
 from pydantic import BaseModel, Field
 
-from day0.backends.local import interruptible
+from day0.backends.local.ray import interruptible
 from day0.settings import StoreSettings
 from day0.steps.trial.loop import LoopConfig, LoopHooks, StepRecord, train_loop
 

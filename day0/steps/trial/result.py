@@ -240,9 +240,10 @@ class TrialResult(StepResult):
 
     def files(self) -> dict[str, bytes]:
         """loss.png: both curves with the tolerance band, and their relative difference against it."""
-        from day0.steps.trial.plot import loss_plot
+        from day0.steps.trial.plot import Curve, loss_plot
 
-        return {"loss.png": loss_plot(self)}
+        ref, cand = (Curve(c.label, c.steps, c.loss) for c in (self.reference, self.candidate))
+        return {"loss.png": loss_plot(self.model, ref, cand, self.alignment)}
 
     def to_markdown(self) -> str:
         s = self.scaled

@@ -8,7 +8,6 @@ library takes as values, so it never imports another step's code. When `DAY0_TRI
 
 from __future__ import annotations
 
-from day0.backends.session import backend_for
 from day0.core.result import Progress
 from day0.core.typing import HFConfigDict
 from day0.planner.profile import CalibratedProfile, load_profile
@@ -39,7 +38,7 @@ __all__ = [
 
 def checkpoint_uri(ctx: RunContext) -> str:
     """Ray Train storage for this run's trial checkpoints, inside the artifact store."""
-    return ctx.store().url(ctx.key("trial", "checkpoints"))
+    return ctx.store.url(ctx.key("trial", "checkpoints"))
 
 
 def plan_from_results(optimized: OptimizationReport | None, planned: PlanReport | None) -> TrialPlan:
@@ -130,7 +129,7 @@ def run(
     if faults is not None:
         progress(f"fault drill from DAY0_TRIAL_FAULTS: injecting {faults.describe()}")
     plan = plan_from_results(optimized, planned)
-    backend = backend_for(ctx)
+    backend = ctx.backend
     request = TrialRequest(
         spec=spec,
         model=analyzed.model,
@@ -142,7 +141,7 @@ def run(
         on_cluster=backend.kind != "local",
     )
     result, execution = backend.run("trial", JOB, request, progress)
-    estimate = PlannerMemoryEstimate(spec.platform.hardware, load_profile(ctx.store(), spec.platform.name))
+    estimate = PlannerMemoryEstimate(spec.platform.hardware, load_profile(ctx.store, spec.platform.name))
     loop = candidate_loop(spec, result.scaled_config, plan)
     predicted = estimate.predict(result.scaled_config, plan, loop, spec.trial.workers)
     result = result.with_memory_estimate(predicted.peak_bytes, estimate.source)

@@ -316,7 +316,7 @@ def run_trial(
     """Run step 5 for `spec` on step 1's `model` (see the module docstring). `hooks` go to the
     candidate's loop only (fault drills inject faults with them) and are named in the result's notes;
     `adaptations` are step 2's (`OperatorsResult.ops.adaptations`), applied to the candidate's kernels."""
-    from day0.backends.local import connect
+    from day0.backends.local.ray import connect
 
     t0, say = time.time(), progress or (lambda msg: None)
     plan, trial = plan or TrialPlan(), spec.trial
