@@ -22,9 +22,10 @@ MODEL = "tiny-deepseek-v3"
 def run() -> dict[str, Any]:
     from day0.paths import CONFIGS_DIR
     from day0.spec.cluster import PlatformSpec
-    from day0.spec.pipeline import ModelSpec, ValidationSpec, load_yaml
+    from day0.spec.pipeline import ModelSpec, load_yaml
     from day0.steps.analyze.run import analyze_model
     from day0.steps.operators.checks import run_operators
+    from day0.steps.operators.config import ValidationSpec
     from day0.steps.operators.layers import WholeModel
 
     cpu = PlatformSpec.model_validate(load_yaml(CONFIGS_DIR / "platforms" / "cpu.yaml"))

@@ -109,7 +109,7 @@ def client_ceiling() -> dict:
 
 def served_curve() -> list[dict]:
     from day0.model.source import resolve_model_source
-    from day0.spec.pipeline import TrialScale
+    from day0.steps.trial.config import TrialScale
     from day0.steps.trial.data import prepare_data
     from day0.steps.trial.model import scale_config
 

@@ -28,7 +28,7 @@ import torch
 import torch.nn.functional as F
 
 from day0.model.source import resolve_model_source
-from day0.spec.pipeline import TrialScale
+from day0.steps.trial.config import TrialScale
 from day0.steps.trial.data import batch_for_step, prepare_data
 from day0.steps.trial.faults import TrialFaults
 from day0.steps.trial.loop import LoopConfig

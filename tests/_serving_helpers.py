@@ -8,9 +8,10 @@ from functools import lru_cache
 
 from day0.model.source import resolve_model_source
 from day0.spec.cluster import PlatformSpec
-from day0.spec.pipeline import TrialScale, load_platform
-from day0.spec.serving import InferenceSpec
+from day0.spec.pipeline import load_platform
+from day0.steps.inference.config import InferenceSpec
 from day0.steps.inference.model import ServedModel
+from day0.steps.trial.config import TrialScale
 from day0.steps.trial.data import prepare_data
 from day0.steps.trial.model import scale_config
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from functools import lru_cache
 
 from day0.model.source import resolve_model_source
-from day0.spec.pipeline import TrialScale
+from day0.steps.trial.config import TrialScale
 from day0.steps.trial.data import TokenData, prepare_data
 from day0.steps.trial.loop import LoopConfig
 from day0.steps.trial.model import scale_config

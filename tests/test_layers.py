@@ -4,13 +4,14 @@ source, no imports executed:
 1. `benchmarks -> cli -> flows -> tasks -> day0`, never backwards.
 2. Inside `day0`, tiers: the foundation (`core` < `errors`, `paths`, `settings`, `yamlio`, `store`,
    `plots`, `provenance`) < the model, the spec and runs (`model` < `spec` < the backend's interface,
-   `backends.base`, `backends.jobs` and `backends.local` < `runs`) < the libraries (`backends`,
+   `backends.base`, `backends.jobs` and `backends.local` < `runs`; `spec.base` and each step's
+   section of the spec, `steps/<step>/config.py`, sit below `spec`) < the libraries (`backends`,
    `platforms`, `planner`, `calibration`, `webhook`) < the steps (`steps/<step>/`) < what reads every
    step (`steps.registry`, `report`, `regression`); a module imports its own (sub-)tier or lower ones.
 3. `core` is the bottom: it imports nothing else of `day0`.
 4. A step reaches another step only through its `result` module; a step's `run` module may also
    import another's `run` (where step 6 takes the model step 5 trains). Outside `day0.steps`, a step
-   is reached through its `result` or `run` module, its `plan` module (steps 3-4's work on a spec
+   is reached through its `result`, `run` or `config` module, its `plan` module (steps 3-4's work on a spec
    alone, which `day0 plan` runs without a run), or the registry (which reads each step's `result`,
    `run` and `job`).
 5. No import cycles between first-party modules, counting every import (lazy ones inside functions
@@ -38,6 +39,8 @@ TIERS = {
     "core": 0.0,
     **dict.fromkeys(["errors", "paths", "settings", "yamlio", "store", "plots", "provenance"], 0.5),
     "model": 1.0,
+    "spec.base": 1.05,  # the base of every model a user writes
+    "steps.config": 1.07,  # each step's section of the spec, in its folder
     "spec": 1.1,
     "backends.interface": 1.2,  # what a backend is, its jobs, and the local one: what a run's context carries
     "runs": 1.3,
@@ -90,6 +93,10 @@ def _part(module: str) -> str | None:
         return None  # `day0` itself (its version) is below everything
     if parts[1:3] == ["steps", "registry"]:
         return "steps.registry"
+    if parts[1:3] == ["spec", "base"]:
+        return "spec.base"
+    if parts[1] == "steps" and parts[-1] == "config":
+        return "steps.config"
     if parts[1] == "backends" and len(parts) > 2 and parts[2] in _BACKEND_INTERFACE:
         return "backends.interface"
     return parts[1]
@@ -152,7 +159,7 @@ def test_steps_meet_only_through_results_and_runs() -> None:
                 allowed = (
                     {"result", "run", "plan"} if own is None else {"result", "run"} if own[1] == "run" else {"result"}
                 )
-            if other[1] not in allowed:
+            if other[1] not in allowed | {"config"}:  # a step's section of the spec is part of the spec
                 wrong.append(f"{m} imports {i}")
     assert not wrong, "a step's internals imported from outside it:\n" + "\n".join(sorted(wrong))
 

@@ -13,9 +13,9 @@ from numerics_fixtures import cpu_spec, entry_point, faulty_platform, tiny_inven
 
 from day0.platforms.kernels import Platform, load_plugin_kernels
 from day0.spec.cluster import OperatorSupport
-from day0.spec.pipeline import ValidationSpec
 from day0.steps.operators.adapt import adapt_report
 from day0.steps.operators.checks import run_operators
+from day0.steps.operators.config import ValidationSpec
 from day0.steps.operators.layers import build_model, compare_layers
 from day0.steps.operators.opcheck import check_inventory
 

@@ -12,7 +12,7 @@ sys.path.insert(0, str(Path(__file__).parent / "data" / "numerics"))
 from numerics_fixtures import faulty_platform, tiny_inventory, whole_model
 
 from day0.platforms.kernels import Platform
-from day0.spec.pipeline import ValidationSpec
+from day0.steps.operators.config import ValidationSpec
 from day0.steps.operators.layers import build_model, compare_layers
 from day0.steps.operators.opcheck import check_inventory
 from day0.steps.operators.result import LayerReport

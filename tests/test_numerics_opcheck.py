@@ -15,7 +15,7 @@ from numerics_fixtures import tiny_inventory
 
 from day0.core.ops import build_call, example_numel
 from day0.platforms.kernels import Platform
-from day0.spec.pipeline import ValidationSpec
+from day0.steps.operators.config import ValidationSpec
 from day0.steps.operators.inputs import shrink_example
 from day0.steps.operators.op_policy import classify
 from day0.steps.operators.opcheck import check_inventory, check_op

@@ -14,8 +14,8 @@ from numerics_fixtures import faulty_platform, tiny_inventory
 from day0.core.ops import OpRecord
 from day0.core.precision import host_compute_dtype, kept_dtype
 from day0.platforms.kernels import Platform
-from day0.spec.pipeline import ValidationSpec
 from day0.steps.operators.checks import run_operators
+from day0.steps.operators.config import ValidationSpec
 from day0.steps.operators.metrics import ErrorMetrics, verdict
 from day0.steps.operators.op_policy import op_thresholds, thresholds_for
 from day0.steps.operators.opcheck import check_op

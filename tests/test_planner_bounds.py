@@ -19,7 +19,8 @@ from day0.planner.inputs import CommSettings
 from day0.planner.model import model_costs
 from day0.planner.space import enumerate_degrees, knob_settings
 from day0.spec.cluster import PlatformSpec
-from day0.spec.pipeline import ParallelConstraints, Precision, TrainingSpec, load_yaml
+from day0.spec.pipeline import Precision, TrainingSpec, load_yaml
+from day0.steps.parallel.config import ParallelConstraints
 
 DATA = Path(__file__).parent / "data" / "planner"
 H100 = PlatformSpec.model_validate(load_yaml(CONFIGS_DIR / "platforms" / "h100.yaml")).hardware

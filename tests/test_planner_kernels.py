@@ -15,7 +15,7 @@ from day0.model.structure import analyze_structure
 from day0.planner.kernels import model_kernels
 from day0.planner.model import model_costs
 from day0.platforms.kernels import Platform
-from day0.spec.pipeline import TrialScale
+from day0.steps.trial.config import TrialScale
 from day0.steps.trial.model import build_model, scale_config
 
 

@@ -11,7 +11,8 @@ from day0.model.structure import ModelStructure
 from day0.paths import CONFIGS_DIR
 from day0.planner import PlannerOptions, cluster_figures, plan_parallelism
 from day0.spec.cluster import PlatformSpec
-from day0.spec.pipeline import ParallelConstraints, TrainingSpec, load_yaml
+from day0.spec.pipeline import TrainingSpec, load_yaml
+from day0.steps.parallel.config import ParallelConstraints
 
 DATA = Path(__file__).parent / "data" / "planner"
 REF = yaml.safe_load((DATA / "published.yaml").read_text())

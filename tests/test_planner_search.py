@@ -19,7 +19,8 @@ from day0.planner.space import enumerate_degrees, knob_settings
 from day0.planner.stages import partition, rank_groups
 from day0.planner.values import OFFLOADS, RECOMPUTES
 from day0.spec.cluster import PlatformSpec
-from day0.spec.pipeline import ParallelConstraints, TrainingSpec, load_spec, load_yaml
+from day0.spec.pipeline import TrainingSpec, load_spec, load_yaml
+from day0.steps.parallel.config import ParallelConstraints
 from day0.steps.parallel.result import PlanReport
 
 DATA = Path(__file__).parent / "data" / "planner"

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from day0.spec.serving import SLO, QualityTolerance
+from day0.steps.inference.config import SLO, QualityTolerance
 from day0.steps.inference.model import build_model, held_out_text, load_tokenizer
 from day0.steps.inference.quality import compare_quality, windows
 from day0.steps.inference.quantize import Int8PerChannel, quantize_model

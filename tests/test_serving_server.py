@@ -12,11 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from day0.steps.inference import InferenceRequest, InferenceResult, run_inference
 from day0.steps.inference.client import LoadRequest, LoadSettings, run_load
 from day0.steps.inference.job import main
 from day0.steps.inference.metrics import summarize
 from day0.steps.inference.model import build_model, held_out_text, load_tokenizer, write_model_dir
+from day0.steps.inference.result import InferenceResult
+from day0.steps.inference.serve import InferenceRequest, run_inference
 from day0.steps.inference.server import EngineConfig, ServingError, serve
 from tests._serving_helpers import cpu, hybrid_served, quick_inference, served
 

@@ -9,7 +9,7 @@ import pytest
 
 from day0.errors import SpecError, UsageError
 from day0.spec.pipeline import spec_from_dict
-from day0.steps.inference import InferenceRequest, run_inference
+from day0.steps.inference.serve import InferenceRequest, run_inference
 from tests._serving_helpers import cpu, served
 
 

@@ -7,8 +7,8 @@ import math
 import pytest
 
 from day0.core.curves import relative_errors
-from day0.spec.pipeline import TrialTolerance
 from day0.steps.trial.alignment import compare_curves
+from day0.steps.trial.config import TrialTolerance
 
 REF = [6.0 * math.exp(-0.02 * t) + 2.0 for t in range(60)]
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from day0.spec.pipeline import TrialTolerance
 from day0.steps.trial.alignment import compare_curves
+from day0.steps.trial.config import TrialTolerance
 from day0.steps.trial.faults import TrialFaults
 from day0.steps.trial.loop import StepRecord, lr_at, run_steps
 from tests._trial_helpers import tiny_data, tiny_loop

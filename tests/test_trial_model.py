@@ -7,7 +7,7 @@ import torch
 
 from day0.errors import ModelError
 from day0.model.source import resolve_model_source
-from day0.spec.pipeline import TrialScale
+from day0.steps.trial.config import TrialScale
 from day0.steps.trial.model import build_model, count_parameters, scale_config
 
 SMALL = TrialScale(layers=2, hidden=64, experts=4)

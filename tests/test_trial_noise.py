@@ -8,8 +8,8 @@ import random
 
 import pytest
 
-from day0.spec.pipeline import TrialTolerance
 from day0.steps.trial.alignment import compare_curves, reference_noise, seed_spread
+from day0.steps.trial.config import TrialTolerance
 
 TREND = [6.0 * math.exp(-0.03 * t) + 2.0 for t in range(200)]
 

@@ -20,7 +20,8 @@ from day0.planner.results import ClusterPoint, Plan, PlanSearch, degrees_label
 from day0.planner.search import best_knobs, min_accelerators, plan_parallelism
 from day0.planner.space import knob_settings
 from day0.planner.values import OFFLOADS, RECOMPUTES, Degrees
-from day0.spec.pipeline import ParallelConstraints, TrainingSpec
+from day0.spec.pipeline import TrainingSpec
+from day0.steps.parallel.config import ParallelConstraints
 
 if TYPE_CHECKING:
     from day0.model.structure import ModelStructure

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from day0.planner.inputs import ClusterFigures, PlannerOptions
 from day0.planner.model import ModelCosts
-from day0.spec.pipeline import ParallelConstraints, TrainingSpec
+from day0.spec.pipeline import TrainingSpec
+from day0.steps.parallel.config import ParallelConstraints
 
 __all__ = ["pinned_layout_reasons"]
 

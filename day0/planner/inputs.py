@@ -14,7 +14,7 @@ from day0.core.recompute import Recompute
 from day0.planner.model import ActivationPolicy, ModelCosts, model_costs
 from day0.spec.cluster import HardwareSpec
 from day0.spec.pipeline import PipelineSpec
-from day0.spec.planner import SearchChoices
+from day0.steps.parallel.config import SearchChoices
 
 if TYPE_CHECKING:
     from day0.model.structure import ModelStructure

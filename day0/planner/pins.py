@@ -11,7 +11,8 @@ from __future__ import annotations
 from typing import Any
 
 from day0.planner.inputs import PlannerOptions
-from day0.spec.pipeline import ParallelConstraints, PipelineSpec
+from day0.spec.pipeline import PipelineSpec
+from day0.steps.parallel.config import ParallelConstraints
 
 __all__ = ["constraints_for", "pin_options", "pinned_micro_batch"]
 

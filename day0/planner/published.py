@@ -20,7 +20,8 @@ from day0.planner.results import Plan
 from day0.planner.search import plan_parallelism
 from day0.planner.step_time import model_flops_per_step
 from day0.spec.cluster import HardwareSpec
-from day0.spec.pipeline import ParallelConstraints, Precision, TrainingSpec
+from day0.spec.pipeline import Precision, TrainingSpec
+from day0.steps.parallel.config import ParallelConstraints
 
 if TYPE_CHECKING:
     from day0.model.structure import ModelStructure

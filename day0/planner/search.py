@@ -25,7 +25,8 @@ from day0.planner.model import ModelCosts
 from day0.planner.results import MEMORY_TERMS, Infeasibility, Plan, PlanSearch, make_plan
 from day0.planner.space import enumerate_degrees, knob_settings
 from day0.planner.values import OFFLOADS, RECOMPUTES, Degrees, MemoryEstimate, MemoryKnobs
-from day0.spec.pipeline import ParallelConstraints, TrainingSpec
+from day0.spec.pipeline import TrainingSpec
+from day0.steps.parallel.config import ParallelConstraints
 
 if TYPE_CHECKING:
     from day0.model.structure import ModelStructure

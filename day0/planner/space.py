@@ -12,7 +12,8 @@ from collections.abc import Iterator
 from day0.planner.inputs import ClusterFigures, PlannerOptions
 from day0.planner.model import ModelCosts
 from day0.planner.values import OFFLOADS, RECOMPUTES, Degrees, MemoryKnobs
-from day0.spec.pipeline import ParallelConstraints, TrainingSpec
+from day0.spec.pipeline import TrainingSpec
+from day0.steps.parallel.config import ParallelConstraints
 
 __all__ = ["enumerate_degrees", "knob_settings"]
 

@@ -15,7 +15,7 @@ Cheap and pure: neither torch, transformers nor the serving code is imported.
   `planner.fp8_activation_cache`, each only where the user wrote it) and with the model (recompute
   modules it has, experts for expert parallelism, layers for recompute); each issue names both fields.
 - `check_engine(spec, steps)`: when step 6 is among `steps`, a named `inference.engine` is one day0
-  can start (`day0.spec.serving.ENGINES`) on the platform's device type. `auto` is not refused here:
+  can start (`day0.steps.inference.config.ENGINES`) on the platform's device type. `auto` is not refused here:
   it picks by platform, and a platform without a serving engine yet (an NPU) is step 6's to report.
 """
 
@@ -28,7 +28,7 @@ from pydantic import BaseModel
 from day0.core.typing import HFConfigDict
 from day0.errors import SpecError, SpecIssue
 from day0.spec.pipeline import PipelineSpec
-from day0.spec.serving import ENGINES
+from day0.steps.inference.config import ENGINES
 
 __all__ = ["check_context_lengths", "check_engine", "check_parallel"]
 

@@ -13,57 +13,31 @@ from typing import Literal, get_args
 
 from pydantic import Field, ValidationError, field_validator
 
-from day0.core.precision import COMPUTE_DTYPES, DEFAULT_TOLERANCES, DType
+from day0.core.precision import DType
 from day0.core.typing import Document, JsonObject
 from day0.errors import SpecError, SpecIssue, StoreError, shorten
 from day0.model.source import hub_reference
 from day0.paths import CONFIGS_DIR, config_dirs
-from day0.spec.base import MAX_ACCELERATORS, Text, UserModel
+from day0.spec.base import Text, UserModel
 from day0.spec.cluster import (
-    Accelerator,
     ClusterSpec,
-    ElasticRange,
-    HardwareSpec,
-    HeadSpec,
-    NodePool,
-    OperatorSupport,
     PlatformSpec,
-    PodEnvVar,
-    Toleration,
 )
-from day0.spec.planner import ParallelKnobs, PlannerOverlap, PlannerSpec
-from day0.spec.serving import SLO, BenchmarkSpec, InferenceSpec, QualityTolerance
+from day0.steps.inference.config import InferenceSpec
+from day0.steps.operators.config import ValidationSpec
+from day0.steps.parallel.config import ParallelConstraints, PlannerSpec
+from day0.steps.trial.config import TrialSpec
 from day0.store import parse_store_uri
 from day0.yamlio import read_user_yaml
 
 __all__ = [
-    "SLO",
     "STEPS",
-    "Accelerator",
-    "BenchmarkSpec",
-    "ClusterSpec",
-    "ElasticRange",
-    "HardwareSpec",
-    "HeadSpec",
-    "InferenceSpec",
     "Metadata",
     "ModelSpec",
-    "NodePool",
-    "OperatorSupport",
-    "ParallelConstraints",
     "PipelineSpec",
-    "PlannerOverlap",
-    "PlannerSpec",
-    "PlatformSpec",
-    "PodEnvVar",
     "Precision",
-    "QualityTolerance",
-    "Toleration",
+    "Step",
     "TrainingSpec",
-    "TrialScale",
-    "TrialSpec",
-    "TrialTolerance",
-    "ValidationSpec",
     "load_platform",
     "load_spec",
     "load_yaml",
@@ -111,116 +85,6 @@ class TrainingSpec(UserModel):
         1, ge=1, le=1_000_000, description="Sequences per micro-batch per data-parallel rank (at most a million)."
     )
     precision: Precision = Field(default_factory=Precision, description="Compute and master-weight dtypes.")
-
-
-class ParallelConstraints(ParallelKnobs):
-    """Degrees are bounded by the largest cluster day0 plans for (`MAX_ACCELERATORS`, 2^20); the knobs
-    that may be pinned beside them are `ParallelKnobs`'."""
-
-    tensor_parallel: int | None = Field(None, ge=1, le=MAX_ACCELERATORS, description="Fixed tensor-parallel degree.")
-    pipeline_parallel: int | None = Field(
-        None, ge=1, le=MAX_ACCELERATORS, description="Fixed pipeline-parallel degree."
-    )
-    expert_parallel: int | None = Field(None, ge=1, le=MAX_ACCELERATORS, description="Fixed expert-parallel degree.")
-    context_parallel: int | None = Field(None, ge=1, le=MAX_ACCELERATORS, description="Fixed context-parallel degree.")
-    data_parallel: int | None = Field(None, ge=1, le=MAX_ACCELERATORS, description="Fixed data-parallel degree.")
-    max_pipeline_parallel: int | None = Field(
-        None, ge=1, le=MAX_ACCELERATORS, description="Largest pipeline-parallel degree the search may pick."
-    )
-    accelerators: int | None = Field(
-        None, ge=1, le=MAX_ACCELERATORS, description="Use this many accelerators (default: all)."
-    )
-
-
-class TrialScale(UserModel):
-    layers: int | None = Field(None, ge=1, le=1024, description="Decoder layers of the scaled-down trial model.")
-    hidden: int | None = Field(None, ge=8, le=131_072, description="Hidden size of the scaled-down trial model.")
-    experts: int | None = Field(None, ge=1, le=65_536, description="Routed experts of the scaled-down trial model.")
-
-
-class TrialTolerance(UserModel):
-    """When two loss curves are aligned (the one model: `day0.steps.trial.alignment` judges by it).
-    Limits follow public practice (mean relative error < 2% from step 21 on); the thresholds
-    judged are tighter when the reference's own seed-to-seed spread says so (`noise_fraction`)."""
-
-    loss_mean_rel: float = Field(
-        0.02, gt=0, le=1, description="Limit of the mean relative loss error after warm-up (at most 1: 100%)."
-    )
-    grad_norm_median_rel: float = Field(
-        0.25, gt=0, le=10, description="Limit of the median relative gradient-norm error after warm-up (at most 10)."
-    )
-    noise_fraction: float | None = Field(
-        0.25,
-        gt=0,
-        le=1,
-        description="Share of the reference's seed-to-seed spread (estimated from its own step-to-step residual) "
-        "the candidate may drift; null: the limits alone.",
-    )
-    first_step_abs: float = Field(
-        0.005,
-        gt=0,
-        le=100,
-        description="First-step absolute loss difference (at most 100 nats: losses start near ln V).",
-    )
-    first_step_rel: float = Field(
-        0.005,
-        gt=0,
-        le=1,
-        description="First-step relative loss difference (either bound passing is enough; at most 1).",
-    )
-    warmup_steps: int = Field(20, ge=0, le=10_000_000, description="Leading steps excluded from the mean error.")
-
-
-class TrialSpec(UserModel):
-    scale: TrialScale = Field(
-        default_factory=TrialScale, description="How the trial model is scaled down (same architecture)."
-    )
-    steps: int = Field(50, ge=1, le=10_000_000, description="Optimizer steps of each trial training.")
-    workers: int = Field(1, ge=1, le=4096, description="Data-parallel workers of the candidate.")
-    seq_len: int = Field(128, ge=8, le=1_000_000, description="Trial sequence length, tokens.")
-    micro_batch: int = Field(4, ge=1, le=1_000_000, description="Sequences per worker per step.")
-    learning_rate: float = Field(
-        3e-4,
-        gt=0,
-        le=1,
-        description="Peak learning rate (AdamW, linear warm-up); at most 1 (published AdamW peaks are 1e-5 to 1e-2).",
-    )
-    max_failures: int = Field(
-        2, ge=0, le=100, description="Worker failures a training run recovers from (from its last checkpoint)."
-    )
-    checkpoint_every: int = Field(
-        10, ge=1, le=10_000_000, description="Steps between checkpoints (resume and recovery points)."
-    )
-    seed: int = Field(
-        0, ge=0, lt=2**32, description="Seed of weights and data order, shared by reference and candidate (32 bits)."
-    )
-    reference: Text = Field("cpu-fp32", description="'cpu-fp32' or a store URI of a saved curve.")
-    dataset: Text | None = Field(None, description="Text file path/URI; default: pydoc_data.topics.")
-    tolerance: TrialTolerance = Field(
-        default_factory=TrialTolerance, description="When the two loss curves count as aligned."
-    )
-
-
-class DTypeTolerance(UserModel):
-    rtol: float = Field(gt=0, le=1, description="Relative tolerance (at most 1: 100%).")
-    atol: float = Field(gt=0, le=1, description="Absolute tolerance (at most 1; torch.testing's defaults are 1e-5).")
-
-
-def _default_tolerances() -> dict[DType, DTypeTolerance]:
-    """The shared defaults (torch.testing.assert_close's) for the compute dtypes that have one."""
-    return {
-        d: DTypeTolerance(rtol=rtol, atol=atol) for d, (rtol, atol) in DEFAULT_TOLERANCES.items() if d in COMPUTE_DTYPES
-    }
-
-
-class ValidationSpec(UserModel):
-    tolerances: dict[DType, DTypeTolerance] = Field(
-        default_factory=_default_tolerances,
-        description="Per-dtype (rtol, atol); default: torch.testing.assert_close's.",
-    )
-    min_cosine: float = Field(0.99, gt=0, le=1, description="Least cosine similarity to the reference for a pass.")
-    reference_dtype: Literal["fp64", "fp32"] = Field("fp32", description="Dtype of the CPU reference computation.")
-    seeds: int = Field(1, ge=1, le=1000, description="Seeded input sets per operator (at most 1000).")
 
 
 class PipelineSpec(UserModel):

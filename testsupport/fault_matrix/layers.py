@@ -34,7 +34,8 @@ import torch
 from day0.core.dtypes import DTYPES
 from day0.core.ops import resolve_op
 from day0.platforms.kernels import Platform
-from day0.spec.pipeline import TrialTolerance, ValidationSpec
+from day0.steps.operators.config import ValidationSpec
+from day0.steps.trial.config import TrialTolerance
 from day0.steps.trial.loop import StepRecord
 from testsupport.fault_matrix.results import Detection
 from testsupport.fault_matrix.training import WARMUP

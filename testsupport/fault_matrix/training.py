@@ -12,7 +12,7 @@ from typing import Any
 import torch
 
 from day0.core.ports import free_port
-from day0.spec.pipeline import TrialScale
+from day0.steps.trial.config import TrialScale
 from day0.steps.trial.faults import TrialFaults
 from day0.steps.trial.loop import LoopConfig, StepRecord
 from testsupport.fault_matrix.catalogue import Fault

@@ -5,8 +5,3 @@ Contract: `run_inference(InferenceRequest) -> InferenceResult`, plain data in an
 call runs in the flow's process or as `python -m day0.steps.inference.job REQUEST_URL RESULT_URL` on a cluster.
 Other steps reach this package only through `day0.steps.inference.result`.
 """
-
-from day0.steps.inference.result import InferenceResult
-from day0.steps.inference.serve import FullModel, InferenceRequest, run_inference
-
-__all__ = ["FullModel", "InferenceRequest", "InferenceResult", "run_inference"]

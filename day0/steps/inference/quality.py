@@ -14,7 +14,7 @@ import math
 import torch
 from pydantic import BaseModel, Field, computed_field
 
-from day0.spec.serving import QualityTolerance
+from day0.steps.inference.config import QualityTolerance
 
 __all__ = ["QualityReport", "compare_quality", "windows"]
 

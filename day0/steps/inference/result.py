@@ -15,7 +15,7 @@ from pydantic import BaseModel, Field
 
 from day0.core.result import Judgement, StepResult, Verdict
 from day0.model.kv_cache import KVLayout
-from day0.spec.serving import SLO
+from day0.steps.inference.config import SLO
 from day0.steps.inference.kv_budget import KVBudget
 from day0.steps.inference.metrics import LoadSummary
 from day0.steps.inference.quality import QualityReport

@@ -17,9 +17,10 @@ from day0.core.result import Progress
 from day0.runs.context import RunContext
 from day0.spec.pipeline import PipelineSpec
 from day0.steps.analyze.result import AnalyzeResult
-from day0.steps.inference import FullModel, InferenceRequest, InferenceResult
 from day0.steps.inference.job import JOB
 from day0.steps.inference.model import ServedModel
+from day0.steps.inference.result import InferenceResult
+from day0.steps.inference.serve import FullModel, InferenceRequest
 from day0.steps.trial.result import TrialResult
 from day0.steps.trial.run import scaled_model
 

@@ -2,7 +2,7 @@
 cache, serve it with continuous batching (falling back when the engine cannot), and benchmark it
 over a concurrency sweep against the SLO.
 
-    from day0.steps.inference import InferenceRequest, run_inference
+    from day0.steps.inference.serve import InferenceRequest, run_inference
     result = run_inference(InferenceRequest(served=ServedModel(...), inference=spec.inference,
                                             platform=spec.platform))
 
@@ -28,8 +28,8 @@ from day0.core.typing import HFConfigDict
 from day0.errors import UsageError
 from day0.model.kv_cache import kv_bytes_per_token, kv_layout
 from day0.spec.cluster import PlatformSpec
-from day0.spec.serving import InferenceSpec
 from day0.steps.inference.client import LoadRequest, LoadSettings, run_load
+from day0.steps.inference.config import InferenceSpec
 from day0.steps.inference.kv_budget import KVBudget, kv_budget, serving_tensor_parallel
 from day0.steps.inference.metrics import summarize
 from day0.steps.inference.model import ServedModel, build_model, held_out_text, load_tokenizer, write_model_dir

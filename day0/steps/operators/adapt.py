@@ -16,7 +16,7 @@ from day0.core.dtypes import DTYPE_BYTES, DTYPES
 from day0.core.ops import OpInventory, OpRecord, build_call, resolve_op
 from day0.platforms.adapted import STRATEGIES, make_kernel
 from day0.platforms.kernels import KernelTable, Platform
-from day0.spec.pipeline import ValidationSpec
+from day0.steps.operators.config import ValidationSpec
 from day0.steps.operators.opcheck import check_op
 from day0.steps.operators.result import Adaptation, OpCheck, OpCheckReport
 

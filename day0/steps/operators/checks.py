@@ -24,8 +24,8 @@ from day0.core.precision import host_compute_dtype
 from day0.core.result import Progress
 from day0.platforms.kernels import ENTRY_POINT_GROUP, KernelTable, MissingKernelError, Platform, load_plugin_kernels
 from day0.spec.cluster import PlatformSpec
-from day0.spec.pipeline import ValidationSpec
 from day0.steps.operators.adapt import adapt_op, adapt_report
+from day0.steps.operators.config import ValidationSpec
 from day0.steps.operators.layers import WholeModel, build_model, compare_layers, reduced_params
 from day0.steps.operators.opcheck import check_inventory
 from day0.steps.operators.result import LayerReport, OpCheck, OpCheckReport, OperatorsResult, TrainingStepCheck

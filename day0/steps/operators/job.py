@@ -19,7 +19,7 @@ from day0.backends.jobs import StepJob
 from day0.backends.resources import task_options
 from day0.core.ops import OpInventory
 from day0.spec.cluster import ClusterSpec, PlatformSpec
-from day0.spec.pipeline import ValidationSpec
+from day0.steps.operators.config import ValidationSpec
 from day0.steps.operators.layers import WholeModel
 from day0.steps.operators.result import OperatorsResult
 

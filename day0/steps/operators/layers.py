@@ -25,8 +25,8 @@ from day0.model.build import load_hf_config
 from day0.model.source import ResolvedModel
 from day0.model.structure import ModelStructure
 from day0.platforms.kernels import MissingKernelError, Platform
-from day0.spec.pipeline import ValidationSpec
 from day0.steps.analyze.result import AnalyzeResult
+from day0.steps.operators.config import ValidationSpec
 from day0.steps.operators.metrics import ErrorMetrics, Thresholds, compare, verdict
 from day0.steps.operators.op_policy import thresholds_for
 from day0.steps.operators.opcheck import ReferenceMode

@@ -16,7 +16,7 @@ from torch.utils._pytree import tree_leaves
 from day0.core.dtypes import DTYPES
 from day0.core.ops import Call
 from day0.core.precision import COMPUTE_DTYPES
-from day0.spec.pipeline import ValidationSpec
+from day0.steps.operators.config import ValidationSpec
 from day0.steps.operators.metrics import Thresholds, default_thresholds
 from day0.steps.operators.result import Kind
 

@@ -33,7 +33,7 @@ from day0.core.ops import (
 )
 from day0.platforms.adapted import upcast_kernel
 from day0.platforms.kernels import Kernel, MissingKernelError, Platform
-from day0.spec.pipeline import ValidationSpec
+from day0.steps.operators.config import ValidationSpec
 from day0.steps.operators.inputs import call_numel, shrink_example
 from day0.steps.operators.metrics import (
     ErrorMetrics,

@@ -27,7 +27,7 @@ import torch
 from day0.core.dtypes import DTYPES
 from day0.core.training import LEARNING_RATE, clip_gradients, forward_loss, make_optimizer
 from day0.platforms.kernels import MissingKernelError, Platform
-from day0.spec.pipeline import ValidationSpec
+from day0.steps.operators.config import ValidationSpec
 from day0.steps.operators.metrics import compare, verdict
 from day0.steps.operators.op_policy import thresholds_for
 from day0.steps.operators.result import TrainingStepCheck, TrainingStepRow

@@ -15,7 +15,7 @@ from day0.planner.pins import constraints_for, pin_options
 from day0.planner.profile import CalibratedProfile, apply_profile
 from day0.planner.search import plan_parallelism
 from day0.spec.pipeline import PipelineSpec
-from day0.spec.planner import SearchChoices
+from day0.steps.parallel.config import SearchChoices
 from day0.steps.parallel.result import PlanReport
 
 __all__ = ["plan_for_spec", "planner_inputs"]

@@ -7,24 +7,6 @@ estimate) comes in as values, so this package imports no other step's code. It r
 alignment maths (`alignment`) are pure and judge by the spec's `TrialTolerance`; the loop (`loop`)
 runs per Ray Train worker, is deterministic, and exposes `LoopHooks` (fault drills live in
 `faults`); runs (`ray_train`) resume from their last checkpoint under the same (storage URI, name).
-Modules import torch/ray lazily where they can; import this package's submodules directly when only
-the maths are needed.
+Modules import torch/ray lazily where they can; import each name from its module (this package
+re-exports nothing).
 """
-
-from day0.steps.trial.alignment import AlignmentReport, compare_curves
-from day0.steps.trial.loop import LoopConfig, LoopHooks
-from day0.steps.trial.result import TrialCurve, TrialResult
-from day0.steps.trial.train import MemoryEstimate, TrialPlan, TrialTrainingError, run_trial
-
-__all__ = [
-    "AlignmentReport",
-    "LoopConfig",
-    "LoopHooks",
-    "MemoryEstimate",
-    "TrialCurve",
-    "TrialPlan",
-    "TrialResult",
-    "TrialTrainingError",
-    "compare_curves",
-    "run_trial",
-]

@@ -42,7 +42,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from day0.core.curves import relative_errors
-from day0.spec.pipeline import TrialTolerance
+from day0.steps.trial.config import TrialTolerance
 
 __all__ = ["AlignmentReport", "ReferenceNoise", "compare_curves", "reference_noise", "seed_spread"]
 

@@ -23,7 +23,7 @@ import torch
 
 from day0.core.typing import HFConfigDict
 from day0.errors import ModelError
-from day0.spec.pipeline import TrialScale
+from day0.steps.trial.config import TrialScale
 
 if TYPE_CHECKING:
     from transformers import PreTrainedConfig, PreTrainedModel

@@ -1,7 +1,7 @@
 """Step 5 end to end: scale step 1's model, run the reference and the candidate through Ray Train
 with the same data order and seeds, compare the curves, and collect checkpoints, recoveries and memory.
 
-    from day0.steps.trial import run_trial, TrialPlan
+    from day0.steps.trial.train import run_trial, TrialPlan
     result = run_trial(spec, analyzed.model, checkpoint_uri="file://.day0/runs/<name>/<id>/trial/checkpoints",
                        plan=TrialPlan(recompute="selective", sharding="fsdp"))
 
@@ -35,9 +35,10 @@ from day0.errors import UsageError
 from day0.model.source import ResolvedModel
 from day0.platforms.adapted import AdaptedKernel
 from day0.settings import StoreSettings
-from day0.spec.pipeline import PipelineSpec, TrialSpec
+from day0.spec.pipeline import PipelineSpec
 from day0.steps.operators.result import Adaptation
 from day0.steps.trial.alignment import compare_curves, reference_noise
+from day0.steps.trial.config import TrialSpec
 from day0.steps.trial.data import TokenData, prepare_data
 from day0.steps.trial.loop import LoopConfig, LoopHooks, StepRecord, TrainDtype, platform_mode
 from day0.steps.trial.model import EXPERT_KEYS, scale_config

@@ -1,5 +1,5 @@
-"""Steps 3-4's sections of the spec: the cost model's assumptions (`planner:`) and the knobs a plan may pin
-beside its degrees (`parallel:`'s `ParallelKnobs`; `day0.spec` re-exports both).
+"""Steps 3-4's sections of the spec: the cost model's assumptions (`planner:`), and the degrees and knobs
+a plan may pin (`parallel:`, `ParallelConstraints`: its degrees beside `ParallelKnobs`).
 
 Contract: `UserModel` rules (`day0.spec.base`); every figure within a bound named in its description. A
 knob left out (None) is searched (steps 3-4 choose it); a knob written is kept exactly, and where another
@@ -18,6 +18,7 @@ from day0.spec.base import HBM_GBPS, MAX_ACCELERATORS, UserModel
 __all__ = [
     "Fp8Pin",
     "OverlapPin",
+    "ParallelConstraints",
     "ParallelKnobs",
     "PlannerOverlap",
     "PlannerSpec",
@@ -195,3 +196,22 @@ class ParallelKnobs(UserModel):
         if isinstance(self.recompute, str):
             return RecomputePin(granularity=self.recompute)
         return self.recompute
+
+
+class ParallelConstraints(ParallelKnobs):
+    """Degrees are bounded by the largest cluster day0 plans for (`MAX_ACCELERATORS`, 2^20); the knobs
+    that may be pinned beside them are `ParallelKnobs`'."""
+
+    tensor_parallel: int | None = Field(None, ge=1, le=MAX_ACCELERATORS, description="Fixed tensor-parallel degree.")
+    pipeline_parallel: int | None = Field(
+        None, ge=1, le=MAX_ACCELERATORS, description="Fixed pipeline-parallel degree."
+    )
+    expert_parallel: int | None = Field(None, ge=1, le=MAX_ACCELERATORS, description="Fixed expert-parallel degree.")
+    context_parallel: int | None = Field(None, ge=1, le=MAX_ACCELERATORS, description="Fixed context-parallel degree.")
+    data_parallel: int | None = Field(None, ge=1, le=MAX_ACCELERATORS, description="Fixed data-parallel degree.")
+    max_pipeline_parallel: int | None = Field(
+        None, ge=1, le=MAX_ACCELERATORS, description="Largest pipeline-parallel degree the search may pick."
+    )
+    accelerators: int | None = Field(
+        None, ge=1, le=MAX_ACCELERATORS, description="Use this many accelerators (default: all)."
+    )
