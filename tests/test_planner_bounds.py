@@ -50,6 +50,7 @@ def _sample(model: str, n: int, seq: int, gb: int, compute: str, extra: dict, co
     training = TrainingSpec(seq_len=seq, global_batch=gb, precision=Precision(compute=compute, master_weights="fp32"))
     options = PlannerOptions(comm=comm, **extra)
     degrees = list(enumerate_degrees(costs, cluster, training, ParallelConstraints(), options))
+    assert degrees, f"{model} on {n} accelerators: no degrees to sample"
     return costs, cluster, training, options, random.Random(0).sample(degrees, min(k, len(degrees)))
 
 

@@ -244,7 +244,12 @@ def test_the_event_loop_stays_free_with_an_s3_store(api_url: str, s3_server: Any
         assert health and max(health) < 0.5, health
         for sha in shas:
             assert len(wait_runs(DEPLOYMENT, sha, settle_s=0)) == 1
-        time.sleep(1)
+        deadline = time.monotonic() + 60  # the receiver has nothing left to run: no copy can come later
+        while (m := metrics(rx)).get(("day0_webhook_queued", ()), 1) or m.get(
+            ("day0_webhook_triggered_total", ()), 0
+        ) < len(shas):
+            assert time.monotonic() < deadline, m
+            time.sleep(0.2)
         assert all(len(runs_of(DEPLOYMENT, s)) == 1 for s in shas)
 
 

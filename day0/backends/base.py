@@ -12,12 +12,13 @@ from typing import Protocol, TypeVar
 from pydantic import BaseModel
 
 from day0.backends.jobs import StepJob
-from day0.core.result import Execution, Progress
+from day0.core.result import Execution, Progress, StepResult
 
-__all__ = ["Backend", "JobFailed", "Req", "Res"]
+__all__ = ["Backend", "JobFailed", "Req", "Res", "run_step_job"]
 
 Req = TypeVar("Req", bound=BaseModel)
 Res = TypeVar("Res", bound=BaseModel)
+StepRes = TypeVar("StepRes", bound=StepResult)
 
 
 class JobFailed(RuntimeError):
@@ -30,3 +31,9 @@ class Backend(Protocol):
     def run(self, step: str, job: StepJob[Req, Res], request: Req, progress: Progress) -> tuple[Res, Execution]: ...
 
     def close(self) -> None: ...
+
+
+def run_step_job(backend: Backend, step: str, job: StepJob[Req, StepRes], request: Req, progress: Progress) -> StepRes:
+    """A step's job on `backend`, its result stamped with where it ran (`StepResult.execution`)."""
+    result, execution = backend.run(step, job, request, progress)
+    return result.model_copy(update={"execution": execution})

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from day0.backends.base import run_step_job
 from day0.core.result import Progress
 from day0.runs.context import RunContext
 from day0.spec.pipeline import PipelineSpec
@@ -75,5 +76,4 @@ def run(
             label=analyzed.model.source, config=analyzed.model.config, params_total=analyzed.structure.params_total
         ),
     )
-    result, execution = ctx.backend.run("inference", JOB, request, progress)
-    return result.model_copy(update={"execution": execution})
+    return run_step_job(ctx.backend, "inference", JOB, request, progress)

@@ -4,6 +4,7 @@ backend, one Ray task on an accelerator worker on a cluster (KubeRay, or `cluste
 
 from __future__ import annotations
 
+from day0.backends.base import run_step_job
 from day0.core.result import Progress
 from day0.runs.context import RunContext
 from day0.steps.analyze.result import AnalyzeResult
@@ -26,5 +27,4 @@ def run(ctx: RunContext, progress: Progress, analyzed: AnalyzeResult) -> Operato
         cluster=spec.cluster,
         on_ray=backend.kind != "local" or spec.cluster.address is not None,
     )
-    result, execution = backend.run("operators", JOB, request, progress)
-    return result.model_copy(update={"execution": execution})
+    return run_step_job(backend, "operators", JOB, request, progress)

@@ -8,6 +8,7 @@ library takes as values, so it never imports another step's code. When `DAY0_TRI
 
 from __future__ import annotations
 
+from day0.backends.base import run_step_job
 from day0.core.result import Progress
 from day0.core.typing import HFConfigDict
 from day0.planner.profile import CalibratedProfile, load_profile
@@ -140,12 +141,11 @@ def run(
         adaptations=checked.ops.adaptations if checked else [],
         on_cluster=backend.kind != "local",
     )
-    result, execution = backend.run("trial", JOB, request, progress)
+    result = run_step_job(backend, "trial", JOB, request, progress)
     estimate = PlannerMemoryEstimate(spec.platform.hardware, load_profile(ctx.store, spec.platform.name))
     loop = candidate_loop(spec, result.scaled_config, plan)
     predicted = estimate.predict(result.scaled_config, plan, loop, spec.trial.workers)
     result = result.with_memory_estimate(predicted.peak_bytes, estimate.source)
-    result = result.with_cost_check(
+    return result.with_cost_check(
         predicted.step_time_s, predicted.peak_bytes, predicted.source, calibrate_command(spec)
     )
-    return result.model_copy(update={"execution": execution})
