@@ -179,10 +179,10 @@ def adapt(
     steps = plan_steps(pipeline_spec, only)
     ctx.begin_attempt()
     gate, cancel = StepGate(ctx, steps), threading.Event()
+    results: dict[str, StepResult | None] = {}
     try:
         pods = pods_needed(pipeline_spec, steps)
         with _stop_when_cancelled(ctx.flow_run_id, cancel), run_backend(ctx, pods, progress=log.info):
-            results: dict[str, StepResult | None] = {}
             for step in steps:  # each gated on the results its `run` reads (`day0.steps.registry`)
                 results[step] = gate.run(TASKS[step], ctx, results)
     except KeyboardInterrupt:  # Ctrl-C, or our watcher's SIGINT
@@ -193,8 +193,8 @@ def adapt(
             raise
         cancel.set()
     finally:  # also on SIGTERM/cancellation: the report shows what ran and what did not
-        ctx.publish_manifest()
-        report = write_report(ctx, time.perf_counter() - start, steps)
+        manifest = ctx.publish_manifest()
+        report = write_report(ctx, time.perf_counter() - start, steps, manifest=manifest, results=results)
         log.info("report: %s", report["html"])
         publish_report_artifacts(ctx, report)
     if cancel.is_set():
@@ -203,7 +203,7 @@ def adapt(
         # Prefect takes a returned state as the run's final one and raises CancelledRun to the caller,
         # who so never receives it (hence the cast).
         return cast(JsonObject, Cancelled(message=f"cancelled through Prefect; report: {report['html']}"))
-    summary = RunSummary.from_manifest(ctx, steps, report)
+    summary = RunSummary.from_manifest(ctx, steps, report, manifest)
     if gate.usage_error is not None:
         raise gate.usage_error
     if summary.failed:

@@ -29,9 +29,9 @@ def _key(ctx: RunContext, attempt_id: str) -> str:
     return ctx.key("reports", f"{attempt_id}.json")
 
 
-def record_wall_time(ctx: RunContext, wall_s: float) -> None:
+def record_wall_time(ctx: RunContext, wall_s: float, manifest: RunManifest) -> None:
     """Remember this attempt's wall time for the reports of later attempts that reuse its steps."""
-    attempt = ctx.attempt_id or next(reversed(ctx.load_manifest().attempt_ids), None)
+    attempt = ctx.attempt_id or next(reversed(manifest.attempt_ids), None)
     if attempt is not None:
         ctx.store.put_json(_key(ctx, attempt), {"wall_s": wall_s})
 
@@ -46,12 +46,11 @@ def _attempt_wall(ctx: RunContext, manifest: RunManifest, index: int) -> tuple[f
     return end - start.timestamp(), False
 
 
-def origins(ctx: RunContext, records: list[StepRecord]) -> dict[str, Origin]:
+def origins(ctx: RunContext, records: list[StepRecord], manifest: RunManifest) -> dict[str, Origin]:
     """step -> where it was computed, for each reused step of `records` (the report's attempt)."""
     cached = [r for r in records if r.status == "cached"]
     if not cached:
         return {}
-    manifest = ctx.load_manifest()
     ids = manifest.attempt_ids
     current = ids.index(ctx.attempt_id) if ctx.attempt_id in ids else len(ids) - 1
     out: dict[str, Origin] = {}

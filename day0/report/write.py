@@ -16,13 +16,14 @@ from __future__ import annotations
 
 import datetime as dt
 import re
+from collections.abc import Mapping
 
 from day0.core.result import StepResult, worst
 from day0.report.html import page
 from day0.report.reuse import Origin, origins, record_wall_time, reuse_summary
 from day0.report.scorecard import MARK, SCORECARD, outcome, rows, scorecard_html, scorecard_markdown
 from day0.report.text import OWN_PLOT, PLOT, inert
-from day0.runs.context import RunContext, StepRecord
+from day0.runs.context import RunContext, RunManifest, StepRecord
 from day0.steps.analyze.result import AnalyzeResult
 from day0.steps.registry import REGISTRY
 
@@ -43,12 +44,18 @@ def _code(text: str) -> str:
     return f"{fence}{pad}{body}{pad}{fence}"
 
 
-def _results(ctx: RunContext, records: list[StepRecord]) -> dict[str, StepResult]:
-    """The results this attempt computed or reused, parsed as their steps' result models."""
+def _results(
+    ctx: RunContext, records: list[StepRecord], held: Mapping[str, StepResult | None]
+) -> dict[str, StepResult]:
+    """The results this attempt computed or reused: those the caller holds, the others read from the
+    store as their steps' result models."""
     store, out = ctx.store, {}
     for r in records:
-        key = ctx.key(r.step, "result.json")
-        if r.status in ("executed", "cached") and store.exists(key):
+        if r.status not in ("executed", "cached"):
+            continue
+        if (result := held.get(r.step)) is not None:
+            out[r.step] = result
+        elif store.exists(key := ctx.key(r.step, "result.json")):
             out[r.step] = REGISTRY[r.step].result.model_validate(store.get_json(key))
     return out
 
@@ -87,8 +94,9 @@ def _run_table(
     results: dict[str, StepResult],
     wall_s: float,
     found: dict[str, Origin],
+    attempts: int,
 ) -> list[str]:
-    spec, attempts = ctx.spec, len(ctx.load_manifest().attempts)
+    spec = ctx.spec
     analyzed = results.get("analyze")
     model = analyzed.model if isinstance(analyzed, AnalyzeResult) else None
     revision = " @ ".join(x for x in (model.revision, model.commit) if x) if model else ""
@@ -164,16 +172,25 @@ def _missing_images(ctx: RunContext, markdown: str) -> str:
     return PLOT.sub(check, markdown)
 
 
-def write_report(ctx: RunContext, wall_s: float, planned: list[str]) -> dict[str, str]:
+def write_report(
+    ctx: RunContext,
+    wall_s: float,
+    planned: list[str],
+    *,
+    manifest: RunManifest | None = None,
+    results: Mapping[str, StepResult | None] | None = None,
+) -> dict[str, str]:
     """Write report.md and report.html for the run's latest attempt (`planned`: the steps it was
-    to run, so those never reached show as not run); return their URLs."""
-    records = ctx.attempt_records()
-    results = _results(ctx, records)
-    found = origins(ctx, records)
-    table = rows({r.step: r for r in records}, results)
+    to run, so those never reached show as not run); return their URLs. The flow hands over the
+    manifest and the results it holds; what it does not hold is read from the store, once."""
+    manifest = manifest or ctx.load_manifest()
+    records = ctx.attempt_records(manifest)
+    held = _results(ctx, records, results or {})
+    found = origins(ctx, records, manifest)
+    table = rows({r.step: r for r in records}, held)
     head = [_title(ctx, records), "", "## Day-0 scorecard", ""]
-    run = ["", *_run_table(ctx, records, results, wall_s, found)]
-    rest = ["## Steps", "", *_steps_table(records, planned, found), "", *_execution(results)]
+    run = ["", *_run_table(ctx, records, held, wall_s, found, len(manifest.attempts))]
+    rest = ["## Steps", "", *_steps_table(records, planned, found), "", *_execution(held)]
     tail = _missing_images(ctx, "\n".join(rest) + "\n" + "\n".join(_step_sections(ctx, records)))
     markdown = "\n".join([*head, *scorecard_markdown(table), *run, ""]) + tail
     store = ctx.store
@@ -188,5 +205,5 @@ def write_report(ctx: RunContext, wall_s: float, planned: list[str]) -> dict[str
             ctx.key("report.html"), page(f"day0 report: {ctx.spec.metadata.name}", pieces, image), "text/html"
         ),
     }
-    record_wall_time(ctx, wall_s)
+    record_wall_time(ctx, wall_s, manifest)
     return urls

@@ -172,16 +172,19 @@ class RunContext(BaseModel):
         self.store.put_json(key, {"step": step, "started_at": started_at.isoformat()})
         self.publish_manifest()
 
-    def attempt_records(self) -> list[StepRecord]:
-        """The records of this context's attempt (the latest attempt when it began none)."""
-        manifest = self.load_manifest()
+    def attempt_records(self, manifest: RunManifest | None = None) -> list[StepRecord]:
+        """The records of this context's attempt (the latest attempt when it began none), from
+        `manifest` when the caller holds one (else read from the store)."""
+        manifest = manifest or self.load_manifest()
         if self.attempt_id is None or self.attempt_id not in manifest.attempt_ids:
             return manifest.last()
         return manifest.attempts[manifest.attempt_ids.index(self.attempt_id)]
 
-    def publish_manifest(self) -> None:
-        """Rewrite the `manifest.json` view from the attempt objects."""
-        self.store.put_json(self.key("manifest.json"), self.load_manifest().model_dump(mode="json"))
+    def publish_manifest(self) -> RunManifest:
+        """Rewrite the `manifest.json` view from the attempt objects; return the manifest."""
+        manifest = self.load_manifest()
+        self.store.put_json(self.key("manifest.json"), manifest.model_dump(mode="json"))
+        return manifest
 
 
 class RunSummary(BaseModel):
@@ -198,8 +201,10 @@ class RunSummary(BaseModel):
     report: dict[str, str]
 
     @classmethod
-    def from_manifest(cls, ctx: RunContext, steps: list[str], report: dict[str, str]) -> "RunSummary":
-        records = ctx.attempt_records()
+    def from_manifest(
+        cls, ctx: RunContext, steps: list[str], report: dict[str, str], manifest: RunManifest | None = None
+    ) -> "RunSummary":
+        records = ctx.attempt_records(manifest)
         failed = {
             r.step: r.reasons if r.verdict == "fail" else [r.error or "raised"]
             for r in records
