@@ -214,6 +214,15 @@ def test_no_import_cycles() -> None:
     assert not cycles, f"import cycles: {cycles}"
 
 
+def test_day0_is_packages_by_concept() -> None:
+    """A concept with several modules is a package, not a file-name prefix (`spec_*`, `report_*`): what
+    stays loose in `day0/` is the few modules every package shares."""
+    loose = sorted(p.stem for p in (REPO / "day0").glob("*.py") if p.stem != "__init__")
+    assert len(loose) <= 8, loose
+    prefixes = {name.split("_")[0] for name in loose}
+    assert len(prefixes) == len(loose), f"modules sharing a prefix want a package: {loose}"
+
+
 def test_the_rules_see_a_violation(tmp_path: Path) -> None:
     """The checker itself: a backwards import is found (guards against a walker that sees nothing)."""
     path = tmp_path / "bad.py"
