@@ -29,7 +29,7 @@ FIRST_STEP = (
 def run(workers: int = 1) -> dict[str, Any]:
     from kubernetes import config
 
-    from day0.backends.jobs import connect, submit
+    from day0.backends.jobs import job_client, submit
     from day0.backends.kuberay.lifecycle import KubeRayCluster, delete_run_clusters
     from day0.backends.kuberay.manifest import build_raycluster
     from day0.spec.cluster import ClusterSpec
@@ -74,7 +74,7 @@ def run(workers: int = 1) -> dict[str, Any]:
         try:
             rc.create()
             out["created_to_ready_s"] = round(rc.wait_ready(300), 1)
-            client = connect(rc.dashboard_address("pod-ip"))
+            client = job_client(rc.dashboard_address("pod-ip"))
             job = submit(client, f"python -c {FIRST_STEP!r}")
             while "first step on" not in str(client.get_job_logs(job)):
                 if str(client.get_job_status(job)) in ("FAILED", "STOPPED", "JobStatus.FAILED"):

@@ -32,7 +32,7 @@ from fastapi.responses import StreamingResponse
 from day0.core.ports import free_port
 from day0.steps.inference.client import LoadRequest, LoadSettings, run_load
 from day0.steps.inference.metrics import summarize
-from day0.steps.inference.model import ServedModel, build_model, held_out_text, write_model_dir
+from day0.steps.inference.model import ServedModel, build_served_model, held_out_text, write_model_dir
 from day0.steps.inference.server import EngineConfig, serve
 
 STUB_CHUNKS = 16
@@ -124,7 +124,7 @@ def served_curve() -> list[dict]:
     ]
     points = []
     with tempfile.TemporaryDirectory() as tmp:
-        model_dir = write_model_dir(build_model(served), served, Path(tmp) / "model")
+        model_dir = write_model_dir(build_served_model(served), served, Path(tmp) / "model")
         with serve(EngineConfig(model_dir=model_dir, cache_blocks=128, block_size=32, max_batch_tokens=512)) as (
             server,
             _,

@@ -32,7 +32,7 @@ from day0.steps.trial.config import TrialScale
 from day0.steps.trial.data import batch_for_step, prepare_data
 from day0.steps.trial.faults import TrialFaults
 from day0.steps.trial.loop import LoopConfig
-from day0.steps.trial.model import build_model, scale_config
+from day0.steps.trial.model import build_trial_model, scale_config
 
 STEPS, SEQ, BATCH = 40, 64, 8
 COST_STEPS, COST_SPEC = 30, "configs/pipelines/tiny-local.yaml"
@@ -63,7 +63,7 @@ def bare_pytorch(loop: LoopConfig, tokens) -> dict:
     """The same model, data and optimizer in a plain loop: no Ray, no day0 loop."""
     torch.set_num_threads(1)
     tokens = torch.as_tensor(tokens)
-    model = build_model(loop.model_config_dict, seed=loop.seed)
+    model = build_trial_model(loop.model_config_dict, seed=loop.seed)
     opt = torch.optim.AdamW(model.parameters(), lr=loop.learning_rate, weight_decay=0.0)
     times, last = [], time.perf_counter()
     for step in range(loop.steps):

@@ -3,7 +3,7 @@ comparison of a current snapshot with the accepted baseline.
 
 Contract: `Snapshot.from_results(...)` reads the step results (step 2's per-op errors and first
 divergent layer, step 5's candidate loss curve and throughput) and keeps only what is compared.
-`compare(baseline, current, tolerance)` returns one `Finding` per compared quantity; `regressed`
+`compare_snapshots(baseline, current, tolerance)` returns one `Finding` per compared quantity; `regressed`
 ones name the metric, both values and the change. Baselines, history and the regression's own runs
 live in the artifact store under `regression/` (`RegressionStore`), apart from every user's run:
 `regression/runs/<model>/<UTC time>/...` (`run_namespace`). Baselines are versioned
@@ -30,7 +30,7 @@ __all__ = [
     "RegressionStore",
     "RegressionTolerance",
     "Snapshot",
-    "compare",
+    "compare_snapshots",
     "run_namespace",
     "trend_report",
     "trend_rows",
@@ -147,7 +147,7 @@ def _curve_distance(base: list[float], cur: list[float]) -> float:
     return sum(errors) / max(len(errors), 1)
 
 
-def compare(baseline: Snapshot, current: Snapshot, tolerance: RegressionTolerance) -> list[Finding]:
+def compare_snapshots(baseline: Snapshot, current: Snapshot, tolerance: RegressionTolerance) -> list[Finding]:
     model, findings = current.model, _op_findings(current.model, baseline, current, tolerance)
     if baseline.first_divergent != current.first_divergent:
         findings.append(

@@ -34,7 +34,7 @@ from day0.regression import (
     RegressionStore,
     RegressionTolerance,
     Snapshot,
-    compare,
+    compare_snapshots,
     run_namespace,
     trend_report,
     trend_rows,
@@ -137,7 +137,7 @@ def regression(watch: str = "configs/regression/watch.yaml", update_baseline: bo
             outcome[model.name] = [f"{accepted.reason}: v{accepted.version} from {snapshot.run}{kept}"]
             log.info("%s: %s", model.name, outcome[model.name][0])
         else:
-            findings = compare(baseline.snapshot, snapshot, config.tolerance)
+            findings = compare_snapshots(baseline.snapshot, snapshot, config.tolerance)
             regressed = [str(f) for f in findings if f.regressed]
             outcome[model.name] = regressed or [f"no regression against baseline v{baseline.version}"]
             failures += [f"regressed: {f}" for f in regressed]

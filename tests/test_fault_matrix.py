@@ -122,7 +122,7 @@ def test_catalogue_vendor_plugin_fails_step_5_through_ray_train(plugins: list[st
     from day0.paths import CONFIGS_DIR
     from day0.spec.pipeline import spec_from_dict
     from day0.steps.trial.data import prepare_data
-    from day0.steps.trial.loop import StepRecord, run_steps
+    from day0.steps.trial.loop import LoopStep, run_steps
     from day0.steps.trial.model import scale_config
     from day0.steps.trial.result import TrialCurve
     from day0.steps.trial.train import TRIAL_VOCAB, TrialPlan, candidate_loop, run_trial
@@ -154,7 +154,7 @@ def test_catalogue_vendor_plugin_fails_step_5_through_ray_train(plugins: list[st
     ref_loop = candidate_loop(spec, cfg, TrialPlan()).model_copy(
         update={"micro_batch": 4, "compute_dtype": "fp32", "platform": None, "device_type": "cpu"}
     )
-    ref = [StepRecord.model_validate(h) for h in run_steps(ref_loop, data.tokens)]
+    ref = [LoopStep.model_validate(h) for h in run_steps(ref_loop, data.tokens)]
     curve = TrialCurve(
         label="reference cpu-fp32 x1",
         platform="cpu",

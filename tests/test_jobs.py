@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from day0.backends.jobs import JobError, connect, run_job, submission_id
+from day0.backends.jobs import JobError, job_client, run_job, submission_id
 from day0.core.ports import free_port
 from testsupport.ray import local_head
 
@@ -52,4 +52,4 @@ def test_timeout_stops_the_job(ray_head: str) -> None:
 
 def test_unreachable_head_is_a_clear_error() -> None:
     with pytest.raises(JobError, match="not reachable"):
-        connect(f"http://127.0.0.1:{free_port()}", timeout_s=2)
+        job_client(f"http://127.0.0.1:{free_port()}", timeout_s=2)

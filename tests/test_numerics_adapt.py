@@ -16,7 +16,7 @@ from day0.spec.cluster import OperatorSupport
 from day0.steps.operators.adapt import adapt_report
 from day0.steps.operators.checks import run_operators
 from day0.steps.operators.config import ValidationSpec
-from day0.steps.operators.layers import build_model, compare_layers
+from day0.steps.operators.layers import build_whole_model, compare_layers
 from day0.steps.operators.opcheck import check_inventory
 
 V = ValidationSpec(seeds=2)
@@ -120,7 +120,7 @@ def test_int_op_missing_on_host_adapted_by_upcast() -> None:
 @pytest.mark.integration  # over 10 s here: a whole model or the real CLI end to end
 def test_whole_model_runs_after_adaptation_and_step_result() -> None:
     platform = _lacking("aten::_safe_softmax", "aten::_softmax_backward_data")
-    model = build_model(whole_model(layers=2))
+    model = build_whole_model(whole_model(layers=2))
     before = compare_layers(model, platform, "fp32", batch=1, seq_len=16)
     assert before.error is not None and "_safe_softmax" in before.error
     result = run_operators(tiny_inventory("fp32"), platform, V, "fp32", whole_model=whole_model())

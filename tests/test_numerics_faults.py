@@ -13,7 +13,7 @@ from numerics_fixtures import faulty_platform, tiny_inventory, whole_model
 
 from day0.platforms.kernels import Platform
 from day0.steps.operators.config import ValidationSpec
-from day0.steps.operators.layers import build_model, compare_layers
+from day0.steps.operators.layers import build_whole_model, compare_layers
 from day0.steps.operators.opcheck import check_inventory
 from day0.steps.operators.result import LayerReport
 
@@ -22,7 +22,7 @@ FAULTS = ("softmax_without_max", "rmsnorm_wrong_eps", "matmul_low_precision", "s
 
 @pytest.fixture(scope="module")
 def model():
-    return build_model(whole_model(layers=2), seed=0)
+    return build_whole_model(whole_model(layers=2), seed=0)
 
 
 def _failing(dtype: str, *faults: str) -> dict[str, str]:

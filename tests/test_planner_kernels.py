@@ -16,7 +16,7 @@ from day0.planner.kernels import model_kernels
 from day0.planner.model import model_costs
 from day0.platforms.kernels import Platform
 from day0.steps.trial.config import TrialScale
-from day0.steps.trial.model import build_model, scale_config
+from day0.steps.trial.model import build_trial_model, scale_config
 
 
 def _config(name: str, scale: TrialScale) -> dict:
@@ -26,7 +26,7 @@ def _config(name: str, scale: TrialScale) -> dict:
 def _real_counts(cfg: dict, compute: str, batch: int, seq: int) -> tuple[int, int]:
     """(forward + loss + backward ops, clipping + AdamW ops) of the second training step."""
     torch.manual_seed(0)
-    model = build_model(cfg, seed=0)
+    model = build_trial_model(cfg, seed=0)
     model.train()
     opt = make_optimizer(model.parameters(), 1e-3)
     ids = torch.randint(0, 300, (batch, seq + 1))

@@ -7,7 +7,7 @@ import datetime as dt
 
 import pytest
 
-from day0.regression import RegressionStore, RegressionTolerance, Snapshot, compare, run_namespace, trend_rows
+from day0.regression import RegressionStore, RegressionTolerance, Snapshot, compare_snapshots, run_namespace, trend_rows
 from day0.store import open_store
 
 TOL = RegressionTolerance(op_error_ratio=2.0, op_error_floor=1e-6, loss_mean_rel=0.02, throughput_drop=0.3)
@@ -27,11 +27,11 @@ def _snap(**kw: object) -> Snapshot:
 
 
 def _regressed(current: Snapshot) -> dict[str, str]:
-    return {f.metric: f.change for f in compare(_snap(), current, TOL) if f.regressed}
+    return {f.metric: f.change for f in compare_snapshots(_snap(), current, TOL) if f.regressed}
 
 
 def test_an_unchanged_snapshot_has_no_regression() -> None:
-    findings = compare(_snap(), _snap(), TOL)
+    findings = compare_snapshots(_snap(), _snap(), TOL)
     assert {f.metric for f in findings} == {"aten::mm@bf16", "aten::add@bf16", "loss curve", "trial tokens/s"}
     assert not any(f.regressed for f in findings)
 
@@ -76,7 +76,7 @@ def test_a_zero_loss_in_the_baseline_counts_the_absolute_gap_as_the_trial_alignm
     from day0.core.curves import relative_errors
 
     base, cur = [0.0, 2.0], [0.5, 2.0]
-    finding = next(f for f in compare(_snap(loss=base), _snap(loss=cur), TOL) if f.metric == "loss curve")
+    finding = next(f for f in compare_snapshots(_snap(loss=base), _snap(loss=cur), TOL) if f.metric == "loss curve")
     assert finding.change.startswith(f"mean rel. distance {sum(relative_errors(base, cur)) / 2:.3%}")
     assert finding.regressed
 

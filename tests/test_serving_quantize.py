@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from day0.steps.inference.config import SLO, QualityTolerance
-from day0.steps.inference.model import build_model, held_out_text, load_tokenizer
+from day0.steps.inference.model import build_served_model, held_out_text, load_tokenizer
 from day0.steps.inference.quality import compare_quality, windows
 from day0.steps.inference.quantize import Int8PerChannel, quantize_model
 from day0.steps.inference.result import InferenceResult
@@ -31,7 +31,7 @@ def batch() -> torch.Tensor:
 
 @pytest.mark.parametrize("method", ["int8-weight", "fp8"])
 def test_experts_are_quantised_and_quality_holds(method: str, batch: torch.Tensor) -> None:
-    reference, model = build_model(served()), build_model(served())
+    reference, model = build_served_model(served()), build_served_model(served())
     report = quantize_model(model, method)
     assert report.expert_tensors == 4  # gate_up_proj and down_proj of both MoE layers
     assert report.linear_weights > 0
@@ -49,7 +49,7 @@ def test_experts_are_quantised_and_quality_holds(method: str, batch: torch.Tenso
 
 
 def test_a_quantiser_with_wrong_scales_fails_the_quality_check(batch: torch.Tensor) -> None:
-    reference, broken = build_model(served()), build_model(served())
+    reference, broken = build_served_model(served()), build_served_model(served())
     report = quantize_model(broken, "int8-weight", expert_codec=WrongScales())
     quality = compare_quality(reference, broken, batch, QualityTolerance(), "held-out")
     assert not quality.passed

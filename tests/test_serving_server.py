@@ -15,7 +15,7 @@ import pytest
 from day0.steps.inference.client import LoadRequest, LoadSettings, run_load
 from day0.steps.inference.job import main
 from day0.steps.inference.metrics import summarize
-from day0.steps.inference.model import build_model, held_out_text, load_tokenizer, write_model_dir
+from day0.steps.inference.model import build_served_model, held_out_text, load_tokenizer, write_model_dir
 from day0.steps.inference.result import InferenceResult
 from day0.steps.inference.serve import InferenceRequest, run_inference
 from day0.steps.inference.server import EngineConfig, ServingError, serve
@@ -47,7 +47,7 @@ def _processes_mentioning(text: str) -> list[int]:
 
 @pytest.fixture(scope="module")
 def qwen_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return write_model_dir(build_model(served()), served(), tmp_path_factory.mktemp("qwen") / "model")
+    return write_model_dir(build_served_model(served()), served(), tmp_path_factory.mktemp("qwen") / "model")
 
 
 def _requests(n: int, max_tokens: int) -> list[LoadRequest]:

@@ -12,7 +12,7 @@ import torch
 from day0.errors import UsageError
 from day0.model.source import resolve_model_source
 from day0.spec.pipeline import spec_from_dict
-from day0.steps.inference.model import build_model
+from day0.steps.inference.model import build_served_model
 
 
 def _spec():  # type: ignore[no-untyped-def]
@@ -38,14 +38,14 @@ def test_the_trials_checkpoint_is_served_with_its_weights(tmp_path: Path) -> Non
 
     analyzed = SimpleNamespace(model=resolve_model_source("tiny-qwen3-moe"))
     untrained = served_model(_spec(), analyzed, None)  # type: ignore[arg-type]  # as above
-    trained_weights = build_model(untrained.model_copy(update={"seed": 99})).state_dict()
+    trained_weights = build_served_model(untrained.model_copy(update={"seed": 99})).state_dict()
     torch.save(trained_weights, tmp_path / "model.pt")
     trained = SimpleNamespace(runs=[SimpleNamespace(role="reference", checkpoint_path="elsewhere"),
                                     SimpleNamespace(role="candidate", checkpoint_path=str(tmp_path))])  # fmt: skip
     served = served_model(_spec(), analyzed, trained)  # type: ignore[arg-type]  # as above
     assert served.checkpoint == str(tmp_path) and "trained checkpoint" in served.label
-    loaded = build_model(served).state_dict()
-    fresh = build_model(untrained).state_dict()
+    loaded = build_served_model(served).state_dict()
+    fresh = build_served_model(untrained).state_dict()
     name = "model.layers.0.mlp.experts.gate_up_proj"
     assert torch.equal(loaded[name], trained_weights[name]) and not torch.equal(loaded[name], fresh[name])
 
@@ -56,7 +56,7 @@ def test_a_full_size_model_without_trial_scale_is_refused_naming_the_field() -> 
     spec = spec_from_dict({"metadata": {"name": "x"}, "model": "deepseek-v3", "platform": "cpu"})
     served = served_model(spec, SimpleNamespace(model=resolve_model_source("deepseek-v3")), None)  # type: ignore[arg-type]  # a stand-in
     with pytest.raises(UsageError, match=r"trial\.scale: the served model would have 6\d\d\.\dB parameters"):
-        build_model(served)
+        build_served_model(served)
 
 
 def test_the_tokenizer_travels_through_the_runs_store_never_as_a_host_path(tmp_path: Path) -> None:

@@ -13,7 +13,7 @@ from day0.model.source import resolve_model_source
 from day0.planner.profile import CalibratedProfile
 from day0.spec.pipeline import load_spec
 from day0.steps.trial.loop import run_steps
-from day0.steps.trial.model import build_model, scale_config
+from day0.steps.trial.model import build_trial_model, scale_config
 from day0.steps.trial.run import PlannerMemoryEstimate
 from day0.steps.trial.train import TrialPlan, candidate_loop
 
@@ -42,7 +42,7 @@ def test_predicted_peak_is_the_counted_training_memory(candidate) -> None:
     loop = loop.model_copy(update={"steps": 2})
     run_steps(loop, torch.randint(0, 512, (4096,)), log=lambda kind, **kw: events.append({"kind": kind, **kw}))
     memory = next(e for e in events if e["kind"] == "memory")
-    model = build_model(cfg, seed=0)
+    model = build_trial_model(cfg, seed=0)
     n = sum(p.numel() for p in model.parameters())
     weights = 4 * n  # fp32 weights; fp32 gradients the same, two fp32 moments twice that
     measured = memory["tensor_bytes"]
@@ -84,7 +84,7 @@ def test_eager_traffic_counted_per_layer_kind_matches_the_whole_model(candidate)
     _, cfg, loop = candidate
     kinds = ["mla+dense", "mla+moe", "mla+moe"]
     counted = eager_traffic_bytes(cfg, kinds, loop.micro_batch, loop.seq_len, "bf16")
-    model = build_model(cfg, seed=0).train()
+    model = build_trial_model(cfg, seed=0).train()
     ids = torch.randint(0, 512, (loop.micro_batch, loop.seq_len + 1), generator=torch.Generator().manual_seed(0))
     forward_loss(model, ids, torch.bfloat16).backward()
     whole = _ByteCounter()

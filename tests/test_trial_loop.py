@@ -8,24 +8,24 @@ import pytest
 from day0.steps.trial.alignment import compare_curves
 from day0.steps.trial.config import TrialTolerance
 from day0.steps.trial.faults import TrialFaults
-from day0.steps.trial.loop import StepRecord, lr_at, run_steps
+from day0.steps.trial.loop import LoopStep, lr_at, run_steps
 from tests._trial_helpers import tiny_data, tiny_loop
 
 STEPS = 24
 TOL = TrialTolerance(warmup_steps=8)  # a short trial: mean error from step 9 on
 
 
-def _curve(steps: int = STEPS, hooks: TrialFaults | None = None, **overrides) -> list[StepRecord]:
+def _curve(steps: int = STEPS, hooks: TrialFaults | None = None, **overrides) -> list[LoopStep]:
     history = run_steps(tiny_loop(steps, **overrides), tiny_data().tokens, hooks=hooks)
-    return [StepRecord.model_validate(h) for h in history]
+    return [LoopStep.model_validate(h) for h in history]
 
 
 @pytest.fixture(scope="module")
-def reference() -> list[StepRecord]:
+def reference() -> list[LoopStep]:
     return _curve()
 
 
-def _compare(ref: list[StepRecord], cand: list[StepRecord]):
+def _compare(ref: list[LoopStep], cand: list[LoopStep]):
     return compare_curves(
         [h.loss for h in ref],
         [h.loss for h in cand],
@@ -35,7 +35,7 @@ def _compare(ref: list[StepRecord], cand: list[StepRecord]):
     )
 
 
-def test_reference_learns_and_is_deterministic(reference: list[StepRecord]) -> None:
+def test_reference_learns_and_is_deterministic(reference: list[LoopStep]) -> None:
     assert len(reference) == STEPS and reference[-1].loss < reference[0].loss - 0.5
     assert 6.0 < reference[0].loss < 6.5  # ~ln(512) = 6.24 at initialisation
     again = _curve(steps=6)
@@ -51,7 +51,7 @@ def test_reference_learns_and_is_deterministic(reference: list[StepRecord]) -> N
     ],
     ids=["recompute", "grad-accum", "bf16-autocast"],
 )
-def test_faithful_variants_align(reference: list[StepRecord], overrides: dict) -> None:
+def test_faithful_variants_align(reference: list[LoopStep], overrides: dict) -> None:
     report = _compare(reference, _curve(**overrides))
     assert report.passed, report.failures
 
@@ -66,7 +66,7 @@ def test_faithful_variants_align(reference: list[StepRecord], overrides: dict) -
     ],
     ids=["wrong-loss-scaling", "broken-optimizer-step", "lr-x10", "diverged"],
 )
-def test_injected_bugs_fail_alignment(reference: list[StepRecord], faults: TrialFaults, message: str) -> None:
+def test_injected_bugs_fail_alignment(reference: list[LoopStep], faults: TrialFaults, message: str) -> None:
     report = _compare(reference, _curve(hooks=faults))
     assert not report.passed
     assert any(message in f for f in report.failures), report.failures

@@ -8,7 +8,7 @@ import torch
 from day0.errors import ModelError
 from day0.model.source import resolve_model_source
 from day0.steps.trial.config import TrialScale
-from day0.steps.trial.model import build_model, count_parameters, scale_config
+from day0.steps.trial.model import build_trial_model, count_parameters, scale_config
 
 SMALL = TrialScale(layers=2, hidden=64, experts=4)
 
@@ -54,14 +54,14 @@ def test_gqa_heads_and_groups_stay_valid() -> None:
 
 def test_build_is_seeded_and_trains_in_fp32() -> None:
     cfg = scale_config(resolve_model_source("tiny-deepseek-v3").config, SMALL, vocab_size=512, seq_len=32)
-    a, b, c = build_model(cfg, seed=0), build_model(cfg, seed=0), build_model(cfg, seed=1)
+    a, b, c = build_trial_model(cfg, seed=0), build_trial_model(cfg, seed=0), build_trial_model(cfg, seed=1)
     pa, pb, pc = (torch.cat([p.flatten() for p in m.parameters()]) for m in (a, b, c))
     assert torch.equal(pa, pb) and not torch.equal(pa, pc) and pa.dtype == torch.float32
     assert 100_000 < count_parameters(a) < 300_000
     # fp32 on CPU: transformers' default grouped_mm experts path runs (torch >= 2.10 has a CPU kernel)
     # and matches the eager per-expert loop.
     x = torch.randint(0, 512, (2, 16))
-    eager = build_model(cfg, seed=0, experts_implementation="eager")
+    eager = build_trial_model(cfg, seed=0, experts_implementation="eager")
     assert torch.allclose(a(input_ids=x).logits, eager(input_ids=x).logits, atol=1e-5)
 
 
@@ -72,4 +72,4 @@ def test_oversized_trial_is_refused() -> None:
         "n_routed_experts": 256,
     }
     with pytest.raises(ModelError, match=r"trial.scale"):
-        build_model(scale_config(big, TrialScale(), vocab_size=512, seq_len=32), seed=0)
+        build_trial_model(scale_config(big, TrialScale(), vocab_size=512, seq_len=32), seed=0)

@@ -13,7 +13,7 @@ import torch
 from day0.paths import CONFIGS_DIR
 from day0.spec.cluster import PlatformSpec
 from day0.spec.pipeline import load_yaml
-from day0.steps.trial.loop import StepRecord, run_steps
+from day0.steps.trial.loop import LoopStep, run_steps
 from tests._trial_helpers import tiny_data, tiny_loop
 from testsupport.fault_matrix import Fault, install_plugins
 
@@ -36,8 +36,8 @@ def vendor(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PlatformSpec]:
     os.environ.pop("PYTHONPATH") if saved is None else os.environ.update(PYTHONPATH=saved)
 
 
-def _train(**update) -> list[StepRecord]:
-    return [StepRecord.model_validate(h) for h in run_steps(tiny_loop(3, **update), tiny_data().tokens)]
+def _train(**update) -> list[LoopStep]:
+    return [LoopStep.model_validate(h) for h in run_steps(tiny_loop(3, **update), tiny_data().tokens)]
 
 
 def test_candidate_runs_the_vendor_kernels_and_step_2s_adaptations(vendor: PlatformSpec) -> None:

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from day0.steps.trial.faults import TrialFaults
-from day0.steps.trial.loop import StepRecord, run_steps
+from day0.steps.trial.loop import LoopStep, run_steps
 from day0.steps.trial.result import recoveries
 from tests._trial_helpers import tiny_data, tiny_loop
 
@@ -56,6 +56,6 @@ def test_node_kill_recovers_with_identical_final_loss(cluster, tmp_path: Path) -
     [rec] = recoveries(run.events)
     assert rec.failed_at == killed.time and rec.resumed_from_step == starts[1].from_step and rec.recovery_s > 0
 
-    uninterrupted = [StepRecord.model_validate(h) for h in run_steps(tiny_loop(steps), tiny_data().tokens)]
+    uninterrupted = [LoopStep.model_validate(h) for h in run_steps(tiny_loop(steps), tiny_data().tokens)]
     assert [h.step for h in run.history] == list(range(1, steps + 1))
     assert run.history[-1].loss == pytest.approx(uninterrupted[-1].loss, abs=1e-6)

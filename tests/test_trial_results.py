@@ -7,7 +7,7 @@ import json
 import math
 
 from day0.steps.trial.alignment import compare_curves
-from day0.steps.trial.result import RunSummary, TrialCurve, TrialResult
+from day0.steps.trial.result import TrainingRunSummary, TrialCurve, TrialResult
 
 REF = [6.0 * math.exp(-0.03 * t) + 2.0 for t in range(40)]
 
@@ -25,7 +25,7 @@ def _curve(label: str, loss: list[float], dtype: str, workers: int) -> TrialCurv
     )
 
 
-def _result(candidate: list[float], runs: list[RunSummary] | None = None) -> TrialResult:
+def _result(candidate: list[float], runs: list[TrainingRunSummary] | None = None) -> TrialResult:
     ref, cand = _curve("reference cpu-fp32 x1", REF, "fp32", 1), _curve("candidate cpu-bf16 x2", candidate, "bf16", 2)
     return TrialResult(
         model="tiny",
@@ -66,7 +66,7 @@ def test_misaligned_curve_fails_naming_the_check() -> None:
 def test_identical_curves_warn_and_a_failed_run_fails() -> None:
     same = _result(list(REF))
     assert same.verdict == "warn" and same.passed and "identical at all 40 steps" in same.reasons[0]
-    run = RunSummary(
+    run = TrainingRunSummary(
         role="candidate",
         name="candidate",
         storage_uri="file:///x",

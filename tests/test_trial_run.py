@@ -15,7 +15,7 @@ from day0.model.source import resolve_model
 from day0.paths import CONFIGS_DIR
 from day0.runs.context import RunContext
 from day0.spec.pipeline import load_yaml, spec_from_dict
-from day0.steps.trial.loop import StepRecord, run_steps
+from day0.steps.trial.loop import LoopStep, run_steps
 from day0.steps.trial.result import TrialCurve, TrialResult
 from tests._trial_helpers import tiny_data, tiny_loop
 
@@ -83,7 +83,7 @@ def test_task_rerun_resumes_from_s3_checkpoint(
 
     # The reference: a stored curve (public API: trial.reference = a URI), made here by the bare loop.
     ref = [
-        StepRecord.model_validate(h)
+        LoopStep.model_validate(h)
         # the candidate's data: 1 worker x micro_batch 2 = 2 sequences a step (a reference on other
         # batches is another training, which the noise-derived threshold rightly refuses)
         for h in run_steps(tiny_loop(12, global_batch=2, micro_batch=2, lr_warmup_steps=1), tiny_data().tokens)

@@ -24,7 +24,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from day0.backends.jobs import connect
+from day0.backends.jobs import job_client
 from day0.core.ports import free_port
 
 __all__ = ["local_head"]
@@ -62,7 +62,7 @@ def local_head(num_cpus: int = 1, start_timeout_s: float = 120.0) -> Iterator[st
     proc = subprocess.Popen(cmd, env=env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         address = f"http://127.0.0.1:{dash}"
-        connect(address, timeout_s=start_timeout_s)
+        job_client(address, timeout_s=start_timeout_s)
         yield address
     finally:
         # `ray start --block` stops its own processes on SIGTERM in a few seconds; signalled as a

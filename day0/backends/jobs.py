@@ -42,7 +42,7 @@ __all__ = [
     "JobOptions",
     "JobOutcome",
     "StepJob",
-    "connect",
+    "job_client",
     "read_url",
     "run_job",
     "submission_id",
@@ -149,7 +149,7 @@ def submission_id(run_id: str, step: str) -> str:
     return f"day0-{clean}-{secrets.token_hex(3)}"
 
 
-def connect(address: str, timeout_s: float = 60.0) -> JobSubmissionClient:
+def job_client(address: str, timeout_s: float = 60.0) -> JobSubmissionClient:
     """A `JobSubmissionClient`, retried until the dashboard answers (a fresh head takes a while)."""
     from ray.job_submission import JobSubmissionClient
 
@@ -283,7 +283,7 @@ def run_job(
 ) -> JobOutcome:
     """Submit and wait. Cancellation (KeyboardInterrupt, task cancel) stops the job before re-raising,
     so no driver is left running on the cluster."""
-    client = connect(address)
+    client = job_client(address)
     start = time.monotonic()
     job = submit(client, entrypoint, sub_id=sub_id, runtime_env=runtime_env, metadata=metadata, placement=placement)
     try:

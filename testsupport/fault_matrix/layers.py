@@ -36,7 +36,7 @@ from day0.core.ops import resolve_op
 from day0.platforms.kernels import Platform
 from day0.steps.operators.config import ValidationSpec
 from day0.steps.trial.config import TrialTolerance
-from day0.steps.trial.loop import StepRecord
+from day0.steps.trial.loop import LoopStep
 from testsupport.fault_matrix.results import Detection
 from testsupport.fault_matrix.training import WARMUP
 
@@ -97,7 +97,7 @@ def _inventory():
     return capture_operators(model, analyze_structure(model, "tiny-deepseek-v3").attention_kind, "fp32")
 
 
-def convergence(reference: list[StepRecord], candidate: list[StepRecord]) -> Detection:
+def convergence(reference: list[LoopStep], candidate: list[LoopStep]) -> Detection:
     """Step 5's alignment with thresholds from the reference's own noise."""
     from day0.steps.trial.alignment import compare_curves, reference_noise
 

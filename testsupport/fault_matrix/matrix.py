@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable, Iterable
 
 from day0.platforms.kernels import Platform
-from day0.steps.trial.loop import StepRecord
+from day0.steps.trial.loop import LoopStep
 from testsupport.fault_matrix.catalogue import Fault
 from testsupport.fault_matrix.layers import convergence, numerical, performance
 from testsupport.fault_matrix.plugins import plugin_platform
@@ -23,7 +23,7 @@ SEEDS = (0, 1, 2)
 def _row(
     fault: Fault,
     seed: int,
-    reference: list[StepRecord],
+    reference: list[LoopStep],
     clean_failing: set[str],
 ) -> MatrixRow:
     detections = []
@@ -48,7 +48,7 @@ def run_matrix(
     clean: list[MatrixRow] = [
         MatrixRow(fault="clean platform, step 2 per-op check", expected=None, detections=[clean_report])
     ]
-    references: dict[int, list[StepRecord]] = {}
+    references: dict[int, list[LoopStep]] = {}
     for seed in seeds:
         say(f"clean seed {seed}")
         references[seed] = train(loop_config(seed))

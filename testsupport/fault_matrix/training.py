@@ -14,7 +14,7 @@ import torch
 from day0.core.ports import free_port
 from day0.steps.trial.config import TrialScale
 from day0.steps.trial.faults import TrialFaults
-from day0.steps.trial.loop import LoopConfig, StepRecord
+from day0.steps.trial.loop import LoopConfig, LoopStep
 from testsupport.fault_matrix.catalogue import Fault
 from testsupport.fault_matrix.plugins import plugin_platform_spec
 
@@ -88,12 +88,12 @@ def _rank(rank: int, world: int, port: int, cfg: dict[str, Any], hooks: TrialFau
         dist.destroy_process_group()
 
 
-def train(cfg: LoopConfig, workers: int = 1, hooks: TrialFaults | None = None) -> list[StepRecord]:
+def train(cfg: LoopConfig, workers: int = 1, hooks: TrialFaults | None = None) -> list[LoopStep]:
     """The loop on `workers` ranks: in this process for one, spawned gloo processes for two."""
     from day0.steps.trial.loop import run_steps
 
     if workers == 1:
-        return [StepRecord.model_validate(h) for h in run_steps(cfg, _tokens(), hooks=hooks)]
+        return [LoopStep.model_validate(h) for h in run_steps(cfg, _tokens(), hooks=hooks)]
     ctx = torch.multiprocessing.get_context("spawn")
     out, port = ctx.Queue(), free_port()
     cfg = cfg.model_copy(update={"micro_batch": cfg.global_batch // workers})
@@ -112,4 +112,4 @@ def train(cfg: LoopConfig, workers: int = 1, hooks: TrialFaults | None = None) -
                 raise RuntimeError(f"a rank of the {workers}-worker run died: exit codes {codes}") from None
     for p in procs:
         p.join(timeout=60)
-    return [StepRecord.model_validate(h) for h in history]
+    return [LoopStep.model_validate(h) for h in history]

@@ -34,7 +34,7 @@ __all__ = [
     "HELD_OUT_MODULES",
     "MAX_SERVED_PARAMS",
     "ServedModel",
-    "build_model",
+    "build_served_model",
     "held_out_text",
     "load_tokenizer",
     "write_model_dir",
@@ -109,7 +109,7 @@ def _checkpoint_state(uri: str) -> dict[str, torch.Tensor]:
     return torch.load(path, weights_only=True)
 
 
-def build_model(served: ServedModel) -> PreTrainedModel:
+def build_served_model(served: ServedModel) -> PreTrainedModel:
     """The causal LM in fp32: the checkpoint's weights if given, else initialised from `served.seed`."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
@@ -142,7 +142,7 @@ def _dequantized(module: torch.nn.Module, name: str) -> torch.Tensor:
 
 def write_model_dir(model: torch.nn.Module, served: ServedModel, directory: Path) -> Path:
     """Write `model` (quantised or not) as an engine-loadable directory with the tokenizer beside it."""
-    plain = build_model(served.model_copy(update={"checkpoint": None}))
+    plain = build_served_model(served.model_copy(update={"checkpoint": None}))
     with torch.no_grad():
         for name, param in plain.named_parameters():
             owner, _, attr = name.rpartition(".")

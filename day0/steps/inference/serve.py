@@ -32,7 +32,7 @@ from day0.steps.inference.client import LoadRequest, LoadSettings, run_load
 from day0.steps.inference.config import InferenceSpec
 from day0.steps.inference.kv_budget import KVBudget, kv_budget, serving_tensor_parallel
 from day0.steps.inference.metrics import summarize
-from day0.steps.inference.model import ServedModel, build_model, held_out_text, load_tokenizer, write_model_dir
+from day0.steps.inference.model import ServedModel, build_served_model, held_out_text, load_tokenizer, write_model_dir
 from day0.steps.inference.quality import QualityReport, compare_quality, windows
 from day0.steps.inference.quantize import ExpertCodec, QuantizationReport, quantize_model, state_dict_bytes
 from day0.steps.inference.result import EngineCache, InferenceResult, SweepPoint
@@ -85,7 +85,7 @@ def _quantize(
     if method == "none":
         return reference, None, None
     say(f"quantising ({method}) and scoring on held-out text")
-    model = build_model(request.served)
+    model = build_served_model(request.served)
     report = quantize_model(model, method, codec)
     text = f"stdlib module docstrings, {batch.shape[0]} windows of {QUALITY_SEQ_LEN} tokens"
     return model, report, compare_quality(reference, model, batch, request.inference.quality, text)
@@ -182,7 +182,7 @@ def run_inference(
     tokenizer = load_tokenizer(request.served.tokenizer)
     tokens = list(tokenizer(held_out_text())["input_ids"])
     say(f"building the served model: {request.served.label}")
-    reference = build_model(request.served)
+    reference = build_served_model(request.served)
     batch = windows(tokens, QUALITY_SEQ_LEN, QUALITY_WINDOWS)
     model, quantized, quality = _quantize(request, reference, batch, expert_codec, say)
     kv, engine_cache = _budgets(request, quantized.bytes_after if quantized else state_dict_bytes(model))

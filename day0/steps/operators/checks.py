@@ -26,7 +26,7 @@ from day0.platforms.kernels import ENTRY_POINT_GROUP, KernelTable, MissingKernel
 from day0.spec.cluster import PlatformSpec
 from day0.steps.operators.adapt import adapt_op, adapt_report
 from day0.steps.operators.config import ValidationSpec
-from day0.steps.operators.layers import WholeModel, build_model, compare_layers, reduced_params
+from day0.steps.operators.layers import WholeModel, build_whole_model, compare_layers, reduced_params
 from day0.steps.operators.opcheck import check_inventory
 from day0.steps.operators.result import LayerReport, OpCheck, OpCheckReport, OperatorsResult, TrainingStepCheck
 from day0.steps.operators.training_step import check_training_step
@@ -121,7 +121,7 @@ def _whole_model(
         )
         return None, None
     say(f"whole-model check: {depth}, {n / 1e6:.1f}M parameters")
-    model = build_model(whole)
+    model = build_whole_model(whole)
     adapting = partial(
         _adapting, plat=plat, dtype=dtype, validation=validation, report=report, say=say, plugins=plugins
     )

@@ -35,7 +35,7 @@ from day0.steps.operators.result import LayerReport, LayerRow
 if TYPE_CHECKING:
     from transformers import PreTrainedConfig, PreTrainedModel
 
-__all__ = ["WholeModel", "build_model", "compare_layers", "layer_units", "reduced_params"]
+__all__ = ["WholeModel", "build_whole_model", "compare_layers", "layer_units", "reduced_params"]
 
 
 class WholeModel(BaseModel):
@@ -81,7 +81,7 @@ def _trim(model: PreTrainedModel, keep: list[int]) -> PreTrainedModel:
 
 
 def reduced_params(whole: WholeModel) -> int:
-    """Parameters of the model `build_model` would build, counted on the meta device."""
+    """Parameters of the model `build_whole_model` would build, counted on the meta device."""
     from transformers import AutoModelForCausalLM
 
     with torch.device("meta"):
@@ -92,7 +92,7 @@ def reduced_params(whole: WholeModel) -> int:
     return sum(p.numel() for p in model.parameters())
 
 
-def build_model(whole: WholeModel, seed: int = 0) -> PreTrainedModel:
+def build_whole_model(whole: WholeModel, seed: int = 0) -> PreTrainedModel:
     """The model at reduced depth and full width, with seeded random weights in fp32 on the CPU."""
     from transformers import AutoModelForCausalLM
 

@@ -39,12 +39,12 @@ from day0.platforms.kernels import Platform, PlatformMode, load_plugin_kernels
 from day0.spec.cluster import PlatformSpec
 from day0.steps.trial.data import batch_for_step
 from day0.steps.trial.memory import SavedActivations, TrainingState, state_bytes
-from day0.steps.trial.model import build_model
+from day0.steps.trial.model import build_trial_model
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
 
-__all__ = ["LoopConfig", "LoopHooks", "StepRecord", "lr_at", "platform_mode", "run_steps", "train_loop"]
+__all__ = ["LoopConfig", "LoopHooks", "LoopStep", "lr_at", "platform_mode", "run_steps", "train_loop"]
 
 TrainDtype = Literal["fp32", "bf16", "fp16"]  # what the loop trains at (autocast below fp32)
 _CPU = torch.device("cpu")
@@ -80,7 +80,7 @@ class LoopHooks:
         """Called once the step's update is done, before its record and checkpoint."""
 
 
-class StepRecord(BaseModel):
+class LoopStep(BaseModel):
     step: int = Field(description="1-based step number.")
     loss: float
     grad_norm: float
@@ -228,7 +228,7 @@ def _device(cfg: LoopConfig, local_rank: int) -> torch.device:
 def train_loop(config: dict[str, Any]) -> list[JsonObject]:
     """Ray Train's per-worker function. `config`: LoopConfig fields + `tokens` (1-D int tensor)
     + optional `event_log` (an EventLog actor handle) and `hooks` (LoopHooks). Returns rank 0's
-    history (StepRecord dicts)."""
+    history (LoopStep dicts)."""
     import ray.train
 
     tokens, events, hooks = config["tokens"], config.get("event_log"), config.get("hooks")
@@ -282,7 +282,7 @@ def run_steps(
     mode, _ = platform_mode(cfg)
     kernels = mode if mode is not None else contextlib.nullcontext()
 
-    built = build_model(
+    built = build_trial_model(
         cfg.model_config_dict, seed=cfg.seed, experts_implementation=cfg.experts_implementation, device=device
     )
     built.train()
@@ -335,7 +335,7 @@ def run_steps(
         hooks.after_step(step)
         now = time.perf_counter()
         history.append(
-            StepRecord(
+            LoopStep(
                 step=step + 1,
                 loss=float(loss_sum),
                 grad_norm=grad_norm,

@@ -23,14 +23,14 @@ import torch
 
 from day0.core.typing import HFConfigDict
 from day0.errors import ModelError
+from day0.model.plausible import EXPERT_KEYS
 from day0.steps.trial.config import TrialScale
 
 if TYPE_CHECKING:
     from transformers import PreTrainedConfig, PreTrainedModel
 
-__all__ = ["EXPERT_KEYS", "MAX_TRIAL_PARAMS", "build_model", "count_parameters", "scale_config"]
+__all__ = ["MAX_TRIAL_PARAMS", "build_trial_model", "count_parameters", "scale_config"]
 
-EXPERT_KEYS = ("n_routed_experts", "num_experts", "num_local_experts")
 _WIDTH_KEYS = (
     "intermediate_size",
     "moe_intermediate_size",
@@ -122,7 +122,7 @@ def _hf_config(config: HFConfigDict) -> PreTrainedConfig:
         ) from None
 
 
-def build_model(
+def build_trial_model(
     config: HFConfigDict, *, seed: int, experts_implementation: str | None = None, device: str | torch.device = "cpu"
 ) -> PreTrainedModel:
     """The causal LM for `config`, initialised from `seed` in fp32 (master weights)."""

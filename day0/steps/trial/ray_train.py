@@ -19,7 +19,7 @@ from pydantic import BaseModel, Field
 
 from day0.backends.local.ray import interruptible
 from day0.settings import StoreSettings
-from day0.steps.trial.loop import LoopConfig, LoopHooks, StepRecord, train_loop
+from day0.steps.trial.loop import LoopConfig, LoopHooks, LoopStep, train_loop
 
 if TYPE_CHECKING:
     from pyarrow.fs import FileSystem
@@ -92,7 +92,7 @@ class TrainingRun(BaseModel):
     name: str
     storage_uri: str
     workers: int
-    history: list[StepRecord]
+    history: list[LoopStep]
     events: list[RunEvent]
     steps_executed: int = Field(description="Steps computed by this invocation (fewer when it resumed).")
     resumed_from_step: int = Field(description="Step the first attempt of this invocation started from.")
@@ -191,7 +191,7 @@ def run_training(
     return _collect(result, error, log, filesystem, name=name, storage_uri=storage_uri, workers=workers, t0=t0)
 
 
-def _last_checkpoint_history(events: list[RunEvent], filesystem) -> tuple[list[StepRecord], str | None]:
+def _last_checkpoint_history(events: list[RunEvent], filesystem) -> tuple[list[LoopStep], str | None]:
     import json
 
     from ray.train import Checkpoint
@@ -201,7 +201,7 @@ def _last_checkpoint_history(events: list[RunEvent], filesystem) -> tuple[list[S
         return [], None
     with Checkpoint(saved[-1], filesystem).as_directory() as d:
         raw = json.loads((Path(d) / "history.json").read_text())
-    return [StepRecord.model_validate(h) for h in raw], saved[-1]
+    return [LoopStep.model_validate(h) for h in raw], saved[-1]
 
 
 def _collect(result, error, log, filesystem, *, name: str, storage_uri: str, workers: int, t0: float) -> TrainingRun:
@@ -209,7 +209,7 @@ def _collect(result, error, log, filesystem, *, name: str, storage_uri: str, wor
 
     events = [RunEvent.model_validate(e) for e in ray.get(log.events.remote()) if e["time"] >= t0]
     if result is not None:
-        history = [StepRecord.model_validate(h) for h in (result.return_value or [])]
+        history = [LoopStep.model_validate(h) for h in (result.return_value or [])]
         checkpoint_path = result.checkpoint.path if result.checkpoint else None
     else:
         history, checkpoint_path = _last_checkpoint_history(events, filesystem)

@@ -19,14 +19,14 @@ from day0.core.result import Judgement, StepResult
 from day0.core.typing import HFConfigDict
 from day0.steps.trial.alignment import AlignmentReport
 from day0.steps.trial.cost_check import CostCheck
-from day0.steps.trial.loop import StepRecord
+from day0.steps.trial.loop import LoopStep
 from day0.steps.trial.ray_train import RunEvent, TrainingRun
 
 __all__ = [
     "CostCheck",
     "MemoryComparison",
     "Recovery",
-    "RunSummary",
+    "TrainingRunSummary",
     "TrialCurve",
     "TrialResult",
     "recoveries",
@@ -89,7 +89,7 @@ class MemoryComparison(BaseModel):
     estimate_source: str = "none"
 
 
-class RunSummary(BaseModel):
+class TrainingRunSummary(BaseModel):
     role: Literal["reference", "candidate"]
     name: str
     storage_uri: str
@@ -102,7 +102,7 @@ class RunSummary(BaseModel):
     events: list[RunEvent] = Field(default=[])
 
 
-def steady_tokens_per_s(history: list[StepRecord], skip: int = 2) -> float | None:
+def steady_tokens_per_s(history: list[LoopStep], skip: int = 2) -> float | None:
     """Tokens per step over the median step time, skipping each curve's first `skip` steps (start-up)."""
     times = [h.step_time_s for h in history[skip:]] or [h.step_time_s for h in history]
     return history[0].tokens / statistics.median(times) if times else None
@@ -132,8 +132,8 @@ def recoveries(events: list[RunEvent]) -> list[Recovery]:
     return out
 
 
-def summarize_run(role: Literal["reference", "candidate"], run: TrainingRun) -> RunSummary:
-    return RunSummary(
+def summarize_run(role: Literal["reference", "candidate"], run: TrainingRun) -> TrainingRunSummary:
+    return TrainingRunSummary(
         role=role,
         name=run.name,
         storage_uri=run.storage_uri,
@@ -172,7 +172,7 @@ class TrialResult(StepResult):
     reference: TrialCurve
     candidate: TrialCurve
     alignment: AlignmentReport
-    runs: list[RunSummary]
+    runs: list[TrainingRunSummary]
     recoveries: list[Recovery] = Field(default=[])
     memory: list[MemoryComparison] = Field(default=[])
     cost_check: CostCheck | None = Field(None, description="Step 3's prediction of this trial vs its measurement.")

@@ -26,7 +26,7 @@ from day0.core.dtypes import DTYPES
 from day0.core.scopes import module_scopes
 from day0.core.training import forward_loss
 from day0.core.typing import HFConfigDict
-from day0.steps.trial.model import build_model
+from day0.steps.trial.model import build_trial_model
 
 __all__ = ["eager_traffic_bytes"]
 
@@ -64,7 +64,7 @@ def eager_traffic_bytes(
     reduced = dict(config, num_hidden_layers=depth)
     if config.get("layer_types"):
         reduced["layer_types"] = config["layer_types"][:depth]
-    model = build_model(reduced, seed=0).train()
+    model = build_trial_model(reduced, seed=0).train()
     vocab = int(config["vocab_size"])  # random tokens: routing spreads them over the experts as text does
     ids = torch.randint(0, vocab, (micro_batch, seq_len + 1), generator=torch.Generator().manual_seed(0))
     dtype = DTYPES[compute_dtype]

@@ -12,7 +12,7 @@ runs on the spec's platform with `training.precision.compute` (fp8 trains as bf1
 `trial.workers` workers and the plan's recompute/sharding; both see the same global batch per step.
 Both runs live under `checkpoint_uri` as `reference` and `candidate`; calling again with the same URI
 resumes each from its last checkpoint. A failed run raises `TrialTrainingError`. The caller supplies
-what comes from other steps: the plan (`TrialPlan`) and the memory estimate (`MemoryEstimate`).
+what comes from other steps: the plan (`TrialPlan`) and the memory estimate (`MemoryPredictor`).
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from day0.core.recompute import Recompute
 from day0.core.result import Progress
 from day0.core.typing import HFConfigDict
 from day0.errors import UsageError
+from day0.model.plausible import EXPERT_KEYS
 from day0.model.source import ResolvedModel
 from day0.platforms.adapted import AdaptedKernel
 from day0.settings import StoreSettings
@@ -40,12 +41,12 @@ from day0.steps.operators.result import Adaptation
 from day0.steps.trial.alignment import compare_curves, reference_noise
 from day0.steps.trial.config import TrialSpec
 from day0.steps.trial.data import TokenData, prepare_data
-from day0.steps.trial.loop import LoopConfig, LoopHooks, StepRecord, TrainDtype, platform_mode
-from day0.steps.trial.model import EXPERT_KEYS, scale_config
+from day0.steps.trial.loop import LoopConfig, LoopHooks, LoopStep, TrainDtype, platform_mode
+from day0.steps.trial.model import scale_config
 from day0.steps.trial.ray_train import EventLog, TrainingRun, event_log, run_training
 from day0.steps.trial.result import (
     MemoryComparison,
-    RunSummary,
+    TrainingRunSummary,
     TrialCurve,
     TrialResult,
     recoveries,
@@ -59,7 +60,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "TRIAL_VOCAB",
-    "MemoryEstimate",
+    "MemoryPredictor",
     "TrialPlan",
     "TrialTrainingError",
     "adapted_kernels",
@@ -83,7 +84,7 @@ class TrialPlan(BaseModel):
     source: str = Field("default", description="Where these choices came from.")
 
 
-class MemoryEstimate(Protocol):
+class MemoryPredictor(Protocol):
     """Estimated bytes per candidate worker for (scaled HF config, plan, loop, workers), or None."""
 
     source: str  # what made the estimate, for the report
@@ -121,7 +122,7 @@ def adapted_kernels(adaptations: Sequence[Adaptation]) -> list[AdaptedKernel]:
     return out
 
 
-def _kernels(loop: LoopConfig, history: list[StepRecord]) -> str:
+def _kernels(loop: LoopConfig, history: list[LoopStep]) -> str:
     """Which kernels the curve ran on, with the last step's calls per source."""
     if loop.platform is None or not history or not history[-1].kernel_calls:
         return "stock" if loop.platform is None else f"stock ({loop.platform.name} has nothing to emulate)"
@@ -231,7 +232,7 @@ def _memory(run: TrainingRun, estimate: float | None, source: str) -> list[Memor
     ]
 
 
-def _raise_failed(runs: list[RunSummary], checkpoint_uri: str) -> None:
+def _raise_failed(runs: list[TrainingRunSummary], checkpoint_uri: str) -> None:
     failed = [r for r in runs if r.error]
     if failed:
         raise TrialTrainingError(
@@ -307,7 +308,7 @@ def run_trial(
     hooks: LoopHooks | None = None,
     max_failures: int = 2,
     progress: Progress | None = None,
-    memory_estimate: MemoryEstimate | None = None,
+    memory_estimate: MemoryPredictor | None = None,
     store_settings: StoreSettings | None = None,
     ray_address: str | None = None,
     resources_per_worker: dict[str, float] | None = None,
