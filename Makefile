@@ -51,7 +51,7 @@ drill: setup e2e-build
 test-fast: setup lint
 	$(BIN)/python -m pytest -q -ra --durations=15 -m "not integration and not e2e" tests
 
-# Debian's headless Chromium for tests/test_report_browser.py (apt-get; a no-op once installed).
+# Debian's headless Chromium for tests/unit/report/test_browser.py (apt-get; a no-op once installed).
 browser:
 	scripts/browser.sh
 

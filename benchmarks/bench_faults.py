@@ -15,7 +15,8 @@ from typing import Any
 
 __all__ = ["run"]
 
-DATA = Path(__file__).resolve().parent.parent / "tests" / "data"
+REPO = Path(__file__).resolve().parent.parent  # on the path: the faulty kernels import as tests.fixtures.faulty_kernels
+DATA = REPO / "tests" / "data"
 
 
 def run() -> dict[str, Any]:
@@ -24,7 +25,7 @@ def run() -> dict[str, Any]:
 
     catalogue = Catalogue.model_validate(load_yaml(DATA / "faults" / "catalogue.yaml"))
     with tempfile.TemporaryDirectory() as site:
-        install_plugins(catalogue.faults, Path(site), [DATA / "faults", DATA / "numerics"])
+        install_plugins(catalogue.faults, Path(site), [DATA / "faults", REPO])
         matrix = run_matrix(catalogue.faults, progress=print)
     rows = []
     for r in matrix.rows + matrix.clean:

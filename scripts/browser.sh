@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Install Debian's headless Chromium for the report's browser test (tests/test_report_browser.py):
+# Install Debian's headless Chromium for the report's browser test (tests/unit/report/test_browser.py):
 #   scripts/browser.sh          # installs chromium-headless-shell when no Chromium is on PATH; else a no-op
 #   scripts/browser.sh --check  # exit 1 if none is installed, install nothing
 # `make test` runs it (target `browser`). It needs apt-get and root (or sudo); where neither is

@@ -9,7 +9,7 @@ models of 2 and 3 layers of one kind: DeepSeek-V3 (MLA; dense and grouped-GEMM M
 (GQA, dense), Qwen3-MoE (GQA, grouped-GEMM MoE; Mixtral's MoE layer counts ~12% fewer). The counts do not
 depend on widths, sequence length or batch (checked at hidden 64-256, 16-128 tokens, batch 1-4), nor on
 the number of experts (grouped GEMMs). MHA and MQA run GQA's code; sliding-window kinds their base
-attention's. `tests/test_planner_kernels.py` recounts real tiny models against these figures.
+attention's. `tests/unit/parallel/test_kernels.py` recounts real tiny models against these figures.
 
 Contract: pure functions of `ModelCosts` (no torch).
 """

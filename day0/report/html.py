@@ -7,7 +7,7 @@ a strict Content-Security-Policy backs that up. Only `day0.report.text.PLOT` lin
 
 Verdict cells become coloured badges; tables longer than `_FOLD_ROWS` fold into `<details>`; no
 table grows wider than the text column: long words break where a line would overflow, and a table
-still too wide scrolls inside its own box, never the page (tests/test_report_browser.py checks the
+still too wide scrolls inside its own box, never the page (tests/unit/report/test_browser.py checks the
 default run's report has none).
 """
 

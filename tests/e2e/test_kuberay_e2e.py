@@ -2,7 +2,7 @@
 
 kwok pods run no processes, so these tests cover the Kubernetes side (manifest accepted by the
 CRDs, pods created and placed, readiness, failure and recovery, teardown); job submission to a
-real head is covered by tests/test_jobs.py.
+real head is covered by tests/integration/test_ray_jobs.py.
 """
 
 from __future__ import annotations

@@ -20,8 +20,8 @@
    the node held its driver), and the final loss is again the uninterrupted run's. `make test` covers
    that path in parts: a lost worker node's pod replaced and rejoining Ray (test_pod_runner.py), a node
    lost during a KubeRay job in the result (test_kuberay_e2e.py), Ray Train's resume after a node kill
-   with the same final loss (test_trial_recovery.py) and the resubmission of a job whose driver was lost
-   (test_backend_session.py).
+   with the same final loss (tests/integration/test_trial_recovery.py) and the resubmission of a job
+   whose driver was lost (tests/unit/backends/test_session.py).
 
 `DAY0_RELEASE_DAY_TIMINGS=<file>` writes the drill's timings there (`make bench`: bench_release_day).
 """

@@ -1,6 +1,6 @@
 """The fault matrix: inject each catalogued fault, run every validation layer on it, and record which
 layer caught it, where it was localised and by what margin; clean runs over several seeds show the
-false-alarm rate. For tests and the benchmark only (`tests/test_fault_matrix.py`, `make bench`).
+false-alarm rate. For tests and the benchmark only (`tests/integration/test_fault_matrix.py`, `make bench`).
 
 Why in-process: a full Ray Train run costs about a minute here; the layers judge the numbers a run
 produces, not how it was scheduled, so each training runs `day0.steps.trial.loop.run_steps` (the body of

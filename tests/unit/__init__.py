@@ -1,0 +1,1 @@
+"""Unit tests, one folder per step or library of the code they test."""

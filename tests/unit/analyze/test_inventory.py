@@ -1,0 +1,159 @@
+"""Operator inventory of a forward+backward pass on meta tensors."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from day0.core.ops import OpInventory
+from day0.model.build import build_meta_model, load_hf_config
+from day0.model.source import resolve_model_source
+from day0.model.structure import analyze_structure
+from day0.steps.analyze.inventory import _Recorder, capture_operators
+from tests.fixtures.paths import REPO
+
+
+def inventory(name: str, dtype: str) -> OpInventory:
+    model = build_meta_model(load_hf_config(resolve_model_source(name)), name, dtype)
+    return capture_operators(model, analyze_structure(model, name).attention_kind, dtype)
+
+
+@pytest.fixture(scope="module")
+def tiny() -> OpInventory:
+    return inventory("tiny-deepseek-v3", "fp32")
+
+
+def test_one_layer_of_each_kind_is_captured(tiny: OpInventory) -> None:
+    assert tiny.layers_captured == ["mla+dense", "mla+moe"]
+
+
+def test_forward_and_backward_ops_with_shapes(tiny: OpInventory) -> None:
+    ops = tiny.by_name()
+    assert {
+        "aten::mm",
+        "aten::embedding",
+        "aten::embedding_dense_backward",
+        "aten::silu_backward",
+        "aten::nll_loss_forward",
+        "aten::nll_loss_backward",
+    } <= set(ops)
+    assert ops["aten::embedding_dense_backward"].phases == ["backward"]
+    assert "forward" in ops["aten::mm"].phases and "backward" in ops["aten::mm"].phases
+    emb = ops["aten::embedding"].examples[0]
+    assert emb[0] == {"shape": [4096, 256], "dtype": "fp32"}  # (vocab, hidden) weight
+    assert all(r.calls >= 1 for r in tiny.ops)
+
+
+def test_moe_ops_are_attributed_to_the_moe_layer(tiny: OpInventory) -> None:
+    grouped = tiny.by_name()["aten::_grouped_mm"]
+    assert grouped.modules == ["layers.1 (mla+moe)"]
+    assert tiny.by_name()["aten::embedding"].modules == ["embed_tokens"]
+
+
+def test_compute_dtype_is_honoured() -> None:
+    inv = inventory("llama-3-8b", "bf16")
+    assert inv.by_name()["aten::mm"].dtypes == ["bf16"]
+    assert inv.layers_captured == ["gqa+dense"]
+
+
+def test_dtype_restricted_kernel_is_reported_not_fatal() -> None:
+    """A kernel that rejects fp32 is recorded as a constraint and run at bf16 so capture goes on."""
+    lib = torch.library.Library("day0test", "DEF")
+    lib.define("bf16_only(Tensor x) -> Tensor")
+
+    def kernel(x: torch.Tensor) -> torch.Tensor:
+        if x.dtype != torch.bfloat16:
+            raise RuntimeError(f"bf16_only: expected BFloat16 but got {x.dtype}")
+        return x.clone()
+
+    lib.impl("bf16_only", kernel, "Meta")
+    recorder = _Recorder()
+    x = torch.empty(4, 4, device="meta")
+    with recorder:
+        y = torch.ops.day0test.bf16_only(x) * 2
+    assert y.dtype == torch.float32
+    [constraint] = recorder.constraints.values()
+    assert constraint.op == "day0test::bf16_only" and constraint.dtype == "fp32" and "BFloat16" in constraint.message
+
+
+def test_optimizer_step_is_captured_as_the_trial_runs_it() -> None:
+    """Clipping and the AdamW update, foreach kernels, on fp32 master weights of a bf16 model."""
+    inv = inventory("tiny-deepseek-v3", "bf16")
+    ops = inv.by_name()
+    optimizer = {r.op for r in inv.ops if "optimizer" in r.phases}
+    assert {
+        "aten::_foreach_norm.Scalar",
+        "aten::_foreach_mul_.Tensor",
+        "aten::_foreach_lerp_.Scalar",
+        "aten::_foreach_addcmul_.Scalar",
+        "aten::_foreach_sqrt",
+        "aten::_foreach_addcdiv_.ScalarList",
+    } <= optimizer
+    lerp = ops["aten::_foreach_lerp_.Scalar"]
+    assert lerp.phases == ["optimizer"] and lerp.modules == ["optimizer: AdamW"] and lerp.dtypes == ["fp32"]
+    assert ops["aten::_foreach_norm.Scalar"].modules == ["optimizer: gradient clipping"]
+    exp_avgs, grads, weight = lerp.examples[0]
+    assert len(exp_avgs) == len(grads) > 10 and weight == pytest.approx(0.1)  # one tensor per parameter, 1 - beta1
+    assert {"shape": [4096, 256], "dtype": "fp32"} in exp_avgs  # the embedding's fp32 master copy
+    # the scalar add of clipping (norm + 1e-6) is kept as an example of its own
+    add = ops["aten::add.Tensor"]
+    assert "optimizer" in add.phases and [{"shape": [], "dtype": "fp32"}, 1e-06] in add.examples
+    # host-side step counters and profiler markers are not device kernels
+    assert "aten::_foreach_add_.Tensor" not in ops and not any(op.startswith("profiler::") for op in ops)
+    assert ops["aten::nll_loss_forward"].modules == ["loss"]  # the trial's loss, not the model's own
+
+
+def test_captured_optimizer_ops_are_those_a_real_step_runs(tiny: OpInventory) -> None:
+    """No drift between the capture and what the trial's optimizer runs: the same functions on real
+    CPU tensors run the captured ops, plus only the host-side step-counter bookkeeping."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from day0.core.ops import op_name
+    from day0.core.training import clip_gradients, make_optimizer
+
+    class Names(TorchDispatchMode):
+        def __init__(self) -> None:
+            super().__init__()
+            self.ops: set[str] = set()
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.ops.add(op_name(func))
+            return func(*args, **(kwargs or {}))
+
+    params = [torch.nn.Parameter(torch.randn(8, 4)) for _ in range(3)]
+    for p in params:
+        p.grad = torch.randn_like(p)
+    optimizer, names = make_optimizer(params, 3e-4), Names()
+    with names:
+        clip_gradients(params)
+        optimizer.step()
+    captured = {r.op for r in tiny.ops if "optimizer" in r.phases}
+    host = {"aten::_foreach_add_.Tensor", "aten::lift_fresh", "aten::_local_scalar_dense"}
+    real = {op for op in names.ops if not op.startswith("profiler::")}
+    assert captured == real - host, captured ^ (real - host)
+
+
+@pytest.mark.integration  # over 10 s here: a whole model or the real CLI end to end
+def test_cli_analyze_json_lists_optimizer_ops() -> None:
+    import json
+    import os
+    import subprocess
+    import sys
+
+    proc = subprocess.run(
+        [sys.executable, "-m", "cli", "analyze", "tiny-deepseek-v3", "--json"],
+        cwd=REPO,
+        env={**os.environ, "HF_HUB_OFFLINE": "1", "COLUMNS": "200"},
+        text=True,
+        capture_output=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout)
+    optimizer = {r["op"] for r in result["inventory"]["ops"] if "optimizer" in r["phases"]}
+    assert {
+        "aten::_foreach_lerp_.Scalar",
+        "aten::_foreach_addcdiv_.ScalarList",
+        "aten::_foreach_norm.Scalar",
+    } <= optimizer
+    assert {o["op"] for o in result["coverage"]["ops"] if "optimizer" in o["phases"]} == optimizer

@@ -1,0 +1,1 @@
+"""`day0 calibrate` and `day0.calibration`."""

@@ -1,0 +1,1 @@
+"""The Prefect flows (`flows`): deployments, the regression comparison."""

@@ -1,0 +1,1 @@
+"""The Helm chart (helm/day0): its values schema, rendered offline."""

@@ -1,0 +1,1 @@
+"""Step 6, `day0.steps.inference`."""

@@ -1,0 +1,1 @@
+"""The model (`day0.model`): sources, structure, remote code."""

@@ -1,0 +1,1 @@
+"""Step 2, `day0.steps.operators`: per-op checks, adaptations, verdicts, its Ray job."""

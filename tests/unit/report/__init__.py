@@ -1,0 +1,1 @@
+"""The run report (`day0.report`)."""

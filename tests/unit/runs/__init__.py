@@ -1,0 +1,1 @@
+"""Runs (`day0.runs`): the manifest, interrupted attempts."""

@@ -1,0 +1,1 @@
+"""The spec (`day0.spec`)."""

@@ -1,0 +1,1 @@
+"""The artifact store (`day0.store`)."""

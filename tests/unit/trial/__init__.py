@@ -1,0 +1,1 @@
+"""Step 5, `day0.steps.trial`."""

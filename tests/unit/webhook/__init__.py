@@ -1,0 +1,1 @@
+"""The release webhook (`day0.webhook`, `day0 webhook serve`)."""

@@ -1,0 +1,70 @@
+"""`day0 webhook serve` refuses to start, with exit 2 and the setting or file named, without a secret of
+at least 16 bytes (an empty one included: what a Helm Secret made from an unset variable holds),
+without PREFECT_API_URL (it never starts a Prefect server of its own), and with a watch config or
+spec template that is not one (missing, not YAML, duplicate keys, a template that is no mapping)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.fixtures.paths import REPO
+
+SECRET = "a-secret-of-24-bytes-xyz"
+PREFECT = "http://127.0.0.1:9/api"  # nothing listens: none of these gets as far as calling it
+
+
+def _serve(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    full = {k: v for k, v in os.environ.items() if k not in ("DAY0_WEBHOOK_SECRET", "PREFECT_API_URL")} | env
+    cmd = [sys.executable, "-m", "cli", "webhook", "serve", "--port", "0", *args]
+    return subprocess.run(cmd, cwd=REPO, env=full, capture_output=True, text=True, timeout=60)
+
+
+def test_no_secret_is_a_usage_error() -> None:
+    proc = _serve(PREFECT_API_URL=PREFECT)
+    assert proc.returncode == 2 and "DAY0_WEBHOOK_SECRET" in proc.stderr
+
+
+@pytest.mark.parametrize("secret", ["", "fifteen-bytes!!", "ü" * 7])
+def test_an_empty_or_short_secret_is_a_usage_error(secret: str) -> None:
+    proc = _serve(DAY0_WEBHOOK_SECRET=secret, PREFECT_API_URL=PREFECT)
+    assert proc.returncode == 2, proc.stderr
+    assert "DAY0_WEBHOOK_SECRET" in proc.stderr and "at least 16 bytes" in proc.stderr, proc.stderr
+    assert not secret or secret not in proc.stderr
+
+
+def test_no_prefect_api_url_is_a_usage_error_and_starts_no_server() -> None:
+    proc = _serve(DAY0_WEBHOOK_SECRET=SECRET)
+    assert proc.returncode == 2 and "PREFECT_API_URL" in proc.stderr, proc.stderr
+    assert "temporary server" not in proc.stdout + proc.stderr
+
+
+def test_a_bad_watch_config_names_the_field(tmp_path: Path) -> None:
+    (tmp_path / "watch.yaml").write_text("watch: {orgs: [a], colours: [red]}\ntemplate: nowhere.yaml\n")
+    proc = _serve("--watch", str(tmp_path / "watch.yaml"), DAY0_WEBHOOK_SECRET=SECRET, PREFECT_API_URL=PREFECT)
+    assert proc.returncode == 2 and "watch.colours" in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize(
+    ("watch", "template", "expect"),
+    [
+        (None, None, "file not found"),
+        ("watch: {orgs: [a]\ntemplate: t.yaml\n", "{}", "not valid YAML"),
+        ("watch: {orgs: [a]}\nwatch: {orgs: [b]}\ntemplate: t.yaml\n", "{}", "duplicate key 'watch'"),
+        ("watch: {orgs: [a]}\ntemplate: t.yaml\n", "- a\n- list\n", "expected a spec mapping"),
+        ("watch: {orgs: [a]}\ntemplate: t.yaml\n", "model: [1, 2]\n", "model: expected a mapping"),
+        ("watch: {orgs: [a]}\ntemplate: t.yaml\n", "a: 1\na: 2\n", "duplicate key 'a'"),
+    ],
+    ids=["missing", "not-yaml", "duplicate-key", "template-list", "template-model", "template-duplicate"],
+)
+def test_a_bad_watch_file_or_template_exits_2(tmp_path: Path, watch: str | None, template: str, expect: str) -> None:
+    if watch is not None:
+        (tmp_path / "watch.yaml").write_text(watch)
+        (tmp_path / "t.yaml").write_text(template)
+    proc = _serve("--watch", str(tmp_path / "watch.yaml"), DAY0_WEBHOOK_SECRET=SECRET, PREFECT_API_URL=PREFECT)
+    assert proc.returncode == 2 and expect in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr
