@@ -29,10 +29,17 @@ REPO = Path(__file__).resolve().parent.parent
 _SERVICE_FIXTURES = frozenset({"prefect_server", "local_ray", "s3_server"})
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own hook reads the groups
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if _SERVICE_FIXTURES & set(getattr(item, "fixturenames", ())) and not item.get_closest_marker("e2e"):
             item.add_marker(pytest.mark.integration)
+        # `make test` runs on pytest-xdist workers with `--dist loadgroup`: a module's tests stay on one
+        # worker (its module-scoped Ray cluster starts once), and the Kubernetes e2e tests all run on
+        # one worker, one after another (they share the control plane, and a process-backed RayCluster
+        # binds the GCS port of the whole machine).
+        e2e = item.get_closest_marker("e2e") is not None or "e2e" in item.path.parts
+        item.add_marker(pytest.mark.xdist_group("e2e" if e2e else item.nodeid.split("::")[0]))
 
 
 @pytest.fixture(scope="module")
