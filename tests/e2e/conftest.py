@@ -8,6 +8,7 @@ RayCluster may remain in any namespace.
 
 from __future__ import annotations
 
+import fcntl
 import importlib.util
 import itertools
 import os
@@ -50,14 +51,32 @@ def _healthy(kubeconfig: str) -> bool:
 _bring_up: dict[str, Any] = {}
 
 
+def _cache() -> Path:
+    return Path(os.environ.get("DAY0_CACHE") or Path.home() / ".cache" / "day0")
+
+
 def pytest_collection_finish(session: pytest.Session) -> None:
     """Bring the control plane up (a cold build can take tens of minutes) before any test runs,
-    outside the per-test timeout; only when e2e tests were selected."""
+    outside the per-test timeout; only when e2e tests were selected.
+
+    Under pytest-xdist every worker collects the e2e tests, and any one of them may run them: the
+    bring-up is serialised by a lock, and the session (xdist's run id, shared by its workers) that
+    found no healthy cluster is recorded as its owner, so whichever worker runs the e2e tests tears
+    it down at the end, and only when this session started it."""
     if session.config.option.collectonly or not any(item.get_closest_marker("e2e") for item in session.items):
         return
-    kubeconfig = _kubeconfig()
-    _bring_up["was_up"] = _healthy(kubeconfig)
-    run = subprocess.run([str(K8S / "e2e-up.sh")], text=True, capture_output=True, timeout=7200)
+    cache, run_id = _cache(), os.environ.get("PYTEST_XDIST_TESTRUNUID") or f"pid-{os.getpid()}"
+    cache.mkdir(parents=True, exist_ok=True)
+    owner = cache / "e2e-up.owner"
+    with (cache / "e2e-up.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        kubeconfig = _kubeconfig()
+        if not _healthy(kubeconfig):
+            owner.write_text(run_id)
+        elif not owner.exists() or owner.read_text() != run_id:
+            owner.unlink(missing_ok=True)  # up before this session: someone else's, kept
+        _bring_up["was_up"] = not owner.exists()
+        run = subprocess.run([str(K8S / "e2e-up.sh")], text=True, capture_output=True, timeout=7200)
     _bring_up.update(kubeconfig=kubeconfig, rc=run.returncode, log=run.stderr[-4000:])
 
 
@@ -75,6 +94,7 @@ def api() -> Iterator[Any]:
     left = _day0_rayclusters(api)
     if not _bring_up["was_up"] and not os.environ.get("DAY0_E2E_KEEP"):
         subprocess.run([str(K8S / "e2e-down.sh")], check=False, timeout=300)
+        (_cache() / "e2e-up.owner").unlink(missing_ok=True)
     assert not left, f"leaked RayClusters: {[_describe(i) for i in left.values()]}"
 
 
