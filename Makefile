@@ -39,10 +39,10 @@ lint: setup
 # The whole suite: unit, integration (Prefect server, Ray, versitygw S3) and the Kubernetes e2e
 # tests against the kwok control plane (built once into $(DAY0_CACHE), then reused). Most of its time
 # is spent waiting (servers, Ray, subprocesses), so TEST_WORKERS pytest-xdist workers run modules side
-# by side; tests/conftest.py keeps each module on one worker and the e2e tests together.
+# by side; tests/conftest.py's scheduler keeps each module on one worker and the e2e tests together.
 TEST_WORKERS ?= 2
 test: setup lint e2e-build browser
-	$(BIN)/python -m pytest -q -ra --durations=40 -m "not drill" -n $(TEST_WORKERS) --dist loadgroup tests
+	$(BIN)/python -m pytest -q -ra --durations=40 -m "not drill" -n $(TEST_WORKERS) tests
 
 # The release-day drill whole, with the fault drill `make test` leaves out (marker `drill`: a Ray worker's
 # node lost mid-trial on the installed service, which needs the module's first run): about 23 min here.

@@ -10,6 +10,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -29,17 +30,26 @@ REPO = Path(__file__).resolve().parent.parent
 _SERVICE_FIXTURES = frozenset({"prefect_server", "local_ray", "s3_server"})
 
 
-@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own hook reads the groups
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if _SERVICE_FIXTURES & set(getattr(item, "fixturenames", ())) and not item.get_closest_marker("e2e"):
             item.add_marker(pytest.mark.integration)
-        # `make test` runs on pytest-xdist workers with `--dist loadgroup`: a module's tests stay on one
-        # worker (its module-scoped Ray cluster starts once), and the Kubernetes e2e tests all run on
-        # one worker, one after another (they share the control plane, and a process-backed RayCluster
-        # binds the GCS port of the whole machine).
-        e2e = item.get_closest_marker("e2e") is not None or "e2e" in item.path.parts
-        item.add_marker(pytest.mark.xdist_group("e2e" if e2e else item.nodeid.split("::")[0]))
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """`make test` runs on pytest-xdist workers (`-n`): a module's tests stay on one worker (its
+    module-scoped Ray cluster starts once), and the Kubernetes e2e tests all run on one worker, one
+    after another (they share the control plane, and a process-backed RayCluster binds the GCS port
+    of the whole machine). A scheduler of our own, as xdist's `loadgroup` marks do not reach pytest
+    9's node ids."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class _ByModuleE2ETogether(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            module = nodeid.split("::", 1)[0]
+            return "tests/e2e" if module.startswith("tests/e2e/") else module
+
+    return _ByModuleE2ETogether(config, log)
 
 
 @pytest.fixture(scope="module")
