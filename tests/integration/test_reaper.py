@@ -20,42 +20,15 @@ import yaml
 
 from cli.reaper import TOKEN_ENV, carriers
 from tests.fixtures.paths import REPO
+from tests.fixtures.processes import descendants, processes
 from tests.fixtures.trial import long_trial_spec
 
 pytestmark = pytest.mark.integration
 AGENTS = ("ray::DashboardAgent", "ray::RuntimeEnvAgent")
 
 
-def _processes() -> dict[int, tuple[int, str]]:
-    """pid -> (parent pid, command line) of every live process, from /proc."""
-    table = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            state, ppid = (entry / "stat").read_text().rpartition(")")[2].split()[:2]
-            cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:
-            continue
-        if state != "Z":
-            table[int(entry.name)] = (int(ppid), cmd)
-    return table
-
-
-def _tree(pid: int) -> dict[int, str]:
-    """Descendants of `pid`: pid -> command line."""
-    table, found, frontier = _processes(), {}, [pid]
-    while frontier:
-        parent = frontier.pop()
-        for child, (ppid, cmd) in table.items():
-            if ppid == parent and child not in found:
-                found[child] = cmd
-                frontier.append(child)
-    return found
-
-
 def _alive(pids: dict[int, str]) -> dict[int, str]:
-    table = _processes()
+    table = processes()
     return {pid: cmd for pid, cmd in pids.items() if pid in table and table[pid][1] == cmd}
 
 
@@ -67,7 +40,7 @@ def _token_of(pid: int) -> str:
 
 
 def _listing(pids: dict[int, str]) -> str:
-    table = _processes()
+    table = processes()
     return "\n".join(f"{p} (ppid {table.get(p, (0,))[0]}) {c[:120]}" for p, c in pids.items())
 
 
@@ -94,10 +67,10 @@ def _wait_for(cli: subprocess.Popen[str], needles: tuple[str, ...], timeout_s: f
     """The CLI's process tree once every needle is in some command line in it."""
     deadline, tree = time.monotonic() + timeout_s, {}
     while time.monotonic() < deadline and cli.poll() is None:
-        tree = _tree(cli.pid)
+        tree = descendants(cli.pid)
         if all(any(n in cmd for cmd in tree.values()) for n in needles):
             time.sleep(1.0)  # let the processes started with them come up too
-            return _tree(cli.pid)
+            return descendants(cli.pid)
         time.sleep(0.5)
     cli.kill()
     cli.wait()
@@ -154,7 +127,7 @@ def test_sigterm_or_ctrl_c_during_the_trial_exits_130_and_records_the_trial_as_i
     except subprocess.TimeoutExpired:
         raise AssertionError(
             f"still running 60 s after {signum.name}; its tree:\n"
-            + _listing(_tree(cli.pid))
+            + _listing(descendants(cli.pid))
             + "\n"
             + (tmp_path / "cli.log").read_text()[-3000:]
         ) from None

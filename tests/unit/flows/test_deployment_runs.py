@@ -21,6 +21,7 @@ from day0.paths import REPO_ROOT
 from flows._artifacts import artifact_key, scorecard_of
 from flows.adapt import spec_parameter
 from tests.fixtures.paths import REPO
+from tests.fixtures.processes import descendants
 from tests.fixtures.trial import long_trial_spec
 
 
@@ -108,15 +109,9 @@ def test_deployment_run_with_a_path_and_with_an_inline_spec(prefect_server: None
     assert names == {"by-path", "inline"}, runs
 
 
-def _running(needle: str) -> bool:
-    """Whether some process on this machine has `needle` in its command line."""
-    for entry in Path("/proc").iterdir():
-        try:
-            if entry.name.isdigit() and needle.encode() in (entry / "cmdline").read_bytes():
-                return True
-        except OSError:
-            continue
-    return False
+def _running(needle: str, ancestor: int) -> bool:
+    """Whether a process `ancestor` started (its descendants) has `needle` in its command line."""
+    return any(needle in cmd for cmd in descendants(ancestor).values())
 
 
 @pytest.mark.integration
@@ -151,9 +146,9 @@ def test_a_deployment_run_cancelled_mid_trial_ends_cancelled_not_crashed(prefect
     )
     try:
         deadline = time.monotonic() + 300
-        while not _running("RayTrainWorker") and worker.poll() is None and time.monotonic() < deadline:
+        while not _running("RayTrainWorker", worker.pid) and worker.poll() is None and time.monotonic() < deadline:
             time.sleep(0.5)
-        assert _running("RayTrainWorker"), (tmp_path / "worker.log").read_text()[-3000:]
+        assert _running("RayTrainWorker", worker.pid), (tmp_path / "worker.log").read_text()[-3000:]
         time.sleep(2)
         with get_client(sync_client=True) as client:
             client.set_flow_run_state(flow_run_id, State(type=StateType.CANCELLING))  # as `prefect flow-run cancel`
