@@ -36,6 +36,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.integration)
 
 
+@pytest.hookimpl(optionalhook=True)  # pytest-xdist's hook: `pytest -p no:xdist` still runs
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     """`make test` runs on pytest-xdist workers (`-n`): a module's tests stay on one worker (its
     module-scoped Ray cluster starts once), and the Kubernetes e2e tests all run on one worker, one
