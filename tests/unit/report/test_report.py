@@ -90,6 +90,20 @@ def test_each_scorecard_row_is_a_short_glance_with_named_worst_and_labelled_cost
     assert card.count('<span class="badge ') == 4 and card.count("<details>") >= 3, "badges; reasons folded"
 
 
+def test_the_report_takes_the_results_the_flow_holds_and_reads_the_rest(tmp_path: Path) -> None:
+    """The flow hands over its manifest and results: a result it holds is the one shown (here step 5's,
+    with where it ran, while its stored copy is gone), not read again from the store."""
+    from day0.core.result import Execution
+
+    ctx, steps, wall_s = recorded_run(tmp_path)
+    held = TrialResult.model_validate(ctx.store.get_json(ctx.key("trial", "result.json")))
+    held = held.model_copy(update={"execution": Execution(backend="local", cluster="held-by-the-flow")})
+    ctx.store.delete_prefix(ctx.key("trial", "result.json"))
+    assert "held-by-the-flow" not in _markdown(write_report(ctx, wall_s, steps))
+    given = _markdown(write_report(ctx, wall_s, steps, manifest=ctx.load_manifest(), results={"trial": held}))
+    assert "| trial | local | held-by-the-flow |" in given
+
+
 def test_a_rerun_that_reuses_every_step_says_so_with_the_original_wall_time(recorded) -> None:
     ctx, steps, wall_s = recorded
     write_report(ctx, wall_s, steps)  # attempt 1's report records its wall time
