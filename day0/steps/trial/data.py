@@ -21,6 +21,7 @@ import numpy as np
 import torch
 
 from day0.errors import UsageError
+from day0.paths import cache_dir
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerFast
@@ -29,7 +30,6 @@ __all__ = [
     "DEFAULT_DATASET",
     "TokenData",
     "batch_for_step",
-    "cache_dir",
     "load_text",
     "prepare_data",
     "train_tokenizer",
@@ -37,10 +37,6 @@ __all__ = [
 
 DEFAULT_DATASET = "pydoc_data.topics"
 EOS_TOKEN = "<|endoftext|>"
-
-
-def cache_dir() -> Path:
-    return Path(os.environ.get("DAY0_CACHE", Path.home() / ".cache" / "day0"))
 
 
 def load_text(dataset: str | None) -> tuple[str, str]:
