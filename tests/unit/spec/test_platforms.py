@@ -18,7 +18,7 @@ from day0.steps.parallel.plan import planner_inputs
 from tests.fixtures.paths import REPO
 
 PLATFORMS = sorted((REPO / "configs/platforms").glob("*.yaml"))
-MISSION_CHIPS = {"ascend-910c", "h20", "mthreads-s4000", "metax-c500"}
+MISSION_CHIPS = {"ascend-910c", "h20", "hygon-k100", "metax-c500", "mthreads-s4000"}
 FIGURES = (*PLANNER_FIGURES, "fp8_tflops")
 _FIGURE_LINE = re.compile(r"^\s+(\w+):\s*([^#\s]+)\s*(?:#\s*(.*))?$")
 
