@@ -104,9 +104,9 @@ class HardwareSpec(UserModel):
                 if name in CALIBRATED_FIGURES
                 else "state it"
             )
-            where = " (or in the node pool's accelerator.memory_gib)" if name == "memory_gib" else ""
+            where = " (the planner also takes a node pool's accelerator.memory_gib)" if name == "memory_gib" else ""
             raise UsageError(
-                f"platform {platform} hardware.{name}: not published (null in the platform file) and the planner "
+                f"platform {platform} hardware.{name}: not published (null in the platform file) and day0 "
                 f"needs it: {how} under the platform's hardware:{where}"
             )
         return float(value)
