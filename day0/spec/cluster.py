@@ -115,8 +115,8 @@ class HardwareSpec(UserModel):
 class PlatformSpec(UserModel):
     name: Text = Field(description="Platform name, shown in reports.")
     device_type: Text = Field(description="torch device type: cpu, cuda, npu, musa ...")
-    distributed_backend: Literal["gloo", "nccl", "hccl", "mccl", "xccl"] = Field(
-        "gloo", description="torch.distributed backend on this platform."
+    distributed_backend: Literal["gloo", "nccl", "hccl", "mccl", "xccl", "cncl"] = Field(
+        "gloo", description="torch.distributed backend on this platform (cncl: Cambricon's torch_mlu)."
     )
     vendor_plugin: Text | None = Field(
         None, description="Entry point in group 'day0.platforms' that registers the device (e.g. torch_npu)."
