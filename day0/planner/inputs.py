@@ -62,7 +62,7 @@ class ClusterFigures(_Model):
 
     @property
     def memory_bytes(self) -> float:
-        return self.hardware.memory_gib * GIB
+        return self.hardware.figure("memory_gib") * GIB
 
     def with_accelerators(self, n: int) -> "ClusterFigures":
         return self.model_copy(update={"accelerators": n})
@@ -226,7 +226,9 @@ def cluster_from_spec(spec: PipelineSpec) -> ClusterFigures:
         if p not in chosen
     ]
     notes += [f"pool {p.name} counted at its elastic maximum ({p.elastic.max} nodes)" for p in chosen if p.elastic]
-    if memory_gib != hw.memory_gib:
+    if hw.memory_gib is None:
+        notes.append(f"node pool memory {memory_gib:g} GiB used (the platform publishes none)")
+    elif memory_gib != hw.memory_gib:
         notes.append(f"node pool memory {memory_gib:g} GiB used instead of the platform's {hw.memory_gib:g} GiB")
     figures = cluster_figures(hw, max(nodes * per_node, 1), per_node, memory_gib, host)
     span = {p.name: (p.elastic.min if p.elastic else p.max_nodes, p.max_nodes) for p in chosen}

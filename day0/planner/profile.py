@@ -5,10 +5,10 @@ figures the cost model would otherwise assume.
 Contract: pure data and pure functions (no torch, no I/O besides `load_profile`, which reads the store).
 `apply_profile(hardware, options, profile)` returns the hardware and options the planner uses: each GEMM
 dtype's measured rates by shape (`timing.measured_tflops` reads a GEMM's rate from them) and its roof
-from the best one, the HBM bandwidth measured, the intra-node link at the measured all-reduce bus
-bandwidth (collective efficiency then 1: the figure is already achieved), the collective latency floor
-(the fastest all-reduce measured), the host time per dispatched op and the foreach optimizer's costs
-measured. The datasheet stays beside it for the report.
+from the best one (the peak itself where the datasheet is exceeded or publishes none), the HBM bandwidth
+measured, the intra-node link at the measured all-reduce bus bandwidth (collective efficiency then 1: the
+figure is already achieved), the collective latency floor (the fastest all-reduce measured), the host time
+per dispatched op and the foreach optimizer's costs measured. The datasheet stays beside it for the report.
 """
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -100,8 +100,8 @@ def apply_profile(
     measured = {dtype: profile.best_tflops(dtype) for dtype in ("bf16", "fp32", "fp8")}
     for dtype, peak_field in (("bf16", "bf16_tflops"), ("fp8", "fp8_tflops")):  # non-fp8 GEMMs share the bf16 roof
         value, datasheet = measured[dtype], getattr(hardware, peak_field)
-        if value is not None and datasheet is not None and value > datasheet:
-            hw_update[peak_field] = value  # the datasheet undersells this machine: the measurement is the roof
+        if value is not None and (datasheet is None or value > datasheet):
+            hw_update[peak_field] = value  # none published, or the datasheet undersells it: the measurement is the roof
     for dtype, peak_field in (("bf16", "bf16_tflops"), ("fp32", "bf16_tflops"), ("fp8", "fp8_tflops")):
         value, peak = measured[dtype], hw_update.get(peak_field, getattr(hardware, peak_field))
         if value is not None and peak is not None:

@@ -54,7 +54,7 @@ def gemm_peak_flops(hardware: HardwareSpec, compute: str) -> float:
     states one, its bf16 peak otherwise."""
     if compute == "fp8" and hardware.fp8_tflops:
         return hardware.fp8_tflops * 1e12
-    return hardware.bf16_tflops * 1e12
+    return hardware.figure("bf16_tflops") * 1e12
 
 
 class RateCache:
@@ -67,7 +67,7 @@ class RateCache:
         self.wbytes = BYTES.get(compute, 2)
         self.hbm = o.hbm_bandwidth_gbps * 1e9
         self.measured, self.measured16 = o.gemm_points(compute), o.gemm_points("bf16")
-        self.bf16, self.frac16 = hw.bf16_tflops * 1e12, o.gemm_fraction("bf16")
+        self.bf16, self.frac16 = hw.figure("bf16_tflops") * 1e12, o.gemm_fraction("bf16")
         if o.flash_attention:
             self.attention = self.bf16 * o.attention_efficiency
         else:  # batched QK^T and AV per head over the whole s x s square, then masked: twice the causal FLOPs
@@ -75,8 +75,9 @@ class RateCache:
             eff = tm.gemm_efficiency(bmm, 2, self.bf16, self.frac16, self.hbm, self.measured16)
             self.attention = self.bf16 * eff / 2
         coll, self.lat = o.collective_efficiency, o.collective_latency_us * 1e-6
-        self.intra, self.inter = hw.intra_node_bandwidth_gbps * coll, hw.inter_node_bandwidth_gbps * coll
-        self.kernel_s, self.launch_async = hw.kernel_launch_us * 1e-6, hw.launch_async
+        intra, inter = hw.figure("intra_node_bandwidth_gbps"), hw.figure("inter_node_bandwidth_gbps")
+        self.intra, self.inter = intra * coll, inter * coll
+        self.kernel_s, self.launch_async = hw.figure("kernel_launch_us") * 1e-6, hw.launch_async
         kernels = model_kernels(c, compute)
         self.kernels, self.tensors = kernels, float(optimizer_tensors(c))
         self.head_kernels_per_flop = kernels.outside / c.head_flops_per_token

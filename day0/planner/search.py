@@ -285,7 +285,7 @@ def _report(
         )
         for r, n in rejected.most_common()
     ]
-    n_acc, gib = cons.accelerators or cluster.accelerators, cluster.hardware.memory_gib
+    n_acc, gib = cons.accelerators or cluster.accelerators, cluster.hardware.figure("memory_gib")
     need, notes = None, []
     if plans:
         best = plans[0]

@@ -11,9 +11,12 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from day0.core.precision import DType
+from day0.errors import UsageError
 from day0.spec.base import BANDWIDTH_GBPS, MAX_ACCELERATORS, MAX_TIMEOUT_S, MEMORY_GIB, TFLOPS, Text, UserModel
 
 __all__ = [
+    "CALIBRATED_FIGURES",
+    "PLANNER_FIGURES",
     "Accelerator",
     "ClusterSpec",
     "ElasticRange",
@@ -32,45 +35,88 @@ class OperatorSupport(UserModel):
     dtypes: list[DType] | None = Field(None, description="Supported dtypes; omitted means all.")
 
 
-class HardwareSpec(UserModel):
-    """Per-accelerator figures, each within the bounds of `day0.spec.base` (named in each description)."""
+# What `day0 calibrate` measures of a platform's figures (its profile then replaces the datasheet's).
+CALIBRATED_FIGURES = frozenset({"bf16_tflops", "fp8_tflops", "intra_node_bandwidth_gbps", "kernel_launch_us"})
+# The figures the cost model cannot plan without (fp8's peak is optional: bf16's stands in).
+PLANNER_FIGURES = (
+    "memory_gib",
+    "bf16_tflops",
+    "intra_node_bandwidth_gbps",
+    "inter_node_bandwidth_gbps",
+    "kernel_launch_us",
+)
 
-    memory_gib: float = Field(
-        ge=MEMORY_GIB[0], le=MEMORY_GIB[1], description="Memory per accelerator, GiB (1 MiB to 64 TiB)."
+
+class HardwareSpec(UserModel):
+    """Per-accelerator figures, each within the bounds of `day0.spec.base` (named in each description).
+    A figure nobody published is written `null`: the cost model then asks for it (`figure`), never
+    assumes one."""
+
+    memory_gib: float | None = Field(
+        ge=MEMORY_GIB[0],
+        le=MEMORY_GIB[1],
+        description="Memory per accelerator, GiB (1 MiB to 64 TiB); null: not published (a node pool's "
+        "accelerator.memory_gib then states it).",
     )
-    bf16_tflops: float = Field(
-        ge=TFLOPS[0], le=TFLOPS[1], description="Dense bf16 peak per accelerator, TFLOP/s (0.001 to 100,000)."
+    bf16_tflops: float | None = Field(
+        ge=TFLOPS[0],
+        le=TFLOPS[1],
+        description="Dense bf16 peak per accelerator, TFLOP/s (0.001 to 100,000); null: not published "
+        "(`day0 calibrate` measures it).",
     )
     fp8_tflops: float | None = Field(
-        None, ge=TFLOPS[0], le=TFLOPS[1], description="Dense fp8 peak per accelerator, TFLOP/s (0.001 to 100,000)."
+        None,
+        ge=TFLOPS[0],
+        le=TFLOPS[1],
+        description="Dense fp8 peak per accelerator, TFLOP/s (0.001 to 100,000); null: no fp8 (or none published).",
     )
-    intra_node_bandwidth_gbps: float = Field(
+    intra_node_bandwidth_gbps: float | None = Field(
         ge=BANDWIDTH_GBPS[0],
         le=BANDWIDTH_GBPS[1],
-        description="Per-accelerator intra-node bandwidth, GB/s (0.1, a gigabit link, to 100,000).",
+        description="Per-accelerator intra-node bandwidth, per direction, GB/s (0.1, a gigabit link, to 100,000); "
+        "null: not published (`day0 calibrate` measures it).",
     )
-    inter_node_bandwidth_gbps: float = Field(
+    inter_node_bandwidth_gbps: float | None = Field(
         ge=BANDWIDTH_GBPS[0],
         le=BANDWIDTH_GBPS[1],
-        description="Per-accelerator inter-node bandwidth, GB/s (0.1, a gigabit link, to 100,000).",
+        description="Per-accelerator inter-node bandwidth, per direction, GB/s (0.1, a gigabit link, to 100,000); "
+        "null: not published (the cluster's NICs set it: state it).",
     )
-    kernel_launch_us: float = Field(
+    kernel_launch_us: float | None = Field(
         10.0,
         ge=0,
         le=100_000,
         description="Host time per op of eager training (dispatcher, autograd, launch), microseconds "
-        "(PyTorch eager: ~5-10 on GPUs, ~10-30 on CPUs; at most 0.1 s).",
+        "(PyTorch eager: ~5-10 on GPUs, ~10-30 on CPUs; at most 0.1 s); null: not published for this "
+        "platform's stack (`day0 calibrate` measures it).",
     )
     launch_async: bool = Field(
         True, description="Kernels run asynchronously to the host (GPUs, NPUs): op dispatch hides behind device work."
     )
 
+    def figure(self, name: str, platform: str = "PLATFORM") -> float:
+        """The figure `name`, which the cost model needs: a `UsageError` naming it and how to get it when
+        the platform file marks it unpublished (null)."""
+        value = getattr(self, name)
+        if value is None:
+            how = (
+                f"run `day0 calibrate {platform}` to measure it (the planner reads the stored profile), or state it"
+                if name in CALIBRATED_FIGURES
+                else "state it"
+            )
+            where = " (the planner also takes a node pool's accelerator.memory_gib)" if name == "memory_gib" else ""
+            raise UsageError(
+                f"platform {platform} hardware.{name}: not published (null in the platform file) and day0 "
+                f"needs it: {how} under the platform's hardware:{where}"
+            )
+        return float(value)
+
 
 class PlatformSpec(UserModel):
     name: Text = Field(description="Platform name, shown in reports.")
     device_type: Text = Field(description="torch device type: cpu, cuda, npu, musa ...")
-    distributed_backend: Literal["gloo", "nccl", "hccl", "mccl", "xccl"] = Field(
-        "gloo", description="torch.distributed backend on this platform."
+    distributed_backend: Literal["gloo", "nccl", "hccl", "mccl", "xccl", "cncl"] = Field(
+        "gloo", description="torch.distributed backend on this platform (cncl: Cambricon's torch_mlu)."
     )
     vendor_plugin: Text | None = Field(
         None, description="Entry point in group 'day0.platforms' that registers the device (e.g. torch_npu)."

@@ -92,7 +92,7 @@ def _quantize(
 
 
 def _budgets(request: InferenceRequest, served_weight_bytes: int) -> tuple[list[KVBudget], EngineCache]:
-    inf, memory = request.inference, request.platform.hardware.memory_gib * 2**30
+    inf, memory = request.inference, request.platform.hardware.figure("memory_gib", request.platform.name) * 2**30
     layout = kv_layout(request.served.config)
     out = [
         kv_budget(

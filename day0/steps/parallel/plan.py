@@ -4,7 +4,8 @@ for a run; `day0 plan` calls it directly, without Ray, Prefect or torch in its p
 
 Precedence of the figures the cost model uses: the spec's `planner:` section sets the assumptions; a
 calibrated profile replaces the datasheet's figures unless `planner.profile` is `datasheet`; figures
-the user wrote in `planner:` win over both.
+the user wrote in `planner:` win over both. A figure the platform file marks unpublished (null) that no
+profile measured is a `UsageError` naming it, before the search.
 """
 
 from day0.errors import UsageError
@@ -14,6 +15,7 @@ from day0.planner.inputs import ClusterFigures, CommSettings, PlannerOptions, cl
 from day0.planner.pins import constraints_for, pin_options
 from day0.planner.profile import CalibratedProfile, apply_profile
 from day0.planner.search import plan_parallelism
+from day0.spec.cluster import PLANNER_FIGURES
 from day0.spec.pipeline import PipelineSpec
 from day0.steps.parallel.config import SearchChoices
 from day0.steps.parallel.result import PlanReport
@@ -53,6 +55,8 @@ def planner_inputs(
         hardware, options = apply_profile(cluster.hardware, options, profile)
         note = f"calibrated profile of {profile.created} ({profile.backend}, {profile.workers} workers) used"
         cluster = cluster.model_copy(update={"hardware": hardware, "notes": [*cluster.notes, note]})
+    for name in PLANNER_FIGURES:  # before the search: a figure nobody published is asked for, never assumed
+        cluster.hardware.figure(name, spec.platform.name)
     efficiency: dict[str, float] = dict(options.gemm_efficiency)
     efficiency.update({str(dtype): value for dtype, value in p.gemm_efficiency.items()})
     update: dict[str, object] = {"gemm_efficiency": efficiency}

@@ -23,7 +23,7 @@ class PlanReport(PlanSearch, StepResult):
         return cls.model_construct(**dict(search))
 
     def judge(self) -> Judgement:
-        cap = self.cluster.hardware.memory_gib
+        cap = self.cluster.hardware.figure("memory_gib")
         if self.best is None:
             headline = {"plan": f"none fits {self.cluster.accelerators} accelerators of {cap:g} GiB"}
             if self.closest_infeasible:
@@ -51,8 +51,9 @@ class PlanReport(PlanSearch, StepResult):
             from day0.plots import grouped_bars
 
             terms = [t for t in MEMORY_TERMS if any(getattr(p.memory, t) for p in self.plans[:3])]
+            capacity = self.cluster.hardware.figure("memory_gib")
             out["memory.png"] = grouped_bars(
-                f"{self.model}: memory per accelerator by term (capacity {self.cluster.hardware.memory_gib:g} GiB)",
+                f"{self.model}: memory per accelerator by term (capacity {capacity:g} GiB)",
                 [t.removesuffix("_bytes").replace("_", " ") for t in terms],
                 {
                     f"#{p.rank} TP{p.parallel.tensor_parallel} PP{p.parallel.pipeline_parallel} "

@@ -174,9 +174,9 @@ def report_markdown(report: PlanSearch, j: Judgement, top: int = 10, images: boo
         *[f"- {label}: {value}" for label, value in j.headline.items()],
         *[f"- **{j.verdict}**: {r}" for r in j.reasons],
         "",
-        f"- cluster: {c.accelerators} accelerators ({c.per_node}/node, {hw.memory_gib:g} GiB, "
-        f"{hw.bf16_tflops:g} bf16 TFLOP/s, {hw.intra_node_bandwidth_gbps:g}/{hw.inter_node_bandwidth_gbps:g} "
-        "GB/s intra/inter-node)",
+        f"- cluster: {c.accelerators} accelerators ({c.per_node}/node, {hw.figure('memory_gib'):g} GiB, "
+        f"{hw.figure('bf16_tflops'):g} bf16 TFLOP/s, {hw.figure('intra_node_bandwidth_gbps'):g}/"
+        f"{hw.figure('inter_node_bandwidth_gbps'):g} GB/s intra/inter-node)",
         f"- training: seq {tr.seq_len}, global batch {tr.global_batch}, "
         f"compute {tr.precision.compute}, master {tr.precision.master_weights}",
         f"- search: {report.tuples_considered} degree tuples, {report.configurations_evaluated} configurations "
