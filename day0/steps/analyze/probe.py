@@ -9,8 +9,8 @@ The dispatcher's computed table (`torch._C._dispatch_dump_table`, the entries
 - `default_backend`: a CompositeExplicitAutograd(NonFunctional) kernel every backend gets. A
   structured op's NonFunctional default calls its `.out` overload on the same key (`mm` calls
   `mm.out`), so it serves K only when that overload has a kernel for K; else the op is missing;
-- `missing`: nothing for K, or only K's boxed backend fallback when a call through it raised (a
-  fallback that ran is `default_backend`; one that could not be run is `missing`, said so).
+- `missing`: nothing for K, or only K's boxed backend fallback unless a call through it ran (then
+  `default_backend`); one that could not be run is `missing`, and says so.
 The CUDA table is the torch build's own (no GPU needed to read it); PrivateUse1's is whatever vendor
 plugin is imported. Each needed dtype a call ran on the device is `proven`; a kernel that rejects a
 dtype (`_grouped_mm` at fp32 on the CPU) makes the op `dtype_unsupported`.
@@ -18,13 +18,16 @@ dtype (`_grouped_mm` at fp32 on the CPU) makes the op `dtype_unsupported`.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 
 from day0.core.dtypes import DTYPES
 from day0.core.ops import OpInventory, OpRecord, build_call, example_numel, op_name, resolve_op
+from day0.platforms.kernels import device_available
 from day0.steps.analyze.coverage import CoverageReport, OpCoverage, Status
 
-__all__ = ["dispatch_key", "dispatch_status", "probe_device", "whole_ops"]
+__all__ = ["Dispatch", "dispatch_key", "dispatch_status", "probe_device", "whole_ops"]
 
 _CIA = "CompositeImplicitAutograd"
 _NON_FUNCTIONAL = "CompositeExplicitAutogradNonFunctional"
@@ -79,29 +82,36 @@ def _out_overload(op: str) -> str | None:
     return None
 
 
-def dispatch_status(op: str, key: str) -> tuple[Status, str]:
-    """(status, why) for `op` under backend `key`, from the computed dispatch table; a boxed
-    backend fallback is returned as 'missing' with a detail starting 'backend fallback'."""
+class Dispatch(NamedTuple):
+    status: Status
+    detail: str
+    fallback: bool = False
+    """Served only by the key's boxed backend fallback: what it does (run elsewhere, or raise)
+    shows only when it runs, so `status` is 'missing' until a probe call runs through it."""
+
+
+def dispatch_status(op: str, key: str) -> Dispatch:
+    """What the dispatcher would run for `op` under backend `key` (module doc)."""
     table = _table(op)
     (where, backend), (_, autograd) = table.get(key, ("", None)), table.get(f"Autograd{key}", ("", None))
     if backend == "kernel":
-        return "vendor_kernel", f"{key} kernel"
+        return Dispatch("vendor_kernel", f"{key} kernel")
     if autograd == "kernel":
-        return "vendor_kernel", f"Autograd{key} kernel overrides the decomposition"
+        return Dispatch("vendor_kernel", f"Autograd{key} kernel overrides the decomposition")
     if "math kernel" in (backend, autograd):
-        return "decomposes", f"{_CIA}: decomposes into other aten ops"
+        return Dispatch("decomposes", f"{_CIA}: decomposes into other aten ops")
     if backend == "default backend kernel":
         # torch's generated kernel for a structured op's functional/in-place form computes the
         # output's meta then calls the `.out` overload on the same key
         out = _out_overload(op) if f"Register{_NON_FUNCTIONAL}" in where else None
         if out is None:
-            return "default_backend", f"default kernel for {key} (composite: calls other ops)"
+            return Dispatch("default_backend", f"default kernel for {key} (composite: calls other ops)")
         if _table(out).get(key, ("", None))[1] == "kernel":
-            return "default_backend", f"{_NON_FUNCTIONAL} kernel for {key}, through {out}'s {key} kernel"
-        return "missing", f"its default kernel calls {out}, which has no {key} kernel"
+            return Dispatch("default_backend", f"{_NON_FUNCTIONAL} kernel for {key}, through {out}'s {key} kernel")
+        return Dispatch("missing", f"its default kernel calls {out}, which has no {key} kernel")
     if backend == "backend fallback":
-        return "missing", f"backend fallback only: {key}'s boxed fallback"
-    return "missing", f"no {key} kernel"
+        return Dispatch("missing", f"{key}'s boxed backend fallback only", fallback=True)
+    return Dispatch("missing", f"no {key} kernel")
 
 
 def _run_once(rec: OpRecord, dtype: str, device: str, max_elements: int) -> tuple[bool, str | None]:
@@ -118,21 +128,15 @@ def _run_once(rec: OpRecord, dtype: str, device: str, max_elements: int) -> tupl
     return True, None
 
 
-def _usable(device_type: str) -> bool:
-    module = getattr(torch, device_type, None)
-    return device_type == "cpu" or bool(module is not None and getattr(module, "is_available", lambda: False)())
-
-
 def probe_device(
     inventory: OpInventory, device_type: str, platform: str, max_elements: int = 1 << 20
 ) -> CoverageReport:
     """Each inventoried op's dispatch status under the device's key; where the device is usable, one
     seeded call per needed dtype (within a size budget) proves it, or shows a dtype it rejects."""
-    key, usable = dispatch_key(device_type), _usable(device_type)
+    key, usable = dispatch_key(device_type), device_type == "cpu" or device_available(device_type)
     out = []
     for rec in inventory.ops:
-        status, detail = dispatch_status(rec.op, key)
-        fallback = detail.startswith("backend fallback")
+        status, detail, fallback = dispatch_status(rec.op, key)
         runs = {
             d: _run_once(rec, d, device_type, max_elements)
             for d in rec.dtypes
@@ -147,6 +151,8 @@ def probe_device(
         if rejected and status != "missing":
             status = "dtype_unsupported"
             detail = "; ".join(f"{d}: {e[:160]}" for d, e in rejected.items())
+        elif errors and not fallback:  # a kernel that raised for the seeded call: shown, not judged here
+            detail += "; raised " + "; ".join(f"{d}: {e[:160]}" for d, e in errors.items())
         out.append(
             OpCoverage(
                 op=rec.op,

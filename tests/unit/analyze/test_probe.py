@@ -62,7 +62,7 @@ def test_cuda_table_of_the_installed_torch() -> None:
 def test_a_structured_default_kernel_needs_the_out_kernel(aten_impl: torch.library.Library) -> None:
     """`add.Tensor`'s NonFunctional default kernel calls `add.out` on the same key: with no
     PrivateUse1 kernel for it the op is missing; once a backend registers one, it is served."""
-    status, detail = dispatch_status("aten::add.Tensor", "PrivateUse1")
+    status, detail, _ = dispatch_status("aten::add.Tensor", "PrivateUse1")
     assert status == "missing" and "aten::add.out" in detail
     assert dispatch_status("aten::add_.Tensor", "PrivateUse1")[0] == "missing"  # in place: add.out too
     assert dispatch_status("aten::eq.Tensor", "PrivateUse1")[1].endswith(
@@ -90,11 +90,11 @@ def test_a_backend_fallback_that_was_not_run_is_missing() -> None:
     library = torch.library.Library("_", "IMPL")
     try:
         library.fallback(lambda op, *args, **kwargs: op(*args, **kwargs), "PrivateUse1")
-        status, detail = dispatch_status("aten::histc", "PrivateUse1")
+        status, detail, fallback = dispatch_status("aten::histc", "PrivateUse1")
         [cov] = probe_device(_inventory(_record("aten::histc", [{"shape": [8], "dtype": "fp32"}])), "npu", "npu").ops
     finally:
         library._destroy()
-    assert status == "missing" and detail.startswith("backend fallback")
+    assert status == "missing" and fallback and "backend fallback" in detail
     assert cov.status == "missing" and "not run" in cov.detail
     assert dispatch_status("aten::histc", "PrivateUse1")[1] == "no PrivateUse1 kernel"  # unregistered again
 
@@ -140,3 +140,26 @@ def test_analyze_captures_whole_the_cia_ops_a_probed_backend_overrides(aten_impl
     softmax = next(o for o in result.coverage.ops if o.op == "aten::softmax.int")
     assert softmax.status == "vendor_kernel" and softmax.modules == ["layers.0 (gqa+moe)"]
     assert "aten::softmax.int" in result.to_markdown()
+
+
+@pytest.mark.parametrize("raises", [False, True])
+def test_a_backend_fallback_is_what_a_call_through_it_does(raises: bool) -> None:
+    """`_masked_scale` has no CPU kernel; a CPU boxed fallback serves it (default_backend, proven)
+    if the call runs, and leaves it missing if the call raises."""
+
+    def fallback(op: torch._ops.OpOverload, *args: torch.Tensor, **kwargs: object) -> torch.Tensor:
+        if raises:
+            raise NotImplementedError(f"{op} is not supported on this backend")
+        return args[0].clone()
+
+    example = [{"shape": [8], "dtype": "fp32"}, {"shape": [8], "dtype": "bool"}, 2.0]
+    library = torch.library.Library("_", "IMPL")
+    try:
+        library.fallback(fallback, "CPU")
+        [cov] = probe_device(_inventory(_record("aten::_masked_scale", example)), "cpu", "cpu").ops
+    finally:
+        library._destroy()
+    if raises:
+        assert cov.status == "missing" and cov.dtypes_proven == [] and "raised" in cov.detail, cov
+    else:
+        assert cov.status == "default_backend" and cov.dtypes_proven == ["fp32"] and "ran" in cov.detail, cov
