@@ -12,8 +12,9 @@ The dispatcher's computed table (`torch._C._dispatch_dump_table`, the entries
 - `missing`: nothing for K, or only K's boxed backend fallback unless a call through it ran (then
   `default_backend`); one that could not be run is `missing`, and says so.
 The CUDA table is the torch build's own (no GPU needed to read it); PrivateUse1's is whatever vendor
-plugin is imported. Each needed dtype a call ran on the device is `proven`; a kernel that rejects a
-dtype (`_grouped_mm` at fp32 on the CPU) makes the op `dtype_unsupported`.
+plugin is imported (`import torch` itself loads an installed one that declares a `torch.backends`
+entry point: torch's device-backend autoload). Each needed dtype a call ran on the device is
+`proven`; a kernel that rejects a dtype (the CPU's Cholesky at fp16) makes the op `dtype_unsupported`.
 """
 
 from __future__ import annotations
