@@ -93,6 +93,9 @@ class OpInventory(BaseModel):
     ops: list[OpRecord]
     constraints: list[DtypeConstraint]
     capture_seconds: float
+    kept_whole: list[str] = Field(
+        default=[], description="Decomposable (CIA) ops recorded whole, as the device runs them, not as their pieces."
+    )
 
     def by_name(self) -> dict[str, OpRecord]:
         return {r.op: r for r in self.ops}

@@ -47,6 +47,7 @@ __all__ = [
     "Platform",
     "PlatformMode",
     "call_dtype",
+    "device_available",
     "load_plugin_kernels",
 ]
 
@@ -159,7 +160,7 @@ class Platform:
                 )
             kernels = load_plugin_kernels(names=[spec.vendor_plugin])
         device, emulated = spec.device_type, None
-        if device != "cpu" and not _device_available(device):
+        if device != "cpu" and not device_available(device):
             device, emulated = "cpu", spec.device_type
         return cls(spec.name, device, library, kernels, emulated, notes)
 
@@ -179,7 +180,7 @@ class Platform:
         return PlatformMode(self)
 
 
-def _device_available(device_type: str) -> bool:
+def device_available(device_type: str) -> bool:
     module = getattr(torch, device_type, None)
     return bool(module is not None and getattr(module, "is_available", lambda: False)())
 

@@ -6,6 +6,14 @@ run on fp32 master copies of the parameters as the trial's optimizer runs; each 
 phases ('forward', 'backward', 'optimizer'). Host-side optimizer bookkeeping (the step counters live
 on the CPU whatever the device) and profiler markers are not device kernels and are not recorded.
 
+A CompositeImplicitAutograd (CIA) op decomposes above the dispatch mode, so it is recorded as its
+pieces; a device that overrides one with its own kernel (torch_npu's `softmax.int`, `matmul`,
+`scaled_dot_product_attention` ...) runs it whole. `keep_whole` names such ops: each gets a kernel of
+ours at the meta device's autograd key that records the call, then runs the real decomposition with
+its pieces unrecorded (their backward is recorded as autograd runs it). Not torch's Python
+dispatcher: it would route every op through Python kernels that change the capture (`nll_loss`
+reaches a Python meta kernel whole, with no autograd formula).
+
 Contract: `capture_operators(model, ...)` never crashes on a kernel's dtype restriction: it records
 the constraint (e.g. `aten::_grouped_mm` accepts only bf16), runs that call at bf16 so capture can go
 on, and reports it in `OpInventory.constraints`.
@@ -14,16 +22,26 @@ on, and reports it in `OpInventory.constraints`.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Collection, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
+from torch._C import DispatchKey
+from torch.utils._python_dispatch import TorchDispatchMode, _get_current_dispatch_mode_stack
 from torch.utils._pytree import tree_map
 
 from day0.core.dtypes import DTYPES, dtype_name
-from day0.core.ops import DtypeConstraint, Example, OpInventory, OpRecord, describe_call, op_name
+from day0.core.ops import (
+    DtypeConstraint,
+    Example,
+    OpInventory,
+    OpRecord,
+    describe_call,
+    is_composite_implicit,
+    op_name,
+    resolve_op,
+)
 from day0.core.scopes import module_scopes
 from day0.core.training import (
     GRAD_CLIP_NORM,
@@ -53,6 +71,7 @@ class _Recorder(TorchDispatchMode):
         self.constraints: dict[tuple[str, str], DtypeConstraint] = {}
         self.phase = "forward"
         self.scope = "model"
+        self.inside_whole = 0  # depth of kept-whole ops running their decomposition: pieces unrecorded
 
     def _record(self, name: str, args: tuple, kwargs: dict) -> None:
         rec = self.records.setdefault(name, OpRecord(op=name))
@@ -83,7 +102,8 @@ class _Recorder(TorchDispatchMode):
         name = op_name(func)
         if not self._on_device(name, args, kwargs):
             return func(*args, **kwargs)
-        self._record(name, args, kwargs)
+        if not self.inside_whole:
+            self._record(name, args, kwargs)
         try:
             return func(*args, **kwargs)
         except RuntimeError as exc:
@@ -105,6 +125,52 @@ class _Recorder(TorchDispatchMode):
             )
             out = func(*up[0], **up[1])
             return tree_map(lambda o: o.to(dtype) if isinstance(o, torch.Tensor) and o.is_floating_point() else o, out)
+
+
+_AUTOGRAD_META = "AutogradMeta"
+
+
+@contextmanager
+def _kept_whole(recorder: _Recorder, names: Collection[str]) -> Iterator[list[str]]:
+    """Record the CIA ops in `names` whole (module doc) while this is open: a kernel for the meta
+    device's autograd key, as a vendor registers its override for its own (AutogradPrivateUse1);
+    the registrations are removed whatever happens. Ops that reach the mode whole anyway (not CIA,
+    or with a Meta kernel of their own) are left alone. Yields the names of the ops it keeps whole."""
+    has_kernel = torch._C._dispatch_has_kernel_for_dispatch_key
+    ops = [
+        resolve_op(name)
+        for name in sorted(names)
+        if is_composite_implicit(name) and not has_kernel(name, "Meta") and not has_kernel(name, _AUTOGRAD_META)
+    ]
+    libraries: dict[str, torch.library.Library] = {}
+    try:
+        for op in ops:
+            namespace, _, overload = op_name(op).partition("::")
+            if namespace not in libraries:
+                libraries[namespace] = torch.library.Library(namespace, "IMPL")
+            libraries[namespace].impl(overload, _whole(recorder, op), _AUTOGRAD_META)
+        yield [op_name(op) for op in ops]
+    finally:
+        for library in libraries.values():
+            library._destroy()
+
+
+def _whole(recorder: _Recorder, op: torch._ops.OpOverload) -> Callable[..., object]:
+    """Record the call (unless inside another kept op, or outside the recorder), then run the op's
+    own decomposition with its pieces unrecorded; autograd records their backward as it runs it."""
+    name = op_name(op)
+
+    def kernel(*args: object, **kwargs: object) -> object:
+        recording = recorder in _get_current_dispatch_mode_stack() and not recorder.inside_whole
+        if recording and recorder._on_device(name, args, kwargs):
+            recorder._record(name, args, kwargs)
+        recorder.inside_whole += 1
+        try:
+            return op._op_dk(DispatchKey.CompositeImplicitAutograd, *args, **kwargs)
+        finally:
+            recorder.inside_whole -= 1
+
+    return kernel
 
 
 def _floating(example: Example) -> set[str]:
@@ -192,22 +258,25 @@ def capture_operators(
     seq_len: int = 16,
     batch: int = 1,
     learning_rate: float = LEARNING_RATE,
+    keep_whole: Collection[str] = (),
 ) -> OpInventory:
     """One training step of a reduced-depth meta copy: forward, the trial's loss, backward, then the
-    trial's optimizer step. `model` must be a meta model (it is trimmed)."""
+    trial's optimizer step. `model` must be a meta model (it is trimmed). The CIA ops named in
+    `keep_whole` ('aten::softmax.int') are recorded whole, as a device with their kernels runs them."""
     start = time.perf_counter()
     kept = reduced_depth(model, attention_kind)
     model.to(DTYPES[compute_dtype])  # type: ignore[arg-type]  # transformers wraps .to in functools.wraps: mypy misses the bound self
     model.config.use_cache = False
     recorder = _Recorder()
     tokens = torch.zeros(batch, seq_len + 1, dtype=torch.long, device="meta")
-    with _meta_counts_as_tracing(), module_scopes(model, recorder, kept), recorder:
-        logits = model(input_ids=tokens[:, :-1], use_cache=False).logits
-        recorder.scope = "loss"
-        loss = next_token_loss(logits, tokens[:, 1:])
-        recorder.phase = "backward"
-        loss.backward()
-    _optimizer_step(recorder, _master_copies(model), learning_rate)
+    with _kept_whole(recorder, keep_whole) as kept_whole:
+        with _meta_counts_as_tracing(), module_scopes(model, recorder, kept), recorder:
+            logits = model(input_ids=tokens[:, :-1], use_cache=False).logits
+            recorder.scope = "loss"
+            loss = next_token_loss(logits, tokens[:, 1:])
+            recorder.phase = "backward"
+            loss.backward()
+        _optimizer_step(recorder, _master_copies(model), learning_rate)
     ops = sorted(recorder.records.values(), key=lambda r: r.op)
     return OpInventory(
         compute_dtype=compute_dtype,
@@ -216,4 +285,5 @@ def capture_operators(
         ops=ops,
         constraints=list(recorder.constraints.values()),
         capture_seconds=time.perf_counter() - start,
+        kept_whole=kept_whole,
     )

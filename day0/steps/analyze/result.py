@@ -80,6 +80,11 @@ class AnalyzeResult(StepResult):
                 f"{', '.join(o.modules)} |"
                 for o in gaps
             ]
+        if self.inventory.kept_whole:
+            lines.append(
+                "- recorded whole, as the device runs them (not as their decomposition): "
+                + ", ".join(f"`{op}`" for op in self.inventory.kept_whole)
+            )
         for c in self.inventory.constraints:
             lines.append(f"- constraint: `{c.op}` rejects {c.dtype} ({c.message}); captured at {c.ran_at}")
         return "\n".join(lines) + "\n"

@@ -17,8 +17,9 @@ from day0.model.structure import analyze_structure
 from day0.runs.context import RunContext
 from day0.spec.cluster import PlatformSpec
 from day0.spec.pipeline import ModelSpec
-from day0.steps.analyze.coverage import diff_declared, probe_device
+from day0.steps.analyze.coverage import diff_declared
 from day0.steps.analyze.inventory import capture_operators
+from day0.steps.analyze.probe import probe_device, whole_ops
 from day0.steps.analyze.result import AnalyzeResult
 
 __all__ = ["analyze_model", "run"]
@@ -37,7 +38,9 @@ def analyze_model(
     meta = build_meta_model(hf_config, model.source, compute_dtype, trust_remote_code=resolved.trust_remote_code)
     structure = analyze_structure(meta, model.source)
     say("capturing operators (forward + backward)")
-    inventory = capture_operators(meta, structure.attention_kind, compute_dtype)
+    # a probed device runs whole the decomposable ops its backend overrides: capture them whole
+    keep_whole = whole_ops(platform.device_type) if platform.operator_library == "probe" else []
+    inventory = capture_operators(meta, structure.attention_kind, compute_dtype, keep_whole=keep_whole)
     say(f"diffing against {platform.name}'s operator library")
     if platform.operator_library == "probe":
         coverage = probe_device(inventory, platform.device_type, platform.name)

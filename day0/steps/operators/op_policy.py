@@ -146,6 +146,11 @@ _ACCUMULATING = {
     "_scaled_dot_product_flash_attention",
     "_scaled_dot_product_efficient_attention",
     "_scaled_dot_product_attention_math",
+    # CompositeImplicitAutograd ops a device may run whole (step 1's `keep_whole`): one kernel that
+    # sums a softmax row and a matmul, or a norm
+    "scaled_dot_product_attention",
+    "rms_norm",
+    "layer_norm",
 }
 
 

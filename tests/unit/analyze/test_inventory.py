@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from day0.core.ops import OpInventory
+from day0.core.ops import OpInventory, build_call
 from day0.model.build import build_meta_model, load_hf_config
 from day0.model.source import resolve_model_source
 from day0.model.structure import analyze_structure
-from day0.steps.analyze.inventory import _Recorder, capture_operators
+from day0.steps.analyze.inventory import _kept_whole, _Recorder, capture_operators
 from tests.fixtures.paths import REPO
 
 
@@ -157,3 +157,89 @@ def test_cli_analyze_json_lists_optimizer_ops() -> None:
         "aten::_foreach_norm.Scalar",
     } <= optimizer
     assert {o["op"] for o in result["coverage"]["ops"] if "optimizer" in o["phases"]} == optimizer
+
+
+# --- CIA ops kept whole (as a device with its own kernel runs them) ----------------------------
+
+KEEP = ("aten::scaled_dot_product_attention", "aten::softmax.int", "aten::matmul")
+
+
+def _softmax_step(recorder: _Recorder) -> None:
+    x = torch.empty(4, 8, device="meta", requires_grad=True)
+    with recorder:
+        y = torch.softmax(x * 2, -1)
+        recorder.phase = "backward"
+        y.sum().backward()
+
+
+def test_a_kept_cia_op_is_recorded_whole_and_its_backward_as_autograd_runs_it() -> None:
+    plain, whole = _Recorder(), _Recorder()
+    _softmax_step(plain)
+    with _kept_whole(whole, ["aten::softmax.int"]) as kept:
+        _softmax_step(whole)
+    assert kept == ["aten::softmax.int"]
+    assert "aten::softmax.int" not in plain.records and "aten::_softmax" in plain.records  # decomposed
+    softmax = whole.records["aten::softmax.int"]
+    assert softmax.phases == ["forward"] and softmax.dtypes == ["fp32"] and softmax.calls == 1
+    assert "aten::_softmax" not in whole.records  # its piece
+    assert whole.records["aten::_softmax_backward_data"].phases == ["backward"]  # autograd ran the pieces' backward
+    [example] = softmax.examples
+    args, kwargs = build_call("aten::softmax.int", example)
+    torch.testing.assert_close(torch.ops.aten.softmax.int(*args, **kwargs), torch.softmax(args[0], -1))
+
+
+def test_keep_whole_leaves_ops_that_reach_the_mode_whole_alone() -> None:
+    """Not CIA (mm), or CIA with a Meta kernel (silu_backward), or unknown: nothing registered."""
+    with _kept_whole(_Recorder(), ["aten::mm", "aten::silu_backward", "aten::no_such_op"]) as kept:
+        assert kept == []
+
+
+def test_registrations_are_removed_whatever_happens() -> None:
+    op = torch.ops.aten.softmax.int
+    table, py_kernels = torch._C._dispatch_dump_table("aten::softmax.int"), dict(op.py_kernels)
+    with pytest.raises(RuntimeError, match="boom"), _kept_whole(_Recorder(), ["aten::softmax.int"]):
+        assert torch._C._dispatch_has_kernel_for_dispatch_key("aten::softmax.int", "AutogradMeta")
+        raise RuntimeError("boom")
+    assert torch._C._dispatch_dump_table("aten::softmax.int") == table and op.py_kernels == py_kernels
+    plain = _Recorder()
+    _softmax_step(plain)
+    assert "aten::softmax.int" not in plain.records
+
+
+def _capture(name: str, dtype: str, keep_whole: tuple[str, ...] = ()) -> OpInventory:
+    model = build_meta_model(load_hf_config(resolve_model_source(name)), name, dtype)
+    return capture_operators(model, analyze_structure(model, name).attention_kind, dtype, keep_whole=keep_whole)
+
+
+def test_tiny_model_with_attention_softmax_and_matmul_kept_whole() -> None:
+    plain, whole = _capture("tiny-qwen3-moe", "bf16"), _capture("tiny-qwen3-moe", "bf16", KEEP)
+    assert plain.kept_whole == [] and whole.kept_whole == sorted(KEEP)
+    ops, before = whole.by_name(), plain.by_name()
+    assert set(ops) - set(before) == set(KEEP)
+    for op in KEEP:
+        assert ops[op].examples and ops[op].phases == ["forward"] and ops[op].modules, ops[op]
+    gone = set(before) - set(ops)
+    assert "aten::_safe_softmax" in gone  # the attention's softmax, inside sdpa now
+    assert all(before[op].phases == ["forward"] for op in gone)  # only forward pieces go
+    assert {r.op for r in plain.in_phase("backward")} == {r.op for r in whole.in_phase("backward")}
+    assert ops["aten::scaled_dot_product_attention"].modules == ["layers.0 (gqa+moe)"]
+
+
+def test_keep_whole_of_ops_already_whole_changes_nothing() -> None:
+    plain = _capture("tiny-qwen3-moe", "bf16")
+    same = _capture("tiny-qwen3-moe", "bf16", ("aten::mm", "aten::silu_backward"))
+    assert same.ops == plain.ops and same.kept_whole == []
+
+
+def test_step2_checks_the_kept_ops_whole() -> None:
+    """Step 2's opcheck rebuilds each whole op from its examples and checks its numerics (and
+    gradients) against the fp64 reference."""
+    from day0.platforms.kernels import Platform
+    from day0.steps.operators.config import ValidationSpec
+    from day0.steps.operators.opcheck import check_inventory
+
+    inv = _capture("tiny-qwen3-moe", "bf16", KEEP)
+    report = check_inventory(inv, Platform("cpu"), ValidationSpec(), ["bf16"], ops=KEEP)
+    assert {c.op for c in report.checks} == set(KEEP)
+    for check in report.checks:
+        assert check.status == "pass" and check.examples >= 1 and check.grad_status == "pass", check
