@@ -12,6 +12,7 @@ import time
 from day0.core.precision import host_compute_dtype
 from day0.core.result import Progress
 from day0.model.build import build_meta_model, load_hf_config
+from day0.model.release import check_release
 from day0.model.source import resolve_model
 from day0.model.structure import analyze_structure
 from day0.runs.context import RunContext
@@ -36,6 +37,8 @@ def analyze_model(
     say("building the architecture on the meta device")
     meta = build_meta_model(hf_config, model.source, compute_dtype, trust_remote_code=resolved.trust_remote_code)
     structure = analyze_structure(meta, model.source)
+    say("checking the release's files (tokenizer, shard headers)")
+    release = check_release(resolved, meta)
     say("capturing operators (forward + backward)")
     inventory = capture_operators(meta, structure.attention_kind, compute_dtype)
     say(f"diffing against {platform.name}'s operator library")
@@ -44,7 +47,12 @@ def analyze_model(
     else:
         coverage = diff_declared(inventory, platform.operator_library, platform.name)
     return AnalyzeResult(
-        model=resolved, structure=structure, inventory=inventory, coverage=coverage, seconds=time.perf_counter() - start
+        model=resolved,
+        structure=structure,
+        inventory=inventory,
+        coverage=coverage,
+        seconds=time.perf_counter() - start,
+        release=release,
     )
 
 
