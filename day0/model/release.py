@@ -472,6 +472,46 @@ class ReleaseCheck(BaseModel):
     problems: list[str] = Field(default_factory=list, description="What is wrong, naming the file and tensor.")
     notes: list[str] = Field(default_factory=list)
 
+    def headline(self) -> str:
+        w = self.weights
+        parts = [f"tokenizer {'loads' if self.tokenizer else 'not loaded'}"]
+        if w:
+            parts.append(f"{w.tensors} tensors in {len(w.shards)} shard headers" if w.headers_read else "index only")
+        parts += [f"{len(self.problems)} problems"] if self.problems else []
+        parts += [f"{len(self.not_checked)} checks not made"] if self.not_checked else []
+        return ", ".join(parts)
+
+    def report_lines(self) -> list[str]:
+        """Markdown lines: what was read, the format, the problems and what could not be checked."""
+        lines = [f"Read from `{self.directory}` (headers only, no weight data)."]
+        if t := self.tokenizer:
+            lines.append(
+                f"- tokenizer: `{t.tokenizer_class}` from {', '.join(t.files)}, {t.vocab:,} tokens; round trip of "
+                f"a fixed text ({t.tokens} tokens) {'holds' if t.round_trip else 'FAILS'}; chat template: "
+                + (f"`{t.chat_template}` renders {len(CONVERSATION)} messages" if t.chat_template else "none")
+            )
+        if w := self.weights:
+            where = f"{len(w.shards)} shard headers" if w.headers_read else f"`{w.index}` only (no shard here)"
+            lines.append(
+                f"- weights: {w.tensors:,} tensors from {where}; missing {w.counts['missing']}, unexpected "
+                f"{w.counts['unexpected']}, wrong shape {w.counts['misshaped']}, wrong dtype {w.counts['mistyped']}"
+                + (f"; {w.ignored} that transformers ignores on load" if w.ignored else "")
+            )
+            if w.bytes_by_dtype:
+                lines.append(
+                    "- bytes per dtype: "
+                    + ", ".join(f"{k} {v / 2**20:,.2f} MiB" for k, v in sorted(w.bytes_by_dtype.items()))
+                    + f", adding up to the shards' sizes (index total_size: {_n(w.index_total_size)})"
+                )
+            lines += [f"- FP8 format: {f.describe()}" for f in w.fp8]
+        q = self.quantization_config
+        lines.append("- quantization_config: " + (", ".join(f"{k} {v}" for k, v in q.items()) if q else "none"))
+        lines.append(f"- context: {self.rope.describe()}: supports {_n(self.rope.supported)} tokens")
+        lines += [f"- PROBLEM: {p}" for p in self.problems]
+        lines += [f"- note: {n}" for n in self.notes]
+        lines += [f"- not checked: {n}" for n in self.not_checked]
+        return lines
+
 
 def _declared_dtype(config: HFConfigDict) -> str | None:
     text = config.get("text_config")

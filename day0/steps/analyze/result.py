@@ -85,7 +85,7 @@ class AnalyzeResult(StepResult):
         for c in self.inventory.constraints:
             lines.append(f"- constraint: `{c.op}` rejects {c.dtype} ({c.message}); captured at {c.ran_at}")
         if self.release:
-            lines += ["", *_release_lines(self.release)]
+            lines += ["", "## The release's files", "", *self.release.report_lines()]
         return "\n".join(lines) + "\n"
 
     def judge(self) -> Judgement:
@@ -97,7 +97,7 @@ class AnalyzeResult(StepResult):
             f"in the optimizer step), {gaps} not in the platform library",
         }
         if self.release:
-            headline["release files"] = _release_headline(self.release)
+            headline["release files"] = self.release.headline()
             if self.release.problems:
                 return Judgement(verdict="fail", headline=headline, reasons=self.release.problems)
         if gaps:
@@ -110,48 +110,6 @@ class AnalyzeResult(StepResult):
                 ],
             )
         return Judgement(verdict="pass", headline=headline)
-
-
-def _release_headline(r: ReleaseCheck) -> str:
-    w, t = r.weights, r.tokenizer
-    parts = [f"tokenizer {'loads' if t else 'not loaded'}"]
-    if w:
-        parts.append(f"{w.tensors} tensors in {len(w.shards)} shard headers" if w.headers_read else "index names only")
-    parts += [f"{len(r.problems)} problems"] if r.problems else []
-    parts += [f"{len(r.not_checked)} checks not made"] if r.not_checked else []
-    return ", ".join(parts)
-
-
-def _release_lines(r: ReleaseCheck) -> list[str]:
-    lines = ["## The release's files", "", f"Read from `{r.directory}` (headers only, no weight data)."]
-    if r.tokenizer:
-        t = r.tokenizer
-        lines.append(
-            f"- tokenizer: `{t.tokenizer_class}` from {', '.join(t.files)}, {t.vocab:,} tokens; round trip of a fixed "
-            f"text ({t.tokens} tokens) {'holds' if t.round_trip else 'FAILS'}; chat template: "
-            + (f"`{t.chat_template}` renders a 4-message conversation" if t.chat_template else "none")
-        )
-    if w := r.weights:
-        where = f"{len(w.shards)} shard headers" if w.headers_read else f"`{w.index}` only (no shard here)"
-        lines.append(
-            f"- weights: {w.tensors:,} tensors from {where}; missing {w.counts['missing']}, unexpected "
-            f"{w.counts['unexpected']}, wrong shape {w.counts['misshaped']}, wrong dtype {w.counts['mistyped']}"
-            + (f"; {w.ignored} that transformers ignores on load" if w.ignored else "")
-        )
-        if w.bytes_by_dtype:
-            lines.append(
-                "- bytes per dtype: "
-                + ", ".join(f"{k} {v / 2**20:,.1f} MiB" for k, v in sorted(w.bytes_by_dtype.items()))
-                + f" (the shards' sizes; index total_size {w.index_total_size or 'absent'})"
-            )
-        lines += [f"- FP8 format: {f.describe()}" for f in w.fp8]
-    q = r.quantization_config
-    lines.append("- quantization_config: " + (", ".join(f"{k} {v}" for k, v in q.items()) if q else "none"))
-    lines.append(f"- context: {r.rope.describe()}, supports {r.rope.supported or 'unknown'} tokens")
-    lines += [f"- PROBLEM: {p}" for p in r.problems]
-    lines += [f"- note: {n}" for n in r.notes]
-    lines += [f"- not checked: {n}" for n in r.not_checked]
-    return lines
 
 
 def _b(n: int) -> str:

@@ -160,6 +160,35 @@ def test_tensor_mismatches_name_the_tensor_and_file(release: Path, change: objec
         assert shard_holding(release, name).name in problem
 
 
+def test_layers_transformers_ignores_on_load_are_counted_apart(release: Path) -> None:
+    """DeepSeek-V3 ships its multi-token-prediction layer as model.layers.61, which its class ignores."""
+    tensors = read_tensors(release)
+    tensors["model.layers.61.eh_proj.weight"] = torch.zeros(4, 4)
+    write_checkpoint(release, tensors)
+    result = check(release)
+    assert result.problems == [] and result.weights is not None and result.weights.ignored == 1
+
+
+def test_a_tied_head_may_be_left_out(tmp_path: Path) -> None:
+    tied = save_model(
+        tmp_path / "tied", "tiny-qwen3-moe", config=config_of("tiny-qwen3-moe") | {"tie_word_embeddings": True}
+    )
+    names = json.loads((tied / "model.safetensors.index.json").read_text())["weight_map"]
+    assert "lm_head.weight" not in names and "model.embed_tokens.weight" in names
+    result = check(tied)
+    assert result.problems == [] and result.weights is not None and result.weights.tensors == len(names)
+
+
+def test_index_and_header_disagreeing_is_named(release: Path) -> None:
+    index = json.loads((release / "model.safetensors.index.json").read_text())
+    shard = index["weight_map"][EXPERT]
+    index["weight_map"][EXPERT] = next(f for f in index["weight_map"].values() if f != shard)
+    (release / "model.safetensors.index.json").write_text(json.dumps(index))
+    problems = check(release).problems
+    assert len(problems) == 2 and all("disagree" in p and EXPERT in p for p in problems)
+    assert {p.split(":")[0] for p in problems} == {shard, index["weight_map"][EXPERT]}
+
+
 def _truncate(shard: Path) -> None:
     shard.write_bytes(shard.read_bytes()[:-100])
 
