@@ -266,6 +266,31 @@ def test_hub_cache_without_shards_compares_names_from_the_index(release: Path, t
     assert result.weights.missing == [EXPERT] and result.tokenizer is not None
 
 
+def _index_only(release: Path, tmp_path: Path, weight_map: dict[str, str]) -> Path:
+    only = tmp_path / "index-only"
+    only.mkdir()
+    shutil.copy(release / "config.json", only)
+    (only / "model.safetensors.index.json").write_text(json.dumps({"weight_map": weight_map}))
+    return only
+
+
+def test_an_index_of_deepseek_v3_size_is_read(release: Path, tmp_path: Path) -> None:
+    """DeepSeek-V3's index is about 8 MiB: beyond the 1 MiB bound of a config, within the index's."""
+    weight_map = json.loads((release / "model.safetensors.index.json").read_text())["weight_map"]
+    mtp = {f"model.layers.61.mlp.experts.{e}.{p}_proj.weight": "x.safetensors" for e in range(8000) for p in "gud"}
+    only = _index_only(release, tmp_path, weight_map | mtp)
+    assert (only / "model.safetensors.index.json").stat().st_size > 1 << 20
+    result = check(only)
+    assert result.problems == [] and result.weights is not None and result.weights.ignored == len(mtp)
+
+
+def test_an_index_naming_a_file_elsewhere_is_refused(release: Path, tmp_path: Path) -> None:
+    only = _index_only(release, tmp_path, {EXPERT: "../outside.safetensors"})
+    with pytest.raises(ModelError, match="not a shard file name in the same folder") as info:
+        check(only)
+    assert info.value.field == "model.safetensors.index.json" and EXPERT in str(info.value)
+
+
 def test_a_config_only_source_says_what_it_could_not_check() -> None:
     result = check(MODEL)
     assert result.problems == [] and result.tokenizer is None and result.weights is None
