@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from day0.model.source import ResolvedModel
 
 __all__ = [
+    "ExpectedTensor",
     "FP8Format",
     "ReleaseCheck",
     "RopeContext",
@@ -47,6 +48,8 @@ __all__ = [
     "check_release",
     "check_tokenizer",
     "compare_weights",
+    "expected_tensors",
+    "ignored_on_load",
     "read_index",
     "read_shard_header",
     "rope_context",
@@ -386,6 +389,7 @@ def expected_tensors(model: PreTrainedModel, declared_dtype: str | None) -> dict
     state = model.state_dict()
     main = _TORCH_NAMES.get(str(model.dtype).removeprefix("torch."))
     tied = set(getattr(model, "all_tied_weights_keys", None) or {})
+    may_miss = [re.compile(p) for p in getattr(model, "_keys_to_ignore_on_load_missing", None) or ()]
     out = {}
     for name, tensor in revert_weight_conversion(model, dict(state)).items():
         dtype = _TORCH_NAMES.get(str(tensor.dtype).removeprefix("torch."), str(tensor.dtype))
@@ -395,8 +399,21 @@ def expected_tensors(model: PreTrainedModel, declared_dtype: str | None) -> dict
             dtypes = []
         else:
             dtypes = [declared_dtype] if dtype == main else sorted({declared_dtype, dtype})
-        out[name] = ExpectedTensor(shape=list(tensor.shape), dtypes=dtypes, optional=name in tied)
+        optional = name in tied or any(p.search(name) for p in may_miss)
+        out[name] = ExpectedTensor(shape=list(tensor.shape), dtypes=dtypes, optional=optional)
     return out
+
+
+def ignored_on_load(model: PreTrainedModel) -> list[str]:
+    """Patterns of checkpoint tensors transformers drops without a word when it loads `model`: the
+    class's own, and the buffers old checkpoints still carry (as `_adjust_missing_and_unexpected_keys`)."""
+    patterns = list(getattr(model, "_keys_to_ignore_on_load_unexpected", None) or ())
+    buffers = [name for name, _ in model.named_buffers()]
+    if any(b.endswith("rotary_emb.inv_freq") for b in buffers):
+        patterns.append(r"rotary_emb\.inv_freq")
+    if any(b.endswith("position_ids") for b in buffers):
+        patterns.append(r"(^|\.)position_ids$")
+    return patterns
 
 
 # --- tokenizer -------------------------------------------------------------------------------------
@@ -524,6 +541,16 @@ def _declared_dtype(config: HFConfigDict) -> str | None:
     return _TORCH_NAMES.get(name) if isinstance(name, str) else None
 
 
+def _tokenizer_needs_code(directory: Path) -> bool:
+    """Whether tokenizer_config.json maps AutoTokenizer to the repo's own code (Kimi K2's tiktoken one)."""
+    try:
+        config = json.loads((directory / "tokenizer_config.json").read_bytes())
+    except (OSError, ValueError, RecursionError):
+        return False  # absent or unreadable: loading it says what is wrong
+    auto_map = config.get("auto_map") if isinstance(config, dict) else None
+    return isinstance(auto_map, dict) and "AutoTokenizer" in auto_map
+
+
 def check_release(resolved: ResolvedModel, model: PreTrainedModel) -> ReleaseCheck:
     """Check the files of `resolved.directory` against `model` (the architecture on the meta device)."""
     directory, source, config = resolved.directory, resolved.source, resolved.config
@@ -531,12 +558,17 @@ def check_release(resolved: ResolvedModel, model: PreTrainedModel) -> ReleaseChe
     check = ReleaseCheck(
         directory=directory, rope=rope_context(config), quantization_config=quant if isinstance(quant, dict) else None
     )
-    if any((directory / f).is_file() for f in TOKENIZER_FILES):
+    if not any((directory / f).is_file() for f in TOKENIZER_FILES):
+        check.not_checked.append(f"tokenizer and chat template: no tokenizer files ({', '.join(TOKENIZER_FILES)})")
+    elif _tokenizer_needs_code(directory) and not resolved.trust_remote_code:
+        check.not_checked.append(
+            "tokenizer and chat template: tokenizer_config.json's auto_map names the repo's own tokenizer code, "
+            "which runs only with model.trust_remote_code and the org in model.trusted_orgs"
+        )
+    else:
         vocab = _positive_int((config.get("text_config") or config).get("vocab_size"))
         check.tokenizer, problems = check_tokenizer(directory, vocab, resolved.trust_remote_code)
         check.problems += problems
-    else:
-        check.not_checked.append(f"tokenizer and chat template: no tokenizer files ({', '.join(TOKENIZER_FILES)})")
     weight_map, total = None, None
     if (directory / INDEX_FILE).is_file():
         weight_map, total = read_index(directory / INDEX_FILE, source)
@@ -575,8 +607,7 @@ def check_release(resolved: ResolvedModel, model: PreTrainedModel) -> ReleaseChe
                     f"{header.file}: its header and {INDEX_FILE} disagree on {len(odd)} tensors ({', '.join(odd[:3])})"
                 )
     expected = expected_tensors(model, _declared_dtype(config))
-    ignore = getattr(model, "_keys_to_ignore_on_load_unexpected", None) or ()
-    weights = compare_weights(entries, expected, ignore, check.quantization_config)
+    weights = compare_weights(entries, expected, ignored_on_load(model), check.quantization_config)
     by_dtype: dict[str, int] = defaultdict(int)
     for header in headers:
         for dtype, n in header.bytes_by_dtype.items():

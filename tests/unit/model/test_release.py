@@ -160,13 +160,15 @@ def test_tensor_mismatches_name_the_tensor_and_file(release: Path, change: objec
         assert shard_holding(release, name).name in problem
 
 
-def test_layers_transformers_ignores_on_load_are_counted_apart(release: Path) -> None:
-    """DeepSeek-V3 ships its multi-token-prediction layer as model.layers.61, which its class ignores."""
+def test_tensors_transformers_ignores_on_load_are_counted_apart(release: Path) -> None:
+    """DeepSeek-V3 ships its multi-token-prediction layer as model.layers.61, which its class ignores;
+    older checkpoints carry each layer's rotary inv_freq, which transformers drops too."""
     tensors = read_tensors(release)
     tensors["model.layers.61.eh_proj.weight"] = torch.zeros(4, 4)
+    tensors["model.layers.0.self_attn.rotary_emb.inv_freq"] = torch.zeros(8)
     write_checkpoint(release, tensors)
     result = check(release)
-    assert result.problems == [] and result.weights is not None and result.weights.ignored == 1
+    assert result.problems == [] and result.weights is not None and result.weights.ignored == 2
 
 
 def test_a_tied_head_may_be_left_out(tmp_path: Path) -> None:
@@ -234,6 +236,16 @@ def test_a_tokenizer_that_fails_to_load_is_named(release: Path) -> None:
     result = check(release)
     [problem] = result.problems
     assert result.tokenizer is None and "tokenizer.json" in problem and "does not load" in problem
+
+
+def test_a_tokenizer_of_untrusted_code_is_not_run(release: Path) -> None:
+    config = json.loads((release / "tokenizer_config.json").read_text())
+    config["auto_map"] = {"AutoTokenizer": ["tokenization_acme.AcmeTokenizer", None]}
+    (release / "tokenizer_config.json").write_text(json.dumps(config))
+    result = check(release)
+    assert result.problems == [] and result.tokenizer is None
+    [not_checked] = result.not_checked
+    assert "auto_map" in not_checked and "model.trust_remote_code" in not_checked
 
 
 def test_a_chat_template_that_does_not_render_is_named(release: Path) -> None:
