@@ -554,6 +554,13 @@ def _tokenizer_needs_code(directory: Path) -> bool:
 def check_release(resolved: ResolvedModel, model: PreTrainedModel) -> ReleaseCheck:
     """Check the files of `resolved.directory` against `model` (the architecture on the meta device)."""
     directory, source, config = resolved.directory, resolved.source, resolved.config
+    # Where the missing files would come from: a hub source is fetched without weights.
+    hint = (
+        f" (day0 fetches no weights from the hub: download the shards of {resolved.repo_id} into the hub cache "
+        "to check their headers)"
+        if resolved.repo_id
+        else ""
+    )
     quant = config.get("quantization_config")
     check = ReleaseCheck(
         directory=directory, rope=rope_context(config), quantization_config=quant if isinstance(quant, dict) else None
@@ -575,7 +582,7 @@ def check_release(resolved: ResolvedModel, model: PreTrainedModel) -> ReleaseChe
     elif (directory / SINGLE_FILE).is_file():
         weight_map = {}  # one unsharded file: its header is the whole map
     if weight_map is None:
-        check.not_checked.append(f"weights: neither {INDEX_FILE} nor {SINGLE_FILE} in {directory}")
+        check.not_checked.append(f"weights: neither {INDEX_FILE} nor {SINGLE_FILE} in {directory}{hint}")
         return check
     by_file: dict[str, list[str]] = defaultdict(list)
     for tensor, file in weight_map.items():
@@ -587,7 +594,7 @@ def check_release(resolved: ResolvedModel, model: PreTrainedModel) -> ReleaseChe
     if not present:  # a hub cache of config and tokenizer files: names from the index only
         check.not_checked.append(
             f"shard headers (shapes, dtypes, bytes, FP8 scales): none of the {len(files)} shards in {INDEX_FILE} "
-            f"is in {directory}; tensor names compared from the index only"
+            f"is in {directory}; tensor names compared from the index only{hint}"
         )
         entries = [TensorEntry(name=t, file=f) for t, f in weight_map.items()]
     else:

@@ -80,6 +80,14 @@ def test_a_release_saved_by_transformers_checks_clean(release: Path) -> None:
     assert t.chat_template == "chat_template.jinja" and t.rendered and "<|user|>What is 2 + 3?" in t.rendered
 
 
+def test_an_unsharded_release_is_read(tmp_path: Path) -> None:
+    single = save_model(tmp_path / "single", MODEL, max_shard_size="1GB")
+    assert (single / "model.safetensors").is_file() and not (single / "model.safetensors.index.json").exists()
+    result = check(single)
+    assert result.problems == [] and result.weights is not None and result.weights.shards == ["model.safetensors"]
+    assert sum(result.weights.bytes_by_dtype.values()) == _data_bytes(single / "model.safetensors")
+
+
 def test_fp8_block_scaled_checkpoint_is_named_with_its_scales(fp8: Path) -> None:
     result = check(fp8)
     assert result.problems == []
@@ -274,6 +282,7 @@ def test_hub_cache_without_shards_compares_names_from_the_index(release: Path, t
     result = check("hf://acme/tiny", HubSettings(cache_dir=tmp_path / "hub", offline=True))
     [not_checked] = result.not_checked
     assert "shard headers" in not_checked and "names compared from the index only" in not_checked
+    assert "download the shards of acme/tiny into the hub cache" in not_checked
     assert result.weights is not None and not result.weights.headers_read
     assert result.weights.missing == [EXPERT] and result.tokenizer is not None
 
