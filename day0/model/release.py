@@ -99,14 +99,10 @@ class RopeContext(BaseModel):
     def describe(self) -> str:
         if self.kind == "default":
             return f"max_position_embeddings ({_n(self.max_position_embeddings)})"
-        scaled = self.kind in _SCALED_ROPE and self.factor and self.original_max_position_embeddings
-        how = (
-            f"factor {self.factor:g} x original_max_position_embeddings {self.original_max_position_embeddings:,}"
-            if scaled and self.factor and self.original_max_position_embeddings
-            else f"factor {self.factor:g}"
-            if self.factor
-            else "no factor"
-        )
+        factor, original = self.factor, self.original_max_position_embeddings
+        how = f"factor {factor:g}" if factor else "no factor"
+        if factor and original and self.kind in _SCALED_ROPE:
+            how += f" x original_max_position_embeddings {original:,}"
         return f"rope_scaling {self.kind} ({how}; max_position_embeddings {_n(self.max_position_embeddings)})"
 
 
@@ -262,10 +258,13 @@ def read_index(path: Path, source: str) -> tuple[dict[str, str], int | None]:
 # --- comparison with the architecture --------------------------------------------------------------
 
 
+FP8Scheme = Literal["block-scaled", "per-tensor", "per-channel"]
+
+
 class FP8Format(BaseModel):
     """One FP8 scheme found in the checkpoint."""
 
-    scheme: Literal["block-scaled", "per-tensor", "per-channel"]
+    scheme: FP8Scheme
     dtype: str = Field(description="safetensors dtype of the weights (F8_E4M3, F8_E5M2).")
     scale: str = Field(description="Name suffix of the scale tensors (weight_scale_inv, weight_scale).")
     block: list[int] | None = Field(None, description="Block of one scale (block-scaled), rows x columns.")
@@ -296,7 +295,7 @@ class WeightsCheck(BaseModel):
 class ExpectedTensor(BaseModel):
     shape: list[int]
     dtypes: list[str] = Field(description="Checkpoint dtypes the model accepts for it (empty: any float).")
-    optional: bool = Field(False, description="Tied to another tensor: a checkpoint may omit it.")
+    optional: bool = Field(False, description="Tied to another tensor, or one transformers lets a checkpoint miss.")
 
 
 def compare_weights(
@@ -350,7 +349,7 @@ def _fp8_formats(
     needs `X.weight_scale_inv` (one per block) or `X.weight_scale` (per tensor or output channel)."""
     block_cfg = quantization_config.get("weight_block_size")
     block = list(block_cfg) if isinstance(block_cfg, list) and len(block_cfg) == 2 else [128, 128]
-    schemes: dict[tuple[str, str, str], int] = defaultdict(int)
+    schemes: dict[tuple[FP8Scheme, str, str], int] = defaultdict(int)
     scales: set[str] = {n for n in found if n.endswith((".input_scale", ".activation_scale"))}
     problems = []
     for name, entry in found.items():
@@ -374,10 +373,10 @@ def _fp8_formats(
             per_tensor = scale_shape is None or math.prod(scale_shape) == 1
             schemes[("per-tensor" if per_tensor else "per-channel", entry.dtype or "", "weight_scale")] += 1
     formats = [
-        FP8Format(scheme=s, dtype=d, scale=c, block=block if s == "block-scaled" else None, tensors=n)  # type: ignore[arg-type]
+        FP8Format(scheme=s, dtype=d, scale=c, block=block if s == "block-scaled" else None, tensors=n)
         for (s, d, c), n in sorted(schemes.items())
     ]
-    return formats, scales, problems
+    return formats, scales, sorted(problems)
 
 
 def expected_tensors(model: PreTrainedModel, declared_dtype: str | None) -> dict[str, ExpectedTensor]:
