@@ -552,18 +552,19 @@ def _tokenizer_needs_code(directory: Path) -> bool:
 
 def check_release(resolved: ResolvedModel, model: PreTrainedModel) -> ReleaseCheck:
     """Check the files of `resolved.directory` against `model` (the architecture on the meta device)."""
-    directory, source, config = resolved.directory, resolved.source, resolved.config
-    # Where the missing files would come from: a hub source is fetched without weights.
-    hint = (
-        f" (day0 fetches no weights from the hub: download the shards of {resolved.repo_id} into the hub cache "
-        "to check their headers)"
-        if resolved.repo_id
-        else ""
-    )
-    quant = config.get("quantization_config")
+    quant = resolved.config.get("quantization_config")
     check = ReleaseCheck(
-        directory=directory, rope=rope_context(config), quantization_config=quant if isinstance(quant, dict) else None
+        directory=resolved.directory,
+        rope=rope_context(resolved.config),
+        quantization_config=quant if isinstance(quant, dict) else None,
     )
+    _check_tokenizer_files(check, resolved)
+    _check_weights(check, resolved, model)
+    return check
+
+
+def _check_tokenizer_files(check: ReleaseCheck, resolved: ResolvedModel) -> None:
+    directory, config = resolved.directory, resolved.config
     if not any((directory / f).is_file() for f in TOKENIZER_FILES):
         check.not_checked.append(f"tokenizer and chat template: no tokenizer files ({', '.join(TOKENIZER_FILES)})")
     elif _tokenizer_needs_code(directory) and not resolved.trust_remote_code:
@@ -575,6 +576,17 @@ def check_release(resolved: ResolvedModel, model: PreTrainedModel) -> ReleaseChe
         vocab = _positive_int((config.get("text_config") or config).get("vocab_size"))
         check.tokenizer, problems = check_tokenizer(directory, vocab, resolved.trust_remote_code)
         check.problems += problems
+
+
+def _check_weights(check: ReleaseCheck, resolved: ResolvedModel, model: PreTrainedModel) -> None:
+    directory, source, config = resolved.directory, resolved.source, resolved.config
+    # Where the missing files would come from: a hub source is fetched without weights.
+    hint = (
+        f" (day0 fetches no weights from the hub: download the shards of {resolved.repo_id} into the hub cache "
+        "to check their headers)"
+        if resolved.repo_id
+        else ""
+    )
     weight_map, total = None, None
     if (directory / INDEX_FILE).is_file():
         weight_map, total = read_index(directory / INDEX_FILE, source)
@@ -582,7 +594,7 @@ def check_release(resolved: ResolvedModel, model: PreTrainedModel) -> ReleaseChe
         weight_map = {}  # one unsharded file: its header is the whole map
     if weight_map is None:
         check.not_checked.append(f"weights: neither {INDEX_FILE} nor {SINGLE_FILE} in {directory}{hint}")
-        return check
+        return
     by_file: dict[str, list[str]] = defaultdict(list)
     for tensor, file in weight_map.items():
         by_file[file].append(tensor)
@@ -635,7 +647,6 @@ def check_release(resolved: ResolvedModel, model: PreTrainedModel) -> ReleaseChe
     problems, notes = _quantization_findings(weights, check.quantization_config)
     check.problems += problems
     check.notes += notes
-    return check
 
 
 def _weight_problems(w: WeightsCheck) -> list[str]:
