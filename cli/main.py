@@ -111,6 +111,10 @@ def cmd_analyze(args: argparse.Namespace) -> int:
                 f"  [yellow]{o.status}[/] {escape(f'{o.op} {o.dtypes_unsupported or o.dtypes_needed}')} in "
                 f"{escape(', '.join(o.modules))}"
             )
+    if result.release:
+        out().print(f"release files: {escape(result.release.headline())}")
+        for line in result.release.report_lines()[1:]:
+            out().print(f"  {escape(line.removeprefix('- '))}")
     out().print(f"[dim]{result.seconds:.1f} s[/]")
     return 0
 

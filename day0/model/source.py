@@ -2,10 +2,11 @@
 and decide once whether its own modelling code may run.
 
 Sources: a name in configs/models/, a local directory, or `hf://org/name[@revision]` through
-huggingface_hub (config and code files only; honours HF_HUB_OFFLINE / DAY0_HUB_OFFLINE). A hub
-reference the hub cache (DAY0_HUB_CACHE_DIR, else huggingface_hub's HF_HUB_CACHE) cannot give, with
-the hub offline or unreachable, is then looked up in `configs/hub/`, a hub-layout cache shipped with
-day0 (`BUNDLED_HUB_CACHE`: the README's showcase model), through the same huggingface_hub call.
+huggingface_hub (config, code, tokenizer and weight-index files, never weights; honours
+HF_HUB_OFFLINE / DAY0_HUB_OFFLINE). A hub reference the hub cache (DAY0_HUB_CACHE_DIR, else
+huggingface_hub's HF_HUB_CACHE) cannot give, with the hub offline or unreachable, is then looked up in
+`configs/hub/`, a hub-layout cache shipped with day0 (`BUNDLED_HUB_CACHE`: the README's showcase
+model), through the same huggingface_hub call.
 
 Contract: `resolve_model(spec.model)` is the one resolver every path uses (steps, `day0 analyze`,
 `day0 plan`); step 1 stores its `ResolvedModel` in its result and later steps build from that,
@@ -36,8 +37,18 @@ __all__ = [
     "resolve_model_source",
 ]
 
-# Config and modelling code only: weights are never fetched.
-HUB_ALLOW_PATTERNS = ["config.json", "generation_config.json", "*.py", "tokenizer_config.json"]
+# Config, modelling code, tokenizer and the weights' index (step 1 checks them): weights are never fetched.
+HUB_ALLOW_PATTERNS = [
+    "config.json",
+    "generation_config.json",
+    "*.py",
+    "tokenizer_config.json",
+    "tokenizer.json",
+    "tokenizer.model",
+    "special_tokens_map.json",
+    "chat_template.jinja",
+    "model.safetensors.index.json",
+]
 # A hub cache, laid out as huggingface_hub lays out its own, of the configs day0 ships (read-only).
 BUNDLED_HUB_CACHE = CONFIGS_DIR / "hub"
 

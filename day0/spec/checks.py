@@ -6,9 +6,10 @@ Cheap and pure: neither torch, transformers nor the serving code is imported.
 
 - `check_context_lengths(spec, config, source)`: the context lengths the spec writes
   (`training.seq_len`, `trial.seq_len`, `inference.context_len`, the benchmark's longest request)
-  are at most the model's `max_position_embeddings`, the positions it was trained for (raise it in
-  the model's config, with its rope scaling, for a context-extension run). A length left at its
-  default is not checked: the defaults are figures for a large model, not this model's.
+  are at most the positions the model supports (`day0.model.release.rope_context`): its
+  `max_position_embeddings`, or what its `rope_scaling` extends to (YaRN, linear, dynamic: factor x
+  original_max_position_embeddings). A length left at its default is not checked: the defaults are
+  figures for a large model, not this model's.
 - `check_parallel(spec, config, source)`: the knobs `parallel:` pins agree with each other, with the
   sections that state the same thing (`training.micro_batch`, `training.precision.compute`,
   `planner.sequence_parallel`, `planner.dualpipe`, `planner.overlap`, `planner.selective_recompute`,
@@ -27,6 +28,7 @@ from pydantic import BaseModel
 
 from day0.core.typing import HFConfigDict
 from day0.errors import SpecError, SpecIssue
+from day0.model.release import rope_context
 from day0.spec.pipeline import PipelineSpec
 from day0.steps.inference.config import ENGINES
 
@@ -54,15 +56,15 @@ def _lengths(spec: PipelineSpec) -> list[tuple[str, int]]:
 
 def check_context_lengths(spec: PipelineSpec, config: HFConfigDict, source: str) -> None:
     """Refuse a written context length beyond the model's positions (see the module contract)."""
-    text = config.get("text_config")
-    cfg: HFConfigDict = text if isinstance(text, dict) else config
-    positions = cfg.get("max_position_embeddings")
-    if not isinstance(positions, int) or isinstance(positions, bool):
+    rope = rope_context(config)
+    if rope.supported is None:
         return  # absent or malformed: the model config's own checks (day0.model.plausible) speak for it
     issues = [
-        SpecIssue(field, f"{tokens:,} tokens is beyond the model's max_position_embeddings ({positions:,})")
+        SpecIssue(
+            field, f"{tokens:,} tokens is beyond the {rope.supported:,} positions of the model's {rope.describe()}"
+        )
         for field, tokens in _lengths(spec)
-        if tokens > positions
+        if tokens > rope.supported
     ]
     if issues:
         raise SpecError(source, issues)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from day0.core.result import Judgement, StepResult
 from day0.core.training import MASTER_DTYPE
+from day0.model.release import ReleaseCheck
 from day0.model.source import ResolvedModel
 from day0.model.structure import ModelStructure
 from day0.steps.analyze.coverage import CoverageReport
@@ -21,6 +22,7 @@ class AnalyzeResult(StepResult):
     inventory: OpInventory
     coverage: CoverageReport
     seconds: float
+    release: ReleaseCheck | None = None  # the release's own files beside config.json (day0.model.release)
 
     def files(self) -> dict[str, bytes]:
         from day0.plots import grouped_bars
@@ -87,6 +89,8 @@ class AnalyzeResult(StepResult):
             )
         for c in self.inventory.constraints:
             lines.append(f"- constraint: `{c.op}` rejects {c.dtype} ({c.message}); captured at {c.ran_at}")
+        if self.release:
+            lines += ["", "## The release's files", "", *self.release.report_lines()]
         return "\n".join(lines) + "\n"
 
     def judge(self) -> Judgement:
@@ -97,6 +101,10 @@ class AnalyzeResult(StepResult):
             "operators": f"{len(self.inventory.ops)} captured ({len(self.inventory.in_phase('optimizer'))} "
             f"in the optimizer step), {gaps} not in the platform library",
         }
+        if self.release:
+            headline["release files"] = self.release.headline()
+            if self.release.problems:
+                return Judgement(verdict="fail", headline=headline, reasons=self.release.problems)
         if gaps:
             return Judgement(
                 verdict="warn",

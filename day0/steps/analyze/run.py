@@ -12,6 +12,7 @@ import time
 from day0.core.precision import host_compute_dtype
 from day0.core.result import Progress
 from day0.model.build import build_meta_model, load_hf_config
+from day0.model.release import check_release
 from day0.model.source import resolve_model
 from day0.model.structure import analyze_structure
 from day0.runs.context import RunContext
@@ -37,6 +38,8 @@ def analyze_model(
     say("building the architecture on the meta device")
     meta = build_meta_model(hf_config, model.source, compute_dtype, trust_remote_code=resolved.trust_remote_code)
     structure = analyze_structure(meta, model.source)
+    say("checking the release's files (tokenizer, shard headers)")
+    release = check_release(resolved, meta)
     say("capturing operators (forward + backward)")
     # a probed device runs whole the decomposable ops its backend overrides: capture them whole
     keep_whole = whole_ops(platform.device_type) if platform.operator_library == "probe" else []
@@ -47,7 +50,12 @@ def analyze_model(
     else:
         coverage = diff_declared(inventory, platform.operator_library, platform.name)
     return AnalyzeResult(
-        model=resolved, structure=structure, inventory=inventory, coverage=coverage, seconds=time.perf_counter() - start
+        model=resolved,
+        structure=structure,
+        inventory=inventory,
+        coverage=coverage,
+        seconds=time.perf_counter() - start,
+        release=release,
     )
 
 

@@ -131,6 +131,13 @@ REFUSALS = [
         ["training.seq_len", "trial.seq_len", "max_position_embeddings (2,048)"],
     ),
     Refusal(
+        "seq-len-beyond-yarn",  # YaRN extends the 2,048 positions 4x: 8,192 is in, 16,384 is not
+        spec(model="{tmp}/model", extra="training: {seq_len: 16384}\ntrial: {seq_len: 8192}\n"),
+        2,
+        ["1 error(s)", "training.seq_len", "8,192 positions", "rope_scaling yarn (factor 4 x"],
+        files=model_dir(rope_scaling={"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 2048}),
+    ),
+    Refusal(
         "hbm-bandwidth-1e-9", spec(extra="planner: {hbm_bandwidth_gbps: 1.0e-9}\n"), 2, ["planner.hbm_bandwidth_gbps"]
     ),
     Refusal("hbm-bandwidth-inf", spec(extra="planner: {hbm_bandwidth_gbps: .inf}\n"), 2, ["finite number"]),
