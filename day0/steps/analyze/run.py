@@ -1,7 +1,8 @@
 """Step 1, analyze: what is this model, which operators does it run, which does the platform lack?
 
 `analyze_model(model_spec, platform, compute_dtype)` -> `AnalyzeResult` (structure + operator
-inventory + coverage diff). Pure of side effects except reading the model source. `run(ctx, progress)`
+inventory + coverage diff). Pure of side effects except reading the model source and the platform's
+library packages (cached wheels or committed snapshots; `day0.platforms.libraries`). `run(ctx, progress)`
 is the step for a run: the spec's model on its platform at the training's compute dtype.
 """
 
@@ -14,10 +15,11 @@ from day0.core.result import Progress
 from day0.model.build import build_meta_model, load_hf_config
 from day0.model.source import resolve_model
 from day0.model.structure import analyze_structure
+from day0.platforms.libraries.resolve import resolve_library
 from day0.runs.context import RunContext
 from day0.spec.cluster import PlatformSpec
 from day0.spec.pipeline import ModelSpec
-from day0.steps.analyze.coverage import diff_declared, probe_device
+from day0.steps.analyze.coverage import diff_library, probe_device
 from day0.steps.analyze.inventory import capture_operators
 from day0.steps.analyze.result import AnalyzeResult
 
@@ -36,13 +38,14 @@ def analyze_model(
     say("building the architecture on the meta device")
     meta = build_meta_model(hf_config, model.source, compute_dtype, trust_remote_code=resolved.trust_remote_code)
     structure = analyze_structure(meta, model.source)
+    library = None if platform.operator_library == "probe" else resolve_library(platform.operator_library)
     say("capturing operators (forward + backward)")
     inventory = capture_operators(meta, structure.attention_kind, compute_dtype)
     say(f"diffing against {platform.name}'s operator library")
-    if platform.operator_library == "probe":
+    if library is None:
         coverage = probe_device(inventory, platform.device_type, platform.name)
     else:
-        coverage = diff_declared(inventory, platform.operator_library, platform.name)
+        coverage = diff_library(inventory, library, platform.name)
     return AnalyzeResult(
         model=resolved, structure=structure, inventory=inventory, coverage=coverage, seconds=time.perf_counter() - start
     )
