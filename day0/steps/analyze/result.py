@@ -102,7 +102,8 @@ class AnalyzeResult(StepResult):
         headline = {
             "parameters": f"{_b(s.params_total)} total, {_b(s.params_active)} active",
             "operators": f"{len(self.inventory.ops)} captured ({len(self.inventory.in_phase('optimizer'))} "
-            f"in the optimizer step), {gaps} not in the platform library",
+            f"in the optimizer step), {gaps} not in the platform library, {self.coverage.dtypes_unknown} "
+            "with dtypes unproven",
             "library": self.coverage.sources or f"{self.coverage.method} of {self.coverage.platform}",
         }
         if gaps:

@@ -95,3 +95,17 @@ def test_optimizer_ops_are_in_the_diff(tiny: OpInventory) -> None:
     assert lerp.phases == ["optimizer"] and lerp.modules == ["optimizer: AdamW"] and lerp.dtypes_needed == ["fp32"]
     assert lerp.detail == "override: test"
     assert probe_device(tiny, "cpu", "cpu").counts["missing"] == 0  # the CPU has them all
+
+
+def test_step_1_names_the_files_its_library_was_read_from() -> None:
+    from day0.spec.pipeline import ModelSpec, load_platform
+    from day0.steps.analyze.run import analyze_model
+
+    result = analyze_model(ModelSpec(source="tiny-deepseek-v3"), load_platform("ascend-910b"), "fp32")
+    files = result.coverage.files
+    assert {(f.package, f.version) for f in files} == {("torch-npu", "2.14.0"), ("torch", "2.14.0")}
+    markdown = result.to_markdown()
+    assert all(f.describe() in markdown and f.file_sha256[:12] in markdown for f in files)
+    assert "torch-npu 2.14.0" in result.judge().headline["library"]
+    unproven = sum(1 for o in result.coverage.ops if o.dtypes_unknown)
+    assert f"{unproven} with dtypes unproven" in result.judge().headline["operators"]

@@ -196,3 +196,13 @@ def test_spec_needs_a_base_or_overlays() -> None:
         VendorLibrary()
     with pytest.raises(ValueError, match="version: required with package"):
         VendorLibrary(package="torch-npu")
+
+
+def test_fetch_library_refuses_what_it_cannot_read(served: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["fetch-library", "torch-xpu==1.0"]) == 2
+    assert "unknown package 'torch-xpu'" in capsys.readouterr().err
+    assert main(["fetch-library", "torch-npu"]) == 2
+    assert "expected PACKAGE==VERSION" in capsys.readouterr().err
+    assert main(["fetch-library", "torch-npu==0.0.1"]) == 2  # served nothing: no snapshot is written
+    assert "torch-npu 0.0.1 is neither cached nor served" in capsys.readouterr().err
+    assert not (served.parent / "configs").exists()
