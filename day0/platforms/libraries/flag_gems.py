@@ -1,12 +1,12 @@
 """The flag-gems overlay: Triton kernels it registers over a backend's own (`flag_gems/__init__.py`'s
 `_FULL_CONFIG`), less what each vendor backend turns off (`runtime/backend/_<vendor>/__init__.py`'s
-`CUSTOMIZED_UNUSED_OPS` and `_<vendor>/op_black_list.yaml`).
+`CUSTOMIZED_UNUSED_OPS` and `_<vendor>/op_black_list.yaml`, its tested failures).
 
-Read with `ast`, never imported (flag_gems imports triton and torch). An exclusion names an aten op
-(`sort`), an overload, or the flag-gems function that implements it (`flash_attention_forward`);
-an entry any of those match is excluded, every overload of a bare name, so the overlay never claims
-more than the vendor ships. `_FULL_CONFIG`'s version conditions (a third element, a torch version
-test) are not evaluated: the entry counts.
+Read with `ast`, never imported (flag_gems imports triton and torch). An exclusion matches as
+flag-gems's own registrar matches it (`runtime/register.py`: the implementing function's name,
+`sort_stable` for `sort.stable`), or the exact aten overload it names; flag-gems ignores the unused
+list of its `nvidia` backend, and so does this reader. `_FULL_CONFIG`'s version conditions (a third
+element, a torch version test) are not evaluated: the entry counts.
 """
 
 from __future__ import annotations
@@ -69,14 +69,12 @@ def read(wheel: Wheel) -> Reading:
             continue
         vendor, backend = found.group(1), wheel.read(member)
         files.append(file_of(wheel, member, backend))
-        names = _unused(backend)
+        names = _unused(backend) if vendor != "nvidia" else set()  # register.py: not for NVIDIA
         black_list = f"flag_gems/runtime/backend/_{vendor}/op_black_list.yaml"
         if black_list in members:
             raw = wheel.read(black_list)
             files.append(file_of(wheel, black_list, raw))
             listed = (yaml.safe_load(raw) or {}).get("unsupported_operators") or []
             names |= {str(e["name"]) for e in listed if isinstance(e, dict) and "name" in e}
-        groups[EXCLUDED + vendor] = sorted(
-            {day0_op_name(name) for name, fn in registered if {name, name.split(".")[0], fn} & names}
-        )
+        groups[EXCLUDED + vendor] = sorted({day0_op_name(name) for name, fn in registered if {name, fn} & names})
     return Reading(package=wheel.package, version=wheel.version, files=files, ops=groups)
