@@ -9,7 +9,7 @@ export PREFECT_SERVER_ANALYTICS_ENABLED ?= false
 export HF_HUB_OFFLINE ?= 1
 export RAY_AUTH_MODE ?= disabled
 
-.PHONY: setup lock run lint test test-fast drill deploy bench clean browser
+.PHONY: setup lock run lint test test-fast drill deploy bench clean browser platform-libraries
 
 setup: $(STAMP)
 
@@ -53,6 +53,13 @@ drill: setup e2e-build
 # `integration` and `e2e`, see tests/conftest.py), for quick feedback while editing; lint first.
 test-fast: setup lint
 	$(BIN)/python -m pytest -q -ra --durations=15 -m "not integration and not e2e" tests
+
+# The operator libraries the platforms name, read from the vendors' wheels (pip downloads them into
+# $(DAY0_CACHE)) and snapshotted into configs/platforms/libraries/ for machines without the wheels;
+# flag-gems too, the overlay the chips' platforms use.
+platform-libraries: setup
+	$(BIN)/day0 fetch-library
+	$(BIN)/day0 fetch-library flag-gems==5.0.2
 
 # Debian's headless Chromium for tests/unit/report/test_browser.py (apt-get; a no-op once installed).
 browser:

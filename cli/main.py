@@ -4,6 +4,7 @@
     day0 run configs/pipelines/tiny-local.yaml [--only analyze,parallel] [--fresh] [--json]
     day0 analyze deepseek-v3 [--platform ascend-910b] [--dtype bf16] [--json]
     day0 plan configs/pipelines/deepseek-v3-on-npu.yaml [--json]
+    day0 fetch-library [torch-npu==2.14.0 ...]             # cache vendor wheels, snapshot their op registries
     day0 schema > day0-spec.schema.json
 
     day0 --debug run ...                                 # tracebacks of unexpected errors
@@ -103,13 +104,17 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     optimizer = len(result.inventory.in_phase("optimizer"))
     out().print(
         f"operators: {len(result.inventory.ops)} captured ({optimizer} in the optimizer step); "
-        f"on {cov.platform} ({cov.method}): {cov.counts}"
+        f"on {cov.platform} ({cov.method}): {cov.counts}; {cov.dtypes_unknown} available with dtypes unproven"
     )
+    for f in cov.files:
+        out().print(f"  [dim]read {escape(f.describe())}[/]")
+    for note in cov.notes:
+        out().print(f"  [dim]note: {escape(note)}[/]")
     for o in cov.ops:
         if o.status in ("missing", "dtype_unsupported"):
             out().print(
                 f"  [yellow]{o.status}[/] {escape(f'{o.op} {o.dtypes_unsupported or o.dtypes_needed}')} in "
-                f"{escape(', '.join(o.modules))}"
+                f"{escape(', '.join(o.modules))}" + (f" ({escape(o.detail)})" if o.detail else "")
             )
     if result.release:
         out().print(f"release files: {escape(result.release.headline())}")
@@ -219,10 +224,11 @@ def build_parser() -> argparse.ArgumentParser:
 def _extensions() -> list[Callable[[argparse._SubParsersAction], None]]:
     """Subcommands that live beside their step's code."""
     from cli.calibrate import add_calibrate_command
+    from cli.library import add_fetch_library_command
     from cli.plan import add_plan_command
     from cli.webhook import add_webhook_command
 
-    return [add_calibrate_command, add_plan_command, add_webhook_command]
+    return [add_calibrate_command, add_fetch_library_command, add_plan_command, add_webhook_command]
 
 
 _signalled: list[int] = []

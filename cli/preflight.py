@@ -10,13 +10,15 @@ is to run (one day0 can start on the platform), the backend's preconditions (kub
 store and a node pool), the model source (resolves, offline when the hub is, to a plausible config,
 and the context lengths the spec writes fit the model's positions), the store answers
 (`check_store`; run always checks it, validate with `--check-store`; a file:// store must be a
-directory this process can write, or one it can create), and the spec fits Prefect's parameter
-size. Cheap: neither Prefect, Ray, torch nor transformers is imported.
+directory this process can write, or one it can create), the platform's operator library resolves
+(each package known, its version cached, snapshotted or served, its wheel holding the registry), and
+the spec fits Prefect's parameter size. Cheap: neither Prefect, Ray, torch nor transformers is imported.
 
 Contract: each raises a `Day0Error` with one message naming the input: `UsageError`/`SpecError`
 (exit 2) for arguments and the spec, `ModelError` (exit 2) for a model source that does not resolve
 or a config outside the plausibility bounds, `StoreUnavailable` (exit 1: the URI is well-formed but
-the store did not answer) when the store is checked and unreachable. Nothing here writes anything.
+the store did not answer) when the store is checked and unreachable. Nothing here writes anything
+but the wheel cache (a library package neither cached nor snapshotted is downloaded into it).
 """
 
 from __future__ import annotations
@@ -30,11 +32,13 @@ from day0.errors import StoreUnavailable, UsageError
 from day0.model.plausible import check_config
 from day0.model.source import resolve_model
 from day0.spec.checks import check_context_lengths, check_engine, check_parallel
+from day0.spec.cluster import PlatformSpec
 from day0.spec.pipeline import STEPS, PipelineSpec, load_spec, load_yaml
 from day0.store import FileStore, open_store
 
 __all__ = [
     "PREFECT_MAX_PARAMETER_BYTES",
+    "check_library",
     "check_only",
     "check_parameters",
     "check_spec",
@@ -58,6 +62,7 @@ def preflight(path: str, only: str | None, check_store: bool) -> tuple[PipelineS
     check_engine(spec, [s for s in spec.steps if selection is None or s in selection], path)
     check_backend(spec)
     check_spec(spec, check_store=check_store, source=path)
+    check_library(spec.platform)
     check_parameters(path)
     return spec, selection
 
@@ -92,6 +97,15 @@ def positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {value}")
     return value
+
+
+def check_library(platform: PlatformSpec) -> None:
+    """The platform's operator library resolves as step 1 will resolve it: every package known, each
+    version in the wheel cache, a committed snapshot or served by pip, each wheel holding its registry."""
+    from day0.platforms.libraries.resolve import resolve_library
+
+    if platform.operator_library != "probe":
+        resolve_library(platform.operator_library)
 
 
 def check_parameters(path: str) -> None:

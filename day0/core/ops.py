@@ -19,7 +19,7 @@ cast up (`cast_call`) sees exactly the platform's rounded inputs: the error meas
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Container, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, TypeAlias, TypedDict, TypeGuard
 
 import torch
@@ -38,7 +38,6 @@ __all__ = [
     "TensorDesc",
     "build_call",
     "cast_call",
-    "declared_key",
     "describe",
     "describe_call",
     "example_numel",
@@ -121,12 +120,6 @@ def resolve_op(name: str) -> torch._ops.OpOverload:
         return getattr(getattr(getattr(torch.ops, ns), base), overload or "default")
     except (AttributeError, RuntimeError) as exc:
         raise KeyError(f"unknown operator {name!r}") from exc
-
-
-def declared_key(op: str, library: Container[str]) -> str | None:
-    """The library entry that covers `op`: its exact overload, else its base name ('aten::sum')."""
-    base = op.split(".")[0]
-    return op if op in library else base if base in library else None
 
 
 def is_composite_implicit(op: str) -> bool:

@@ -30,12 +30,13 @@ from day0.core.dtypes import DTYPES, dtype_name
 from day0.core.ops import (
     Example,
     OpArg,
-    declared_key,
     describe_call,
     is_composite_implicit,
     op_name,
     resolve_op,
 )
+from day0.platforms.libraries.model import ResolvedLibrary
+from day0.platforms.libraries.resolve import resolve_library
 from day0.spec.cluster import PlatformSpec
 
 __all__ = [
@@ -137,8 +138,8 @@ class Platform:
 
     name: str
     device: str = "cpu"
-    library: dict[str, frozenset[str] | None] | None = None
-    """Declared ops -> dtypes (None = all dtypes); library None = 'probe' (every stock kernel)."""
+    library: ResolvedLibrary | None = None
+    """The operator library read from the vendor's packages; None = 'probe' (every stock kernel)."""
     kernels: KernelTable = field(default_factory=KernelTable)
     emulated_on: str | None = None
     """Set when the device type is not present here and the library runs on the host CPU."""
@@ -146,9 +147,7 @@ class Platform:
 
     @classmethod
     def from_spec(cls, spec: PlatformSpec, plugins: Iterable[EntryPoint] | None = None) -> Platform:
-        library: dict[str, frozenset[str] | None] | None = None
-        if spec.operator_library != "probe":
-            library = {o.op: frozenset(o.dtypes) if o.dtypes else None for o in spec.operator_library}
+        library = None if spec.operator_library == "probe" else resolve_library(spec.operator_library)
         kernels, notes = KernelTable(), []
         if plugins is not None:
             kernels = load_plugin_kernels(plugins)
@@ -167,11 +166,12 @@ class Platform:
     def declares(self, op: str, dtype: str | None) -> bool:
         if self.library is None or is_composite_implicit(op):
             return True
-        key = declared_key(op, self.library)
-        if key is None:
+        entry = self.library.ops.get(op)
+        if entry is None:
             return False
-        dtypes = self.library[key]  # None: every dtype; integer calls are not dtype-restricted
-        return dtypes is None or dtype not in DTYPES or dtype in dtypes
+        # dtypes nobody states (None) are not refused here: step 2 runs the op and its check decides;
+        # integer calls are not dtype-restricted
+        return entry.dtypes is None or dtype not in DTYPES or dtype in entry.dtypes
 
     def supports(self, op: str, dtype: str | None) -> bool:
         return self.kernels.lookup(op, dtype) is not None or self.declares(op, dtype)

@@ -22,17 +22,60 @@ __all__ = [
     "ElasticRange",
     "HardwareSpec",
     "HeadSpec",
+    "LibraryOverlay",
+    "LibraryOverride",
     "NodePool",
-    "OperatorSupport",
     "PlatformSpec",
     "PodEnvVar",
     "Toleration",
+    "VendorLibrary",
 ]
 
 
-class OperatorSupport(UserModel):
-    op: Text = Field(description="aten operator, e.g. 'aten::mm' or 'aten::_grouped_mm'.")
-    dtypes: list[DType] | None = Field(None, description="Supported dtypes; omitted means all.")
+_VERSION = r"^[0-9A-Za-z][0-9A-Za-z.+!_-]{0,63}$"
+_PACKAGE = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$"
+
+
+class LibraryOverlay(UserModel):
+    overlay: Text = Field(pattern=_PACKAGE, description="The overlay's package, e.g. flag-gems.")
+    version: Text = Field(pattern=_VERSION, description="Its version, e.g. 5.0.2.")
+    vendor: Text = Field(pattern=r"^[a-z0-9_]{1,40}$", description="The overlay's backend for this chip, e.g. ascend.")
+
+
+class LibraryOverride(UserModel):
+    """A fact no package states, with its reason: the only way to declare an op by hand."""
+
+    op: Text = Field(
+        pattern=r"^[a-z_][a-z0-9_]*::[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z0-9_]+)?$",
+        description="Operator, e.g. 'aten::_softmax' (default overload) or 'aten::add.Tensor'.",
+    )
+    dtypes: list[DType] | None = Field(None, description="The dtypes it is known to run at; omitted: unknown.")
+    available: bool = Field(True, description="false withdraws an op the packages list.")
+    reason: Text = Field(min_length=3, description="Why: the evidence (a test, a vendor document).")
+
+
+class VendorLibrary(UserModel):
+    """The operator library read from the vendor's packages (`day0.platforms.libraries`)."""
+
+    package: Text | None = Field(
+        None,
+        pattern=_PACKAGE,
+        description="The vendor's wheel whose operator registry is read, e.g. torch-npu; omitted only when "
+        "overlays are given (a chip whose base plugin is not published).",
+    )
+    version: Text | None = Field(None, pattern=_VERSION, description="The package's version, e.g. 2.14.0.")
+    overlays: list[LibraryOverlay] = Field(default=[], description="Kernel packages registered over the base.")
+    overrides: list[LibraryOverride] = Field(default=[], description="Facts no package states, each with its reason.")
+
+    @model_validator(mode="after")
+    def _base_or_overlays(self) -> "VendorLibrary":
+        if self.package is not None and self.version is None:
+            raise ValueError("version: required with package")
+        if self.package is None and self.version is not None:
+            raise ValueError("package: required with version")
+        if self.package is None and not self.overlays:
+            raise ValueError("package: required unless overlays are given")
+        return self
 
 
 # What `day0 calibrate` measures of a platform's figures (its profile then replaces the datasheet's).
@@ -122,9 +165,10 @@ class PlatformSpec(UserModel):
         None, description="Entry point in group 'day0.platforms' that registers the device (e.g. torch_npu)."
     )
     hardware: HardwareSpec = Field(description="Per-accelerator figures the cost model uses.")
-    operator_library: Literal["probe"] | list[OperatorSupport] = Field(
+    operator_library: Literal["probe"] | VendorLibrary = Field(
         "probe",
-        description="'probe' asks the dispatcher for kernels on the device; or a declared list of supported operators.",
+        description="'probe' asks the dispatcher for kernels on the device; or the vendor's packages whose "
+        "operator registries are read.",
     )
 
 

@@ -1,29 +1,32 @@
-"""Coverage diff: which captured operators the platform's operator library supports.
+"""Coverage diff: which captured operators the platform's operator library has, of what kind, and
+at which dtypes that is proven.
 
-Two ways to know the library: a declared list in the platform descriptor (here), or probing the
-device's dispatcher and kernels (`day0.steps.analyze.probe`).
+Two ways to know the library: read it from the vendor's packages (here, `diff_library` against
+`day0.platforms.libraries`: the plugin's registry, torch's composites, overlays, overrides), or probe
+the device's dispatcher and kernels (`day0.steps.analyze.probe`).
+
+Dtypes are proven, never guessed: a dtype is in `dtypes_proven` only where a source states it (an
+override), or the probe ran the op at it on the device; a registration alone proves the op exists,
+not its dtypes (`dtypes_unknown`).
 """
 
 from __future__ import annotations
 
-from typing import Literal, get_args
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from day0.core.dtypes import DTYPES
 from day0.core.ops import (
     OpInventory,
-    declared_key,
-    is_composite_implicit,
+    OpRecord,
 )
-from day0.spec.cluster import OperatorSupport
+from day0.platforms.libraries.model import LibraryFile, ResolvedLibrary
 
-__all__ = ["CoverageReport", "OpCoverage", "Status", "diff_declared"]
+__all__ = ["STATUSES", "CoverageReport", "OpCoverage", "Status", "diff_library"]
 
-Status = Literal[
-    "supported", "composite", "vendor_kernel", "default_backend", "decomposes", "missing", "dtype_unsupported"
-]
-"""The probe's (`day0.steps.analyze.probe`) are vendor_kernel / default_backend / decomposes; the
-declared diff's supported / composite are to be renamed to them."""
+Status = Literal["vendor_kernel", "default_backend", "decomposes", "missing", "dtype_unsupported"]
+STATUSES: tuple[Status, ...] = ("vendor_kernel", "default_backend", "decomposes", "missing", "dtype_unsupported")
 
 
 class OpCoverage(BaseModel):
@@ -31,7 +34,11 @@ class OpCoverage(BaseModel):
     status: Status
     dtypes_needed: list[str]
     dtypes_unsupported: list[str] = Field(default=[])
-    dtypes_proven: list[str] = Field(default=[], description="Needed dtypes a probe call ran on the device.")
+    dtypes_proven: list[str] = Field(
+        default=[], description="Needed dtypes a source states, an override declares, or the probe ran on the device."
+    )
+    dtypes_unknown: list[str] = Field(default=[], description="Needed dtypes nothing proves (a registration alone).")
+    source: str = Field("", description="What put the op in the library, e.g. 'torch-npu 2.14.0'.")
     modules: list[str]
     phases: list[str] = Field(default=[], description="'forward', 'backward', 'optimizer' (the op's record).")
     detail: str = ""
@@ -39,51 +46,74 @@ class OpCoverage(BaseModel):
 
 class CoverageReport(BaseModel):
     platform: str
-    method: Literal["declared", "probe"]
+    method: Literal["library", "probe"]
     ops: list[OpCoverage]
+    files: list[LibraryFile] = Field(
+        default=[], description="Provenance: every package file the library was read from."
+    )
+    notes: list[str] = Field(default=[])
+    whole_ops: list[str] = Field(
+        default=[], description="CompositeImplicitAutograd ops the platform has vendor kernels for."
+    )
 
     def by_status(self, status: Status) -> list[OpCoverage]:
         return [o for o in self.ops if o.status == status]
 
     @property
     def counts(self) -> dict[str, int]:
-        """Ops per status: those present, and always missing and dtype_unsupported."""
-        counts = {s: 0 for s in get_args(Status) if s in ("missing", "dtype_unsupported") or self.by_status(s)}
+        counts: dict[str, int] = dict.fromkeys(STATUSES, 0)
         for o in self.ops:
             counts[o.status] += 1
         return counts
 
+    @property
+    def sources(self) -> str:
+        """The packages read, as one phrase ('' for a probe)."""
+        return ", ".join(dict.fromkeys(f"{f.package} {f.version} ({f.via})" for f in self.files))
 
-def diff_declared(inventory: OpInventory, library: list[OperatorSupport], platform: str) -> CoverageReport:
-    """Match by exact overload, or by base name when the entry names no overload ('aten::sum')."""
-    declared: dict[str, OperatorSupport] = {s.op: s for s in library}
+    @property
+    def dtypes_unknown(self) -> int:
+        """Ops whose needed dtypes nothing proves, outside the gaps."""
+        return sum(1 for o in self.ops if o.dtypes_unknown and o.status not in ("missing", "dtype_unsupported"))
+
+
+def _recorded(rec: OpRecord) -> dict[str, Any]:
+    """What every coverage row repeats of the op's record."""
+    return {"op": rec.op, "dtypes_needed": rec.dtypes, "modules": rec.modules, "phases": rec.phases}
+
+
+def diff_library(inventory: OpInventory, library: ResolvedLibrary, platform: str) -> CoverageReport:
+    """Each captured op against the library, by exact overload (`aten::mm` is the default overload)."""
     out = []
     for rec in inventory.ops:
-        key = declared_key(rec.op, declared)
-        if key is None:
-            status: Status = "composite" if is_composite_implicit(rec.op) else "missing"
-            out.append(
-                OpCoverage(
-                    op=rec.op,
-                    status=status,
-                    dtypes_needed=rec.dtypes,
-                    modules=rec.modules,
-                    phases=rec.phases,
-                    detail="decomposes into other aten ops" if status == "composite" else "",
-                )
-            )
+        common = _recorded(rec)
+        entry = library.ops.get(rec.op)
+        if entry is None:
+            source = library.withdrawn.get(rec.op, "")
+            detail = source or f"in none of {library.sources}"
+            out.append(OpCoverage(status="missing", source=source, detail=detail, **common))
             continue
-        entry = declared[key]
-        bad = [d for d in rec.dtypes if entry.dtypes is not None and d not in entry.dtypes]
+        if entry.dtypes is None:
+            out.append(OpCoverage(status=entry.kind, source=entry.source, dtypes_unknown=rec.dtypes, **common))
+            continue
+        stated = set(entry.dtypes)
+        bad = [d for d in rec.dtypes if d in DTYPES and d not in stated]
         out.append(
             OpCoverage(
-                op=rec.op,
-                status="dtype_unsupported" if bad else "supported",
-                dtypes_needed=rec.dtypes,
+                status="dtype_unsupported" if bad else entry.kind,
+                source=entry.source,
                 dtypes_unsupported=bad,
-                modules=rec.modules,
-                phases=rec.phases,
-                detail=f"library lists {entry.dtypes}" if bad else "",
+                dtypes_proven=[d for d in rec.dtypes if d in stated],
+                dtypes_unknown=[d for d in rec.dtypes if d not in DTYPES and d not in stated],
+                detail=f"{entry.source} states {sorted(stated)}" if bad else "",
+                **common,
             )
         )
-    return CoverageReport(platform=platform, method="declared", ops=out)
+    return CoverageReport(
+        platform=platform,
+        method="library",
+        ops=out,
+        files=library.files,
+        notes=library.notes,
+        whole_ops=library.whole_ops,
+    )

@@ -161,6 +161,8 @@ def probe_device(
                 dtypes_needed=rec.dtypes,
                 dtypes_unsupported=sorted(rejected),
                 dtypes_proven=proven,
+                dtypes_unknown=[d for d in rec.dtypes if d not in proven and d not in rejected],
+                source=f"dispatcher: {key}" if status != "missing" else "",
                 modules=rec.modules,
                 phases=rec.phases,
                 detail=detail,

@@ -74,12 +74,24 @@ class AnalyzeResult(StepResult):
             f"(clipping and AdamW at {MASTER_DTYPE}): " + ", ".join(f"{v} {k}" for k, v in counts.items()),
             "",
         ]
+        if cov.method == "library":
+            lines += ["Library read from (provenance):", ""]
+            lines += [f"- {f.describe()}, file sha256 {f.file_sha256[:12]}" for f in cov.files]
+            lines += [f"- note: {n}" for n in cov.notes]
+            lines.append("")
+        proven = sum(1 for o in cov.ops if o.dtypes_proven)
+        lines += [
+            f"Dtypes are proven, never guessed: {proven} ops have a needed dtype proven (stated by a source, an "
+            f"override or run by the probe); {cov.dtypes_unknown} ops available by {cov.method} have dtypes "
+            "nothing proves yet (step 2 runs them).",
+            "",
+        ]
         gaps = [o for o in cov.ops if o.status in ("missing", "dtype_unsupported")]
         if gaps:
-            lines += ["| operator | status | dtypes | used in |", "|---|---|---|---|"]
+            lines += ["| operator | status | dtypes | used in | why |", "|---|---|---|---|---|"]
             lines += [
                 f"| `{o.op}` | {o.status} | {', '.join(o.dtypes_unsupported or o.dtypes_needed)} | "
-                f"{', '.join(o.modules)} |"
+                f"{', '.join(o.modules)} | {o.detail} |"
                 for o in gaps
             ]
         if self.inventory.kept_whole:
@@ -99,7 +111,9 @@ class AnalyzeResult(StepResult):
         headline = {
             "parameters": f"{_b(s.params_total)} total, {_b(s.params_active)} active",
             "operators": f"{len(self.inventory.ops)} captured ({len(self.inventory.in_phase('optimizer'))} "
-            f"in the optimizer step), {gaps} not in the platform library",
+            f"in the optimizer step), {gaps} not in the platform library, {self.coverage.dtypes_unknown} "
+            "with dtypes unproven",
+            "library": self.coverage.sources or f"{self.coverage.method} of {self.coverage.platform}",
         }
         if self.release:
             headline["release files"] = self.release.headline()

@@ -1,7 +1,8 @@
 """Step 1, analyze: what is this model, which operators does it run, which does the platform lack?
 
 `analyze_model(model_spec, platform, compute_dtype)` -> `AnalyzeResult` (structure + operator
-inventory + coverage diff). Pure of side effects except reading the model source. `run(ctx, progress)`
+inventory + coverage diff). Pure of side effects except reading the model source and the platform's
+library packages (cached wheels or committed snapshots; `day0.platforms.libraries`). `run(ctx, progress)`
 is the step for a run: the spec's model on its platform at the training's compute dtype.
 """
 
@@ -15,10 +16,11 @@ from day0.model.build import build_meta_model, load_hf_config
 from day0.model.release import check_release
 from day0.model.source import resolve_model
 from day0.model.structure import analyze_structure
+from day0.platforms.libraries.resolve import resolve_library
 from day0.runs.context import RunContext
 from day0.spec.cluster import PlatformSpec
 from day0.spec.pipeline import ModelSpec
-from day0.steps.analyze.coverage import diff_declared
+from day0.steps.analyze.coverage import diff_library
 from day0.steps.analyze.inventory import capture_operators
 from day0.steps.analyze.probe import probe_device, whole_ops
 from day0.steps.analyze.result import AnalyzeResult
@@ -40,15 +42,16 @@ def analyze_model(
     structure = analyze_structure(meta, model.source)
     say("checking the release's files (tokenizer, shard headers)")
     release = check_release(resolved, meta)
+    library = None if platform.operator_library == "probe" else resolve_library(platform.operator_library)
     say("capturing operators (forward + backward)")
-    # a probed device runs whole the decomposable ops its backend overrides: capture them whole
-    keep_whole = whole_ops(platform.device_type) if platform.operator_library == "probe" else []
+    # the device runs whole the decomposable ops its backend overrides: capture them whole
+    keep_whole = whole_ops(platform.device_type) if library is None else library.whole_ops
     inventory = capture_operators(meta, structure.attention_kind, compute_dtype, keep_whole=keep_whole)
     say(f"diffing against {platform.name}'s operator library")
-    if platform.operator_library == "probe":
+    if library is None:
         coverage = probe_device(inventory, platform.device_type, platform.name)
     else:
-        coverage = diff_declared(inventory, platform.operator_library, platform.name)
+        coverage = diff_library(inventory, library, platform.name)
     return AnalyzeResult(
         model=resolved,
         structure=structure,

@@ -9,11 +9,11 @@ thread per worker; so a run resumed from step K repeats exactly the steps an uni
 Rank 0's return value is the full loss history (restored from the checkpoint, then extended).
 `LoopHooks` are the loop's only extension points (no-ops by default; tests inject faults with them).
 
-Platform kernels: with `platform` set (and a kernel table or a declared operator library to
-emulate), every aten call of the forward, backward, clipping and optimizer step runs through the
-platform's dispatch mode (`day0.platforms.kernels.PlatformMode`): its vendor/plugin kernels and step
-2's adaptations (`adaptations`, rebuilt by `day0.platforms.adapted`), exactly as step 2 ran them;
-each step's record counts the calls per kernel source. Without it the stock kernels run.
+Platform kernels: with `platform` set (and a kernel table or an operator library read from the
+vendor's packages to emulate), every aten call of the forward, backward, clipping and optimizer
+step runs through the platform's dispatch mode (`day0.platforms.kernels.PlatformMode`): its
+vendor/plugin kernels and step 2's adaptations (`adaptations`, rebuilt by `day0.platforms.adapted`),
+exactly as step 2 ran them; each step's record counts the calls per kernel source. Without it the stock kernels run.
 """
 
 from __future__ import annotations

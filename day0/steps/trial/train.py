@@ -284,7 +284,7 @@ def _platform_notes(spec: PipelineSpec, loop: LoopConfig, resource: str | None, 
         notes.append(
             f"the candidate trains under {platform.name}'s kernel table: "
             + (f"{len(ops)} vendor/plugin/adapted kernel(s) ({', '.join(ops[:8])}{' ...' if len(ops) > 8 else ''})")
-            + (", declared operator library" if mode.platform.library is not None else "")
+            + (f", operator library of {mode.platform.library.sources}" if mode.platform.library is not None else "")
         )
     return notes + table_notes
 

@@ -28,12 +28,23 @@ S3_DOWN = {  # a closed port: the store does not answer, at once
     "AWS_MAX_ATTEMPTS": "1",
 }
 POOL = "node_pools: [{name: p, accelerator: {resource: nvidia.com/gpu, per_node: 8, memory_gib: 80}, nodes: 1}]"
-# An inline platform whose operator list makes the spec, as JSON, larger than Prefect's parameter limit.
+# An inline platform whose library overrides make the spec, as JSON, larger than Prefect's parameter limit.
 BIG_PLATFORM = (
     "platform:\n  name: big\n  device_type: cpu\n  distributed_backend: gloo\n"
     "  hardware: {memory_gib: 16, bf16_tflops: 1, intra_node_bandwidth_gbps: 10, inter_node_bandwidth_gbps: 1}\n"
-    "  operator_library:\n" + "".join(f"    - {{op: 'aten::op{n}_{'x' * 1000}'}}\n" for n in range(600))
+    "  operator_library:\n    package: torch-npu\n    version: '2.14.0'\n    overrides:\n"
+    + "".join(f"      - {{op: 'aten::op{n}', reason: '{'x' * 1000}'}}\n" for n in range(600))
 )
+
+
+NO_INDEX = {"PIP_NO_INDEX": "1", "PIP_FIND_LINKS": "/nonexistent/day0-test-links"}  # pip serves nothing
+
+
+def _npu_library(library: str) -> str:
+    return (
+        "platform: {name: npu, device_type: npu, hardware: {memory_gib: 64, bf16_tflops: 300, "
+        f"intra_node_bandwidth_gbps: 100, inter_node_bandwidth_gbps: 25}}, operator_library: {library}}}\n"
+    )
 
 
 def spec(
@@ -201,6 +212,20 @@ REFUSALS = [
         ["cannot be created", "afile is not a directory"],
         files={"afile": "x"},
         store=True,
+    ),
+    # --- issue 37: the operator library is read from the vendor's package, as step 1 will read it ---------
+    Refusal(
+        "library-version-not-served",
+        spec(platform=_npu_library("{package: torch-npu, version: '0.0.1'}")),
+        2,
+        ["platform.operator_library.version", "torch-npu 0.0.1", "day0 fetch-library torch-npu==0.0.1"],
+        env=NO_INDEX,
+    ),
+    Refusal(
+        "library-package-unknown",
+        spec(platform=_npu_library("{package: torch-xpu, version: '1.0'}")),
+        2,
+        ["platform.operator_library.package", "unknown package 'torch-xpu'", "torch-npu"],
     ),
     Refusal(
         "control-character-in-text",

@@ -12,6 +12,7 @@ import yaml
 from day0.errors import UsageError
 from day0.planner.inputs import PlannerOptions
 from day0.planner.profile import CalibratedProfile, CollectivePoint, GemmPoint, apply_profile
+from day0.platforms.libraries.resolve import resolve_library
 from day0.spec.cluster import CALIBRATED_FIGURES, PLANNER_FIGURES, HardwareSpec, PlatformSpec
 from day0.spec.pipeline import spec_from_dict
 from day0.steps.parallel.plan import planner_inputs
@@ -36,15 +37,18 @@ def _figure_lines(text: str) -> dict[str, tuple[str, str]]:
     return out
 
 
-def test_every_platform_file_loads_but_its_operator_library_source() -> None:
-    # the operator_library source mapping of the new files is another branch's schema: the whole
-    # PlatformSpec load of every file is checked once it is merged (test_bounds loads the others whole);
-    # meanwhile the rest of each file (device, process group, plugin, hardware) loads as it stands
+def test_every_platform_file_loads_and_its_library_resolves_offline(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
+    # an empty cache and no index: each vendor library comes from the snapshots committed beside the files
+    monkeypatch.setenv("DAY0_CACHE", str(tmp_path))
+    monkeypatch.setenv("PIP_NO_INDEX", "1")
     names = set()
     for path in PLATFORMS:
         doc = yaml.safe_load(path.read_text())
-        platform = PlatformSpec.model_validate({**doc, "operator_library": "probe"})
+        platform = PlatformSpec.model_validate(doc)
         assert platform.hardware == HardwareSpec.model_validate(doc["hardware"])
+        if platform.operator_library != "probe":
+            library = resolve_library(platform.operator_library)
+            assert library.ops and all(f.via == "snapshot" for f in library.files), path.name
         names.add(platform.name)
         assert platform.name == path.stem
     assert names >= MISSION_CHIPS
