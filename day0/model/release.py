@@ -14,8 +14,6 @@ Contract:
   length beyond its `supported` positions.
 """
 
-from __future__ import annotations
-
 import json
 import math
 import re
@@ -379,7 +377,7 @@ def _fp8_formats(
     return formats, scales, sorted(problems)
 
 
-def expected_tensors(model: PreTrainedModel, declared_dtype: str | None) -> dict[str, ExpectedTensor]:
+def expected_tensors(model: "PreTrainedModel", declared_dtype: str | None) -> dict[str, ExpectedTensor]:
     """The tensors a checkpoint of `model` holds, as transformers saves it (fused experts split back
     into per-expert tensors), with the dtypes it accepts: the release's declared dtype, and fp32 too
     where the model keeps a tensor at fp32 (a router's gate, a bias correction)."""
@@ -403,7 +401,7 @@ def expected_tensors(model: PreTrainedModel, declared_dtype: str | None) -> dict
     return out
 
 
-def ignored_on_load(model: PreTrainedModel) -> list[str]:
+def ignored_on_load(model: "PreTrainedModel") -> list[str]:
     """Patterns of checkpoint tensors transformers drops without a word when it loads `model`: the
     class's own, and the buffers old checkpoints still carry (as `_adjust_missing_and_unexpected_keys`)."""
     patterns = list(getattr(model, "_keys_to_ignore_on_load_unexpected", None) or ())
@@ -550,7 +548,7 @@ def _tokenizer_needs_code(directory: Path) -> bool:
     return isinstance(auto_map, dict) and "AutoTokenizer" in auto_map
 
 
-def check_release(resolved: ResolvedModel, model: PreTrainedModel) -> ReleaseCheck:
+def check_release(resolved: "ResolvedModel", model: "PreTrainedModel") -> ReleaseCheck:
     """Check the files of `resolved.directory` against `model` (the architecture on the meta device)."""
     quant = resolved.config.get("quantization_config")
     check = ReleaseCheck(
@@ -563,7 +561,7 @@ def check_release(resolved: ResolvedModel, model: PreTrainedModel) -> ReleaseChe
     return check
 
 
-def _check_tokenizer_files(check: ReleaseCheck, resolved: ResolvedModel) -> None:
+def _check_tokenizer_files(check: ReleaseCheck, resolved: "ResolvedModel") -> None:
     directory, config = resolved.directory, resolved.config
     if not any((directory / f).is_file() for f in TOKENIZER_FILES):
         check.not_checked.append(f"tokenizer and chat template: no tokenizer files ({', '.join(TOKENIZER_FILES)})")
@@ -578,7 +576,7 @@ def _check_tokenizer_files(check: ReleaseCheck, resolved: ResolvedModel) -> None
         check.problems += problems
 
 
-def _check_weights(check: ReleaseCheck, resolved: ResolvedModel, model: PreTrainedModel) -> None:
+def _check_weights(check: ReleaseCheck, resolved: "ResolvedModel", model: "PreTrainedModel") -> None:
     directory, source, config = resolved.directory, resolved.source, resolved.config
     # Where the missing files would come from: a hub source is fetched without weights.
     hint = (
