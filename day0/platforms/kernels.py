@@ -51,6 +51,8 @@ __all__ = [
 ]
 
 ENTRY_POINT_GROUP = "day0.platforms"
+_DISPATCHER_MISSING = "Could not run '"
+"""How the dispatcher starts its error for an op with no kernel for the device's dispatch key."""
 
 Kernel: TypeAlias = Callable[..., OpArg]
 """An aten kernel: called with its op's arguments, returns what the op returns."""
@@ -206,5 +208,17 @@ class PlatformMode(TorchDispatchMode):
         if name.startswith("aten::") and not self.platform.declares(name, dtype):
             example = describe_call(args, kwargs)
             raise MissingKernelError(f"{self.platform.name}: no kernel for {name} at {dtype}", name, example, dtype)
+        try:
+            out = func(*args, **kwargs)
+        except NotImplementedError as exc:
+            # A real device's dispatcher has no kernel for the op (or for one it calls): the same gap
+            # a declared library shows, so step 2 adapts it like any other missing op.
+            said = str(exc).splitlines()[0] if str(exc) else ""
+            if not said.startswith(_DISPATCHER_MISSING):
+                raise
+            example = describe_call(args, kwargs)
+            raise MissingKernelError(
+                f"{self.platform.name}: no kernel for {name} at {dtype} ({said[:120]})", name, example, dtype
+            ) from exc
         self.served[(name, "stock")] += 1
-        return func(*args, **kwargs)
+        return out

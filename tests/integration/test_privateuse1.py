@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from tests.fixtures.paths import REPO
-from tests.fixtures.privateuse1 import ABSENT_OPS
+from tests.fixtures.privateuse1 import ABSENT_OPS, WRONG_DTYPE, WRONG_OP
 
 pytestmark = pytest.mark.integration
 
@@ -78,3 +78,40 @@ def test_step1_probe_finds_exactly_the_absent_ops(openreg: dict[str, str]) -> No
     assert coverage["method"] == "probe"
     missing = {o["op"] for o in coverage["ops"] if o["status"] in ("missing", "dtype_unsupported")}
     assert missing == ABSENT_OPS
+
+
+_STEP2 = """
+import json, sys
+from day0.spec.pipeline import ModelSpec, load_platform
+from day0.steps.analyze.run import analyze_model
+from day0.steps.operators.job import OperatorsRequest, run_request
+from day0.steps.operators.layers import WholeModel
+platform = load_platform(sys.argv[1])
+analyzed = analyze_model(ModelSpec(source="tiny-qwen3-moe"), platform, "bf16")
+request = OperatorsRequest(inventory=analyzed.inventory, platform=platform, compute_dtype="bf16",
+                           whole_model=WholeModel.from_analysis(analyzed))
+silu = next(r for r in analyzed.inventory.ops if r.op == "aten::silu")
+print(json.dumps({"result": json.loads(run_request(request).model_dump_json()), "silu_modules": silu.modules}))
+"""
+
+
+def test_step2_on_the_device_adapts_the_absent_ops_and_catches_the_wrong_kernel(openreg: dict[str, str]) -> None:
+    done = _python(_STEP2, openreg, str(PLATFORM))
+    assert done.returncode == 0, done.stderr[-3000:]
+    got = json.loads(done.stdout.splitlines()[-1])
+    result, ops = got["result"], got["result"]["ops"]
+    assert ops["platform"] == "openreg" and ops["emulated_on"] is None, "checked on the device, not emulated"
+    adapted = {a["op"]: a for a in ops["adaptations"]}
+    for op in ABSENT_OPS:  # the dispatcher's "could not run" is day0's missing kernel, then adapted and rechecked
+        assert adapted[op]["cause"] == "missing", adapted[op]["problem"]
+        assert adapted[op]["strategy"] and adapted[op]["recheck"]["status"] == "pass"
+    assert adapted[WRONG_OP]["cause"] == "wrong_numbers" and adapted[WRONG_OP]["dtype"] == WRONG_DTYPE
+    wrong = f"{WRONG_OP} at {WRONG_DTYPE}: the platform's kernel gives wrong numbers"
+    assert any(r.startswith(wrong) for r in result["reasons"])
+    assert got["silu_modules"], "step 1 says which modules run the wrong op"
+    assert result["verdict"] == "fail", "a wrong platform kernel fails step 2 even when worked around"
+    proven = {c["op"] for c in ops["checks"] if c["status"] == "pass" and c["dtype"] == "bf16"}
+    assert {"aten::mm", "aten::silu"} <= proven and ops["compute_dtypes"] == ["bf16"]
+    step = result["training_step"]
+    assert step["error"] is None and step["loss_platform"] is not None, "the trial's step ran on the device"
+    assert step["kernel_calls"].get("stock", 0) > 0 and any(k.startswith("adapt:") for k in step["kernel_calls"])
