@@ -80,26 +80,52 @@ def test_step1_probe_finds_exactly_the_absent_ops(openreg: dict[str, str]) -> No
     assert missing == ABSENT_OPS
 
 
-_STEP2 = """
+_STEPS_2_AND_5 = """
 import json, sys
+import torch
 from day0.spec.pipeline import ModelSpec, load_platform
 from day0.steps.analyze.run import analyze_model
 from day0.steps.operators.job import OperatorsRequest, run_request
 from day0.steps.operators.layers import WholeModel
+from day0.steps.trial.alignment import compare_curves
+from day0.steps.trial.loop import _device, run_steps
+from day0.steps.trial.train import adapted_kernels
+from tests.fixtures.trial import tiny_data, tiny_loop
 platform = load_platform(sys.argv[1])
-analyzed = analyze_model(ModelSpec(source="tiny-qwen3-moe"), platform, "bf16")
+analyzed = analyze_model(ModelSpec(source="tiny-deepseek-v3"), platform, "bf16")
 request = OperatorsRequest(inventory=analyzed.inventory, platform=platform, compute_dtype="bf16",
                            whole_model=WholeModel.from_analysis(analyzed))
+operators = run_request(request)
 silu = next(r for r in analyzed.inventory.ops if r.op == "aten::silu")
-print(json.dumps({"result": json.loads(run_request(request).model_dump_json()), "silu_modules": silu.modules}))
+# step 5's loop as a Ray worker runs it: the platform's device, step 2's adaptations rebuilt
+loop = tiny_loop(steps=6, compute_dtype="bf16", device_type="openreg", platform=platform,
+                 adaptations=adapted_kernels(operators.ops.adaptations))
+events = []
+torch.openreg.reset_peak_memory_stats()
+log = lambda kind, **kw: events.append((kind, kw))
+candidate = run_steps(loop, tiny_data().tokens, device=_device(loop, 0), log=log)
+device_peak = torch.openreg.max_memory_allocated()
+reference = run_steps(tiny_loop(steps=6, compute_dtype="bf16"), tiny_data().tokens)
+print(json.dumps({
+    "operators": json.loads(operators.model_dump_json()), "silu_modules": silu.modules,
+    "adaptations": [a.describe() for a in loop.adaptations], "calls": candidate[-1]["kernel_calls"],
+    "memory": next(kw for kind, kw in events if kind == "memory"), "device_peak": device_peak,
+    "aligned": compare_curves([h["loss"] for h in reference], [h["loss"] for h in candidate]).model_dump(mode="json"),
+}))
 """
 
 
-def test_step2_on_the_device_adapts_the_absent_ops_and_catches_the_wrong_kernel(openreg: dict[str, str]) -> None:
-    done = _python(_STEP2, openreg, str(PLATFORM))
+@pytest.fixture(scope="module")
+def device_run(openreg: dict[str, str]) -> dict:
+    """Steps 1, 2 and the trial's loop on the device, in one process (as a worker runs them)."""
+    done = _python(_STEPS_2_AND_5, openreg, str(PLATFORM))
     assert done.returncode == 0, done.stderr[-3000:]
-    got = json.loads(done.stdout.splitlines()[-1])
-    result, ops = got["result"], got["result"]["ops"]
+    return json.loads(done.stdout.splitlines()[-1])
+
+
+def test_step2_on_the_device_adapts_the_absent_ops_and_catches_the_wrong_kernel(device_run: dict) -> None:
+    result = device_run["operators"]
+    ops = result["ops"]
     assert ops["platform"] == "openreg" and ops["emulated_on"] is None, "checked on the device, not emulated"
     adapted = {a["op"]: a for a in ops["adaptations"]}
     for op in ABSENT_OPS:  # the dispatcher's "could not run" is day0's missing kernel, then adapted and rechecked
@@ -108,10 +134,21 @@ def test_step2_on_the_device_adapts_the_absent_ops_and_catches_the_wrong_kernel(
     assert adapted[WRONG_OP]["cause"] == "wrong_numbers" and adapted[WRONG_OP]["dtype"] == WRONG_DTYPE
     wrong = f"{WRONG_OP} at {WRONG_DTYPE}: the platform's kernel gives wrong numbers"
     assert any(r.startswith(wrong) for r in result["reasons"])
-    assert got["silu_modules"], "step 1 says which modules run the wrong op"
+    assert device_run["silu_modules"], "step 1 says which modules run the wrong op"
     assert result["verdict"] == "fail", "a wrong platform kernel fails step 2 even when worked around"
     proven = {c["op"] for c in ops["checks"] if c["status"] == "pass" and c["dtype"] == "bf16"}
     assert {"aten::mm", "aten::silu"} <= proven and ops["compute_dtypes"] == ["bf16"]
     step = result["training_step"]
     assert step["error"] is None and step["loss_platform"] is not None, "the trial's step ran on the device"
     assert step["kernel_calls"].get("stock", 0) > 0 and any(k.startswith("adapt:") for k in step["kernel_calls"])
+
+
+def test_trial_loop_trains_on_the_device_with_step2s_adaptations(device_run: dict) -> None:
+    adapted_ops = {a.split("@")[0] for a in device_run["adaptations"]}
+    assert ABSENT_OPS | {WRONG_OP} <= adapted_ops
+    calls = device_run["calls"]
+    assert calls.get("stock", 0) > 0 and any(k.startswith("adapt:") for k in calls), calls
+    aligned = device_run["aligned"]
+    assert aligned["passed"], aligned["failures"]
+    memory = device_run["memory"]  # the device allocator's peak (reset before the loop), not the process RSS
+    assert memory["peak_bytes"] == device_run["device_peak"] > memory["baseline_bytes"]

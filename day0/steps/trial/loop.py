@@ -136,8 +136,11 @@ def lr_at(step: int, cfg: LoopConfig) -> float:
 
 
 def _peak_memory_bytes(device: torch.device) -> int:
-    if device.type == "cuda":
-        return int(torch.cuda.max_memory_allocated(device))
+    """The device's allocator peak (torch.cuda's, or the device module a vendor plugin registers,
+    torch.npu ...); the process's peak RSS for the host, or a device module without memory stats."""
+    module = getattr(torch, device.type, None) if device.type != "cpu" else None
+    if module is not None and hasattr(module, "max_memory_allocated"):
+        return int(module.max_memory_allocated(device))
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return int(rss if sys.platform == "darwin" else rss * 1024)
 
