@@ -36,6 +36,7 @@ from day0.core.ops import (
     op_name,
     resolve_op,
 )
+from day0.errors import PluginError
 from day0.spec.cluster import PlatformSpec
 
 __all__ = [
@@ -48,6 +49,7 @@ __all__ = [
     "PlatformMode",
     "call_dtype",
     "load_plugin_kernels",
+    "load_vendor_plugin",
 ]
 
 ENTRY_POINT_GROUP = "day0.platforms"
@@ -132,6 +134,20 @@ def load_plugin_kernels(eps: Iterable[EntryPoint] | None = None, names: Iterable
     return table
 
 
+def load_vendor_plugin(spec: PlatformSpec) -> KernelTable:
+    """The kernels of the platform's vendor plugin, loading it (which registers its device with torch).
+    A plugin whose import raises is a `PluginError` naming it and its error: the device must not
+    quietly become a host emulation."""
+    try:
+        return load_plugin_kernels(names=[spec.vendor_plugin] if spec.vendor_plugin else [])
+    except Exception as exc:
+        where = [ep.value for ep in entry_points(group=ENTRY_POINT_GROUP) if ep.name == spec.vendor_plugin]
+        raise PluginError(
+            f"platform {spec.name}: vendor plugin {spec.vendor_plugin!r} ({', '.join(where)}) failed to load: "
+            f"{type(exc).__name__}: {str(exc)[:300]}"
+        ) from exc
+
+
 @dataclass
 class Platform:
     """A platform as step 2 sees it: a device, an operator library and a kernel table."""
@@ -159,7 +175,7 @@ class Platform:
                     f"vendor plugin {spec.vendor_plugin!r} is not installed (no '{ENTRY_POINT_GROUP}' "
                     "entry point): stock kernels stand in for the vendor's"
                 )
-            kernels = load_plugin_kernels(names=[spec.vendor_plugin])
+            kernels = load_vendor_plugin(spec)
         device, emulated = spec.device_type, None
         if device != "cpu" and not _device_available(device):
             device, emulated = "cpu", spec.device_type

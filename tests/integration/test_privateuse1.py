@@ -4,13 +4,15 @@ autoload from PYTHONPATH, as a vendor plugin is) and day0's device path run on i
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from tests.fixtures.paths import REPO
-from tests.fixtures.privateuse1 import ABSENT_OPS, WRONG_DTYPE, WRONG_OP
+from tests.fixtures.privateuse1 import ABSENT_OPS, WRONG_DTYPE, WRONG_OP, backend_dir
 
 pytestmark = pytest.mark.integration
 
@@ -152,3 +154,25 @@ def test_trial_loop_trains_on_the_device_with_step2s_adaptations(device_run: dic
     assert aligned["passed"], aligned["failures"]
     memory = device_run["memory"]  # the device allocator's peak (reset before the loop), not the process RSS
     assert memory["peak_bytes"] == device_run["device_peak"] > memory["baseline_bytes"]
+
+
+def test_a_broken_device_library_is_reported_with_the_module_and_its_error(
+    openreg: dict[str, str], tmp_path: Path
+) -> None:
+    """The backend's folder on PYTHONPATH but its library unloadable: `import torch` fails in torch's
+    autoload, and day0 says which plugin and why (exit 1), never trains on an emulated device."""
+    broken = tmp_path / "backend"
+    shutil.copytree(backend_dir(), broken)
+    (broken / "day0_openreg" / "libday0_openreg.so").write_bytes(b"not a shared object")
+    env = {**openreg, "PYTHONPATH": f"{broken}:{REPO}"}
+    done = subprocess.run(
+        [sys.executable, "-m", "cli", "analyze", "tiny-qwen3-moe", "--platform", str(PLATFORM)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=REPO,
+    )
+    assert done.returncode == 1
+    said = " ".join((done.stdout + done.stderr).split())
+    assert "day0_openreg" in said and "OSError" in said and "libday0_openreg.so" in said
