@@ -176,3 +176,37 @@ def test_a_broken_device_library_is_reported_with_the_module_and_its_error(
     assert done.returncode == 1
     said = " ".join((done.stdout + done.stderr).split())
     assert "day0_openreg" in said and "OSError" in said and "libday0_openreg.so" in said
+
+
+_CALIBRATION = """
+import json
+import torch
+import torch.distributed as dist
+from day0.calibration.kernels import Worker
+synced = []
+torch.openreg.synchronize = lambda device=None: synced.append(device)
+worker = Worker("openreg")
+dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+figures = {
+    "device": str(worker.device),
+    "gemm": worker.gemm("bf16", 64, 64, 64, 2)[0],
+    "optimizer": worker.optimizer(4, 4096, 2),
+    "copy": worker.copy(1 << 20, 2),
+    "all_reduce": worker.collective("all_reduce", 1 << 16, 2),
+    "device_peak": torch.openreg.max_memory_allocated(),
+    "synced": len(synced),
+}
+worker.leave()
+print(json.dumps(figures))
+"""
+
+
+def test_calibration_kernels_measure_the_device(openreg: dict[str, str]) -> None:
+    done = _python(_CALIBRATION, openreg)
+    assert done.returncode == 0, done.stderr[-3000:]
+    got = json.loads(done.stdout.splitlines()[-1])
+    # (not `dispatch`: its tiny Llama runs aten::cumsum, which the device lacks, with no adaptation)
+    assert got["device"] == "openreg:0"
+    assert all(len(got[k]) == 2 and min(got[k]) > 0 for k in ("gemm", "optimizer", "copy", "all_reduce"))
+    assert got["device_peak"] >= 2 << 20, "the copy's two MiB buffers were device memory"
+    assert got["synced"] > 0, "timings wait for the device through its module's synchronize"
