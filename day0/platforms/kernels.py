@@ -229,12 +229,10 @@ class PlatformMode(TorchDispatchMode):
         except NotImplementedError as exc:
             # A real device's dispatcher has no kernel for the op (or for one it calls): the same gap
             # a declared library shows, so step 2 adapts it like any other missing op.
-            said = str(exc).splitlines()[0] if str(exc) else ""
+            said = (str(exc).splitlines() or [""])[0].split(". ")[0]  # "Could not run '...' with ... backend"
             if not said.startswith(_DISPATCHER_MISSING):
                 raise
-            example = describe_call(args, kwargs)
-            raise MissingKernelError(
-                f"{self.platform.name}: no kernel for {name} at {dtype} ({said[:120]})", name, example, dtype
-            ) from exc
+            message = f"{self.platform.name}: no kernel for {name} at {dtype} ({said[:160]})"
+            raise MissingKernelError(message, name, describe_call(args, kwargs), dtype) from exc
         self.served[(name, "stock")] += 1
         return out
