@@ -39,11 +39,13 @@ except NotImplementedError as e:
     absent = str(e).splitlines()[0]
 f = torch.nn.functional.silu
 silu = {dt: (f(x.to(dt).to("openreg")).cpu() - f(x.to(dt))).abs().max().item() for dt in (torch.float, torch.bfloat16)}
+with torch.autocast("openreg", dtype=torch.bfloat16):
+    autocast = {"mm": str((d @ d.t()).dtype), "log_softmax": str(torch.log_softmax(d.bfloat16(), -1).dtype)}
 print(json.dumps({
     "device": str(d.device), "available": torch.openreg.is_available(), "count": torch.openreg.device_count(),
     "round_trip": torch.equal(d.cpu()[1:], x[1:]), "view_wrote": torch.equal(d.cpu()[0, 2:5], x[0, 2:5] + 1),
     "grad_device": str(lin.weight.grad.device), "memory": [before, torch.openreg.max_memory_allocated()],
-    "absent": absent, "silu_error": {str(k): v for k, v in silu.items()},
+    "absent": absent, "silu_error": {str(k): v for k, v in silu.items()}, "autocast": autocast,
 }))
 """
 
@@ -58,6 +60,8 @@ def test_backend_is_a_privateuse1_device_loaded_by_torch_autoload(openreg: dict[
     assert 0 < got["memory"][0] <= got["memory"][1]
     assert "Could not run 'aten::rsqrt" in got["absent"]
     assert got["silu_error"]["torch.float32"] == 0.0 and got["silu_error"]["torch.bfloat16"] > 0.0
+    # the device's autocast policy (torch's shared lists, as CUDA's): GEMMs at bf16, log_softmax at fp32
+    assert got["autocast"] == {"mm": "torch.bfloat16", "log_softmax": "torch.float32"}
 
 
 def test_without_the_folder_on_pythonpath_there_is_no_device(openreg: dict[str, str]) -> None:
