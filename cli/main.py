@@ -267,8 +267,11 @@ def _dispatch(args: argparse.Namespace) -> int:
     except Exception as exc:  # a bug, not bad input: one line unless --debug
         if args.debug:
             raise
+        # what raised under it (torch's "Failed to load the backend extension: X" hides X's own error)
+        cause = exc.__cause__
+        under = f", from {type(cause).__name__}: {shorten(str(cause), 300)}" if cause else ""
         err().print(
-            f"[red]internal error[/]: {escape(type(exc).__name__)}: {escape(shorten(str(exc), 300))} "
+            f"[red]internal error[/]: {escape(type(exc).__name__)}: {escape(shorten(str(exc), 300) + under)} "
             "(rerun with --debug for the traceback)",
             highlight=False,
         )

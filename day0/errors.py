@@ -13,6 +13,7 @@ if TYPE_CHECKING:
 __all__ = [
     "Day0Error",
     "ModelError",
+    "PluginError",
     "RunFailed",
     "SpecError",
     "SpecIssue",
@@ -83,6 +84,14 @@ class StoreError(Day0Error):
 class StoreUnavailable(StoreError):
     """A well-formed store URI whose store did not answer (endpoint down, no such bucket, no access):
     a failure while running, not bad input, so exit 1."""
+
+    exit_code = 1
+
+
+class PluginError(Day0Error):
+    """A platform's vendor plugin that is installed but fails to load (its module raises on import):
+    a broken environment, reported with the module and its error instead of emulating the device on
+    the host. A failure while running, exit 1."""
 
     exit_code = 1
 

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from day0.core.ports import free_port
+from tests.fixtures.privateuse1 import openreg  # noqa: F401 - the fixture, for every test module
 
 _TMP = Path(tempfile.mkdtemp(prefix="day0-tests-"))
 os.environ.setdefault("PREFECT_HOME", str(_TMP / "prefect"))

@@ -27,8 +27,10 @@ class Worker:
             torch.set_num_threads(1)  # one worker, one core: what a Ray CPU "accelerator" is
 
     def _sync(self) -> None:
-        if self.device.type == "cuda":
-            self.torch.cuda.synchronize()
+        """Wait for the device's queued work: torch.cuda's, or the device module a vendor plugin registers."""
+        module = getattr(self.torch, self.device.type, None) if self.device.type != "cpu" else None
+        if module is not None and hasattr(module, "synchronize"):
+            module.synchronize()
 
     def _time(self, fn: Callable[[], object], repeats: int) -> list[float]:
         fn()  # warm-up (kernel selection, allocation)

@@ -171,7 +171,9 @@ def apply_adaptations(platform: Platform, adaptations: Iterable[AdaptedKernel]) 
     notes: list[str] = []
     for a in adaptations:
         plugins = load_plugin_kernels(names=[a.plugin]) if a.plugin else None
-        entry, note = make_kernel(a.strategy, a.op, platform, a.dtype if a.dtype != "int" else "fp32", plugins)
+        # an integer op's upcast is made for 'int' (at 'fp32' it would be refused as already fp32)
+        at = a.dtype if a.dtype != "int" or a.strategy == "upcast" else "fp32"
+        entry, note = make_kernel(a.strategy, a.op, platform, at, plugins)
         if entry is None:
             notes.append(f"adaptation {a.describe()} not rebuilt: {note}")
             continue

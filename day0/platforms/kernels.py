@@ -35,6 +35,7 @@ from day0.core.ops import (
     op_name,
     resolve_op,
 )
+from day0.errors import PluginError
 from day0.platforms.libraries.model import ResolvedLibrary
 from day0.platforms.libraries.resolve import resolve_library
 from day0.spec.cluster import PlatformSpec
@@ -50,9 +51,12 @@ __all__ = [
     "call_dtype",
     "device_available",
     "load_plugin_kernels",
+    "load_vendor_plugin",
 ]
 
 ENTRY_POINT_GROUP = "day0.platforms"
+_DISPATCHER_MISSING = "Could not run '"
+"""How the dispatcher starts its error for an op with no kernel for the device's dispatch key."""
 
 Kernel: TypeAlias = Callable[..., OpArg]
 """An aten kernel: called with its op's arguments, returns what the op returns."""
@@ -132,6 +136,20 @@ def load_plugin_kernels(eps: Iterable[EntryPoint] | None = None, names: Iterable
     return table
 
 
+def load_vendor_plugin(spec: PlatformSpec) -> KernelTable:
+    """The kernels of the platform's vendor plugin, loading it (which registers its device with torch).
+    A plugin whose import raises is a `PluginError` naming it and its error: the device must not
+    quietly become a host emulation."""
+    try:
+        return load_plugin_kernels(names=[spec.vendor_plugin] if spec.vendor_plugin else [])
+    except Exception as exc:
+        where = [ep.value for ep in entry_points(group=ENTRY_POINT_GROUP) if ep.name == spec.vendor_plugin]
+        raise PluginError(
+            f"platform {spec.name}: vendor plugin {spec.vendor_plugin!r} ({', '.join(where)}) failed to load: "
+            f"{type(exc).__name__}: {str(exc)[:300]}"
+        ) from exc
+
+
 @dataclass
 class Platform:
     """A platform as step 2 sees it: a device, an operator library and a kernel table."""
@@ -157,7 +175,7 @@ class Platform:
                     f"vendor plugin {spec.vendor_plugin!r} is not installed (no '{ENTRY_POINT_GROUP}' "
                     "entry point): stock kernels stand in for the vendor's"
                 )
-            kernels = load_plugin_kernels(names=[spec.vendor_plugin])
+            kernels = load_vendor_plugin(spec)
         device, emulated = spec.device_type, None
         if device != "cpu" and not device_available(device):
             device, emulated = "cpu", spec.device_type
@@ -207,5 +225,15 @@ class PlatformMode(TorchDispatchMode):
         if name.startswith("aten::") and not self.platform.declares(name, dtype):
             example = describe_call(args, kwargs)
             raise MissingKernelError(f"{self.platform.name}: no kernel for {name} at {dtype}", name, example, dtype)
+        try:
+            out = func(*args, **kwargs)
+        except NotImplementedError as exc:
+            # A real device's dispatcher has no kernel for the op (or for one it calls): the same gap
+            # a declared library shows, so step 2 adapts it like any other missing op.
+            said = (str(exc).splitlines() or [""])[0].split(". ")[0]  # "Could not run '...' with ... backend"
+            if not said.startswith(_DISPATCHER_MISSING):
+                raise
+            message = f"{self.platform.name}: no kernel for {name} at {dtype} ({said[:160]})"
+            raise MissingKernelError(message, name, describe_call(args, kwargs), dtype) from exc
         self.served[(name, "stock")] += 1
-        return func(*args, **kwargs)
+        return out

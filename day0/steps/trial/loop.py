@@ -35,7 +35,7 @@ from day0.core.recompute import Recompute
 from day0.core.training import GRAD_CLIP_NORM, WEIGHT_DECAY, clip_gradients, forward_loss, make_optimizer
 from day0.core.typing import HFConfigDict, JsonObject
 from day0.platforms.adapted import AdaptedKernel, apply_adaptations
-from day0.platforms.kernels import Platform, PlatformMode, load_plugin_kernels
+from day0.platforms.kernels import Platform, PlatformMode, load_vendor_plugin
 from day0.spec.cluster import PlatformSpec
 from day0.steps.trial.data import batch_for_step
 from day0.steps.trial.memory import SavedActivations, TrainingState, state_bytes
@@ -136,8 +136,11 @@ def lr_at(step: int, cfg: LoopConfig) -> float:
 
 
 def _peak_memory_bytes(device: torch.device) -> int:
-    if device.type == "cuda":
-        return int(torch.cuda.max_memory_allocated(device))
+    """The device's allocator peak (torch.cuda's, or the device module a vendor plugin registers,
+    torch.npu ...); the process's peak RSS for the host, or a device module without memory stats."""
+    module = getattr(torch, device.type, None) if device.type != "cpu" else None
+    if module is not None and hasattr(module, "max_memory_allocated"):
+        return int(module.max_memory_allocated(device))
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return int(rss if sys.platform == "darwin" else rss * 1024)
 
@@ -220,7 +223,7 @@ def _device(cfg: LoopConfig, local_rank: int) -> torch.device:
 
         return ray.train.torch.get_device()
     if cfg.platform is not None and cfg.platform.vendor_plugin:
-        load_plugin_kernels(names=[cfg.platform.vendor_plugin])
+        load_vendor_plugin(cfg.platform)
     return torch.device(cfg.device_type, local_rank)
 
 
