@@ -285,5 +285,5 @@ def capture_operators(
         ops=ops,
         constraints=list(recorder.constraints.values()),
         capture_seconds=time.perf_counter() - start,
-        kept_whole=kept_whole,
+        kept_whole=[op for op in kept_whole if op in recorder.records],  # those the step met
     )
