@@ -9,6 +9,7 @@ norms, softmax ...) may have cancellation outliers.
 from __future__ import annotations
 
 import math
+from functools import cache
 
 import torch
 from torch.utils._pytree import tree_leaves
@@ -18,9 +19,10 @@ from day0.core.ops import Call
 from day0.core.precision import COMPUTE_DTYPES
 from day0.steps.operators.config import ValidationSpec
 from day0.steps.operators.metrics import Thresholds, default_thresholds
+from day0.steps.operators.msprobe import MsprobeStandards, load_standards
 from day0.steps.operators.result import Kind
 
-__all__ = ["accumulates", "classify", "norm_terms", "op_thresholds", "thresholds_for"]
+__all__ = ["accumulates", "classify", "msprobe_standards", "norm_terms", "op_thresholds", "thresholds_for"]
 
 _LAYOUT = {
     "view",
@@ -163,6 +165,17 @@ def classify(op: str) -> Kind:
 def accumulates(op: str) -> bool:
     """Whether each output element of `op` sums many rounded terms (a matmul, norm, softmax ...)."""
     return op.split("::", 1)[-1].split(".")[0] in _ACCUMULATING
+
+
+@cache
+def _standards(version: str) -> MsprobeStandards:
+    return load_standards(version)
+
+
+def msprobe_standards(validation: ValidationSpec) -> MsprobeStandards | None:
+    """msprobe's standards when `validation.tolerance` is msprobe (read once per process and version:
+    the cached wheel, else day0's snapshot), None for torch's tolerances."""
+    return _standards(validation.msprobe_version) if validation.tolerance == "msprobe" else None
 
 
 def thresholds_for(dtype: str, validation: ValidationSpec) -> Thresholds:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable
-from functools import reduce
+from functools import partial, reduce
 from typing import Literal
 
 import torch
@@ -41,7 +41,9 @@ from day0.steps.operators.metrics import (
     compare,
     verdict,
 )
-from day0.steps.operators.op_policy import classify, norm_terms, op_thresholds, thresholds_for
+from day0.steps.operators.msprobe import MsprobeStandards, Standard, api_name
+from day0.steps.operators.msprobe_judge import BENCH_STANDARDS, JUDGED_DTYPES, judge
+from day0.steps.operators.op_policy import classify, msprobe_standards, norm_terms, op_thresholds, thresholds_for
 from day0.steps.operators.result import Kind, OpCheck, OpCheckReport
 
 __all__ = ["ReferenceMode", "check_inventory", "check_op"]
@@ -107,6 +109,54 @@ def _compare_outputs(
         m = compare(p, r, t, p.dtype if p.is_floating_point() else None)
         worst = m if worst is None else worst.merge(m)
     return worst
+
+
+Verdict = tuple[bool, str]
+Judged = tuple[ErrorMetrics | None, Thresholds, Verdict | None]
+"""One call's metrics, the thresholds torch's verdict takes, and msprobe's verdict where it judged the call."""
+
+
+def _bench(func: torch._ops.OpOverload, call: Call) -> list[torch.Tensor]:
+    """The host's stock kernel on the platform's inputs, at the platform's dtype: msprobe's GPU run."""
+    host = cast_call(call, lambda d: d, "cpu")
+    return _results(func, host, _run(func, host, None)[0])
+
+
+def _msprobe(
+    op: str,
+    p_res: list[torch.Tensor],
+    r_res: list[torch.Tensor],
+    bench: Callable[[], list[torch.Tensor]],
+    standards: MsprobeStandards,
+    applied: set[str],
+    notes: set[str],
+) -> Verdict | None:
+    """msprobe's verdict on one call (every output judged by the standard its registry picks), or
+    None where an output is one day0 cannot judge msprobe's way: torch's tolerances judge that call."""
+    api = api_name(op)
+    picked: list[Standard] = [standards.standard(api, r.is_floating_point()) for r in r_res]
+    if any(p.is_floating_point() and p.dtype not in JUDGED_DTYPES for p in p_res):
+        notes.add("torch's tolerances: msprobe skips fp64 and complex outputs")
+        return None
+    if "accumulative_error_compare" in picked:
+        notes.add("torch's tolerances: day0 does not apply msprobe's accumulative_error_compare")
+        return None
+    b_res: list[torch.Tensor | None] = [None] * len(p_res)
+    if BENCH_STANDARDS & set(picked):
+        try:
+            b_res = list(bench())
+        except Exception as exc:  # noqa: BLE001 - no host kernel at this dtype: msprobe has no GPU figure
+            notes.add(
+                f"torch's tolerances: msprobe's {picked[0]} needs the host's kernel, which failed: {_first_line(exc)}"
+            )
+            return None
+    verdicts = [judge(std, api, p, r, b, standards) for std, p, r, b in zip(picked, p_res, r_res, b_res, strict=True)]
+    applied.update(picked)
+    listed = standards.listed(api)
+    if listed is not None and listed not in picked and standards.float_outputs_benchmarked:
+        notes.add(f"msprobe {standards.version} lists {api} as {listed} but benchmarks floating outputs first")
+    failing = [v for v in verdicts if not v[0]]
+    return failing[0] if failing else verdicts[0]
 
 
 def _grads(
@@ -182,10 +232,12 @@ def check_op(
         return DTYPES[dtype] if name == inventory_dtype else DTYPES.get(name, torch.float32)
 
     do_grads = grads and kind == "compute" and not record.op.split(".")[0].endswith("_") and "forward" in record.phases
-    judged: list[tuple[ErrorMetrics, Thresholds]] = []
-    grad_judged: list[tuple[ErrorMetrics, Thresholds]] = []
+    judged: list[Judged] = []
+    grad_judged: list[Judged] = []
     served: set[str] = set()
     notes: set[str] = set()
+    standards = msprobe_standards(validation) if kind != "nondeterministic" else None
+    applied: set[str] = set()
     for index, example in enumerate(record.examples[:max_examples]):
         if example_numel(example) > max_elements or call_numel(record.op, example) > max_elements:
             example = shrink_example(example, max_elements, lambda ex: call_numel(record.op, ex))
@@ -215,8 +267,13 @@ def check_op(
                 m = _compare_outputs(p_res, r_res, kind, t)
             except AssertionError as exc:
                 return _fail(result.model_copy(update={"served_by": sorted(served)}), "fail", str(exc), start)
-            if m is not None:
-                judged.append((m, t))
+            ms = (
+                _msprobe(record.op, p_res, r_res, partial(_bench, func, p_call), standards, applied, notes)
+                if standards is not None
+                else None
+            )
+            if m is not None or ms is not None:
+                judged.append((m, t, ms))
             if do_grads and index == 0:
                 gt = thresholds_for(_coarsest(p_call, p_out), validation)  # gradients are at the inputs' dtypes
                 gm, status, note = _grad_check(func, p_call, r_call, platform, seed, DTYPES[dtype], kind, gt)
@@ -225,7 +282,9 @@ def check_op(
                 if status is not None:
                     result.grad_status, do_grads = status, False
                 elif gm is not None:
-                    grad_judged.append((gm, gt))
+                    grad_judged.append((gm, gt, None))
+    if applied:
+        result.policy = f"msprobe ({', '.join(sorted(applied))})"
     return _judge(result, judged, grad_judged, kind, served, notes, start)
 
 
@@ -267,20 +326,30 @@ def _grad_check(
     return _compare_outputs(pg, rg, kind, t), None, None
 
 
-def _verdict(judged: list[tuple[ErrorMetrics, Thresholds]]) -> tuple[ErrorMetrics | None, bool, str]:
-    """(worst metrics over the calls, passed, reason): the first failing call's reason, if any."""
+def _verdict(judged: list[Judged]) -> tuple[ErrorMetrics | None, bool, str]:
+    """(worst metrics over the calls, passed, reason): the first failing call's reason, if any; msprobe's
+    verdict where it judged a call, torch's (`metrics.verdict`) otherwise; "" when nothing was judged."""
     if not judged:
         return None, True, ""
-    verdicts = [verdict(m, t) for m, t in judged]
+    verdicts = [ms if ms is not None else verdict(m, t) if m is not None else (True, "") for m, t, ms in judged]
     failing = [why for ok, why in verdicts if not ok]
-    passing = "within atol" if all(why == "within atol" for _, why in verdicts) else "within tolerance"
-    return reduce(ErrorMetrics.merge, (m for m, _ in judged)), not failing, failing[0] if failing else passing
+    by_msprobe = [ms[1] for _, _, ms in judged if ms is not None]
+    passing = (
+        "within atol"
+        if all(why == "within atol" for _, why in verdicts)
+        else by_msprobe[0]
+        if by_msprobe
+        else "within tolerance"
+    )
+    metrics = [m for m, _, _ in judged if m is not None]
+    worst = reduce(ErrorMetrics.merge, metrics) if metrics else None
+    return worst, not failing, failing[0] if failing else passing
 
 
 def _judge(
     result: OpCheck,
-    judged: list[tuple[ErrorMetrics, Thresholds]],
-    grad_judged: list[tuple[ErrorMetrics, Thresholds]],
+    judged: list[Judged],
+    grad_judged: list[Judged],
     kind: Kind,
     served: set[str],
     notes: set[str],
@@ -288,15 +357,15 @@ def _judge(
 ) -> OpCheck:
     result.served_by = sorted(served)
     result.metrics, ok, why = _verdict(judged)
-    if result.metrics is not None:
+    if why:
         result.status, result.reason = ("pass" if ok else "fail"), why
     elif kind == "nondeterministic":
         result.reason = "values not compared: random or uninitialised memory; shape and dtype checked"
     # a gradient is a chain of two rounded ops: forgive twice the RMS
     result.grad_metrics, ok, why = _verdict(
-        [(m, t.model_copy(update={"rms_share": min(1.0, 2 * t.rms_share)})) for m, t in grad_judged]
+        [(m, t.model_copy(update={"rms_share": min(1.0, 2 * t.rms_share)}), ms) for m, t, ms in grad_judged]
     )
-    if result.grad_metrics is not None:
+    if why:
         result.grad_status = "pass" if ok else "fail"
         if not ok:
             result.reason = (result.reason + "; " if result.status == "fail" else "") + f"gradient: {why}"
@@ -343,7 +412,13 @@ def check_inventory(
         if progress is not None:
             progress(len(checks), len(todo), checks[-1])
     seconds = time.perf_counter() - start
+    standards = msprobe_standards(validation)
     return OpCheckReport(
+        tolerance=(
+            f"msprobe {standards.version} ({standards.package} wheel sha256 {standards.wheel_sha256[:12]})"
+            if standards
+            else "torch"
+        ),
         platform=platform.name,
         emulated_on=platform.emulated_on,
         compute_dtypes=dtypes,
