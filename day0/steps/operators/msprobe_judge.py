@@ -161,7 +161,9 @@ def ulp(actual: torch.Tensor, golden: torch.Tensor, bench: torch.Tensor | None, 
             return False, f"ULP: mean ULP error {mean:.3g}, the host's {b_mean:.3g}"
         ratio = _ratio(share, b_share, dt)
     beyond = f"{share:.3g} of elements beyond {_ULP_BEYOND[dt]:g} ULP"
-    figures = f"ULP at {dt}: mean {mean:.3g} ULP, {beyond}" + (f", {ratio:.3g}x the host's share" if bench else "")
+    figures = f"ULP at {dt}: mean {mean:.3g} ULP, {beyond}" + (
+        f", {ratio:.3g}x the host's share" if bench is not None else ""
+    )
     ok = (dt == "fp32" and mean < _ULP_MEAN_FP32) or share < _ULP_SHARE[dt] or ratio < 1
     return ok, figures
 
