@@ -30,6 +30,7 @@ constants below are transcribed from its `standard_config.py`, `compare_utils.py
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import torch
 
@@ -174,20 +175,26 @@ def thousandth(actual: torch.Tensor, golden: torch.Tensor, eps: float) -> tuple[
     return within >= 0.999, f"thousandth: {within:.4%} of elements within 0.001 relative error (needs 99.9%)"
 
 
-def _bench_metrics(
-    actual: torch.Tensor, golden: torch.Tensor, dt: str, eps: float, dtype: torch.dtype
-) -> tuple[float, float, float, float]:
+class _Golden(NamedTuple):
+    """What the benchmark standard measures both sides against, computed once for both."""
+
+    values: torch.Tensor
+    finite: torch.Tensor  # finite at the platform's dtype
+    small: torch.Tensor  # |reference| <= small_value
+    denominator: torch.Tensor  # |reference| + eps
+
+
+def _bench_metrics(actual: torch.Tensor, golden: _Golden, atol: float) -> tuple[float, float, float, float]:
     """(small-value error share, RMSE, max rel, mean rel) of `actual` against `golden`: BenchmarkCompare."""
-    small_value, atol = _BENCH_SMALL[dt]
-    a, g = actual.double(), golden.double()
-    inf_nan = ~(torch.isfinite(a) & torch.isfinite(_as_compared(g, dtype)))
-    err = (a - g).abs()
-    small = (g.abs() <= small_value) & ~inf_nan
+    a = actual.double()
+    inf_nan = ~(torch.isfinite(a) & golden.finite)
+    err = (a - golden.values).abs()
+    small = golden.small & ~inf_nan
     small_share = _share(err > atol, small)
     masked = small | inf_nan
     n, cnt = err.numel(), int(masked.sum())
     mse = float(torch.where(masked, 0.0, err).square().mean()) * (n / (n - cnt + 1e-4) + 1e-4)
-    rel = torch.where(masked, -1.0, err / (g.abs() + eps))
+    rel = torch.where(masked, -1.0, err / golden.denominator)
     kept = rel[rel >= 0]
     max_rel = float(rel.max()) if float(rel.max()) >= 0 else 0.0
     return small_share, math.sqrt(mse), max_rel, float(kept.mean()) if kept.numel() else 0.0
@@ -199,8 +206,11 @@ def benchmark(
     level = "L2" if api in _L2 else "L1" if api in _L1 else "L0"
     max_rel, mean_rel, rmse = _LEVELS[level]
     limits = {"small-value error share": _SMALL_RATIO, "RMSE": rmse, "max rel": max_rel, "mean rel": mean_rel}
-    npu = _bench_metrics(actual, golden, dt, eps, dtype)
-    gpu = _bench_metrics(bench, golden, dt, eps, dtype)
+    small_value, atol = _BENCH_SMALL[dt]
+    g = golden.double()
+    ref = _Golden(g, torch.isfinite(_as_compared(g, dtype)), g.abs() <= small_value, g.abs() + eps)
+    npu = _bench_metrics(actual, ref, atol)
+    gpu = _bench_metrics(bench, ref, atol)
     over = []
     for (name, limit), x, y in zip(limits.items(), npu, gpu, strict=True):
         if not (math.isfinite(x) and math.isfinite(y)):

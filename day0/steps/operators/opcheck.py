@@ -159,6 +159,14 @@ def _msprobe(
     return failing[0] if failing else verdicts[0]
 
 
+def _host_grads(func: torch._ops.OpOverload, call: Call, seed: int, cot_dtype: torch.dtype) -> list[torch.Tensor]:
+    """The host's stock kernels' input gradients at the platform's dtype: msprobe's GPU backward."""
+    got = _grads(func, cast_call(call, lambda d: d, "cpu", True), None, seed, cot_dtype)
+    if got is None:
+        raise RuntimeError("the host's kernel gave no gradients")
+    return got
+
+
 def _grads(
     func: Kernel, call: Call, platform: Platform | None, seed: int, cot_dtype: torch.dtype
 ) -> list[torch.Tensor] | None:
@@ -276,13 +284,19 @@ def check_op(
                 judged.append((m, t, ms))
             if do_grads and index == 0:
                 gt = thresholds_for(_coarsest(p_call, p_out), validation)  # gradients are at the inputs' dtypes
-                gm, status, note = _grad_check(func, p_call, r_call, platform, seed, DTYPES[dtype], kind, gt)
+                gm, status, note, grad_pair = _grad_check(func, p_call, r_call, platform, seed, DTYPES[dtype], kind, gt)
                 if note:
                     notes.add(note)
                 if status is not None:
                     result.grad_status, do_grads = status, False
                 elif gm is not None:
-                    grad_judged.append((gm, gt, None))
+                    host = partial(_host_grads, func, p_call, seed, DTYPES[dtype])
+                    gms = (  # msprobe judges an API's input gradients by the standard of its outputs
+                        _msprobe(record.op, *grad_pair, host, standards, applied, notes)
+                        if standards and grad_pair
+                        else None
+                    )
+                    grad_judged.append((gm, gt, gms))
     if applied:
         result.policy = f"msprobe ({', '.join(sorted(applied))})"
     return _judge(result, judged, grad_judged, kind, served, notes, start)
@@ -310,20 +324,25 @@ def _grad_check(
     cot_dtype: torch.dtype,
     kind: Kind,
     t: Thresholds,
-) -> tuple[ErrorMetrics | None, Literal["skipped", "n/a"] | None, str | None]:
-    """(metrics, terminal grad status or None, note)."""
+) -> tuple[
+    ErrorMetrics | None,
+    Literal["skipped", "n/a"] | None,
+    str | None,
+    tuple[list[torch.Tensor], list[torch.Tensor]] | None,
+]:
+    """(metrics, terminal grad status or None, note, (the platform's gradients, the reference's))."""
     try:
         pg = _grads(func, cast_call(p_call, lambda d: d, platform.device, True), platform, seed, cot_dtype)
         rg = _grads(func, cast_call(r_call, lambda d: d, "cpu", True), None, seed, cot_dtype)
     except MissingKernelError as exc:
         # the backward kernels the model runs are inventory ops, checked on their own;
         # a derivative needing another op is not this model's gap
-        return None, "skipped", f"gradient not checked: {exc}"
+        return None, "skipped", f"gradient not checked: {exc}", None
     except RuntimeError:  # not differentiable (integer outputs, no derivative formula)
-        return None, "n/a", None
+        return None, "n/a", None, None
     if pg is None or rg is None:
-        return None, "n/a", None
-    return _compare_outputs(pg, rg, kind, t), None, None
+        return None, "n/a", None, None
+    return _compare_outputs(pg, rg, kind, t), None, None, (pg, rg)
 
 
 def _verdict(judged: list[Judged]) -> tuple[ErrorMetrics | None, bool, str]:

@@ -46,8 +46,8 @@ class OpCheck(BaseModel):
     policy: str = Field(
         "torch",
         description=(
-            "Whose standard judged the values: torch (torch.testing's per-dtype tolerances) or "
-            "msprobe (<standard>...); gradients are judged by torch's."
+            "Whose standard judged the values and gradients: torch (torch.testing's per-dtype tolerances) or "
+            "msprobe (<standard>...)."
         ),
     )
     seconds: float = 0.0

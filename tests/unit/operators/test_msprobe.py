@@ -222,9 +222,10 @@ def _platform(op: str, kernel: Kernel) -> Platform:
     return platform
 
 
-def _record(op: str, *shapes: list[int]) -> OpRecord:
+def _record(op: str, *shapes: list[int], phases: tuple[str, ...] = ("optimizer",)) -> OpRecord:
+    """An op with one example; run in the forward pass, its input gradients are checked too."""
     return OpRecord(
-        op=op, phases=["optimizer"], dtypes=["fp32"], examples=[[{"shape": s, "dtype": "fp32"} for s in shapes]]
+        op=op, phases=list(phases), dtypes=["fp32"], examples=[[{"shape": s, "dtype": "fp32"} for s in shapes]]
     )
 
 
@@ -241,16 +242,19 @@ def test_binary_compared_op_fails_on_one_ulp_that_torch_passes(in_cache: Path) -
 
 
 def test_ulp_compared_op_is_judged_in_ulps(in_cache: Path) -> None:
-    """fp32 passes msprobe's ULP standard with a mean ULP error under 64, whatever torch's rtol says."""
-    record = _record("aten::mm", [16, 32], [32, 16])
+    """fp32 passes msprobe's ULP standard with a mean ULP error under 64, whatever torch's rtol says;
+    the input gradients (computed by the same kernel) are judged by the same standard."""
+    record = _record("aten::mm", [16, 32], [32, 16], phases=("forward",))
     msprobe = ValidationSpec(reference_dtype="fp64", tolerance="msprobe", msprobe_version=LISTS_VERSION)
     twenty = _platform("aten::mm", _ulps_off(torch.ops.aten.mm.default, 20))
-    assert check_op(record, twenty, "fp32", ValidationSpec(reference_dtype="fp64")).status == "fail"  # > rtol 1.3e-6
+    by_torch = check_op(record, twenty, "fp32", ValidationSpec(reference_dtype="fp64"))
+    assert (by_torch.status, by_torch.grad_status) == ("fail", "fail")  # beyond rtol 1.3e-6
     passed = check_op(record, twenty, "fp32", msprobe)
-    assert passed.status == "pass" and passed.policy == "msprobe (ulp_compare)", passed.reason
+    assert (passed.status, passed.grad_status) == ("pass", "pass"), passed.reason
+    assert passed.policy == "msprobe (ulp_compare)"
     assert "ULP at fp32: mean 2" in passed.reason  # about 20 ULPs, and the rounding of the host's sum
     hundred = check_op(record, _platform("aten::mm", _ulps_off(torch.ops.aten.mm.default, 100)), "fp32", msprobe)
-    assert hundred.status == "fail" and "ULP at fp32: mean 1" in hundred.reason
+    assert (hundred.status, hundred.grad_status) == ("fail", "fail") and "ULP at fp32: mean 1" in hundred.reason
 
 
 def test_26_2_orders_floating_outputs_to_the_benchmark_standard(in_cache: Path) -> None:
