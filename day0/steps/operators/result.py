@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import TYPE_CHECKING, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
@@ -330,6 +331,8 @@ class OperatorsResult(StepResult):
             "adapted": str(len(adapted)),
             "not checked": f"{len(unchecked)} ops, {len(grads_unchecked)} gradients",
             "first divergent layer": layer,
+            "judged by": f"{self.ops.tolerance}: "
+            + ", ".join(f"{n} {p}" for p, n in Counter(c.policy for c in checks).most_common()),
         }
 
     def _plot_layers(self) -> bool:

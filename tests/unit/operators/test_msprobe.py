@@ -32,6 +32,7 @@ from day0.steps.operators.msprobe import (
 )
 from day0.steps.operators.msprobe_judge import judge, ulp_errors
 from day0.steps.operators.opcheck import check_inventory, check_op
+from day0.steps.operators.result import OperatorsResult
 from tests.fixtures.numerics import tiny_inventory
 
 STANDARD_YAML = """\
@@ -286,6 +287,9 @@ def test_report_names_each_ops_policy(in_cache: Path) -> None:
     text = report.to_markdown()
     assert report.tolerance.startswith(f"msprobe {LISTS_VERSION} (mindstudio-probe wheel sha256 ")
     assert f"Tolerance: {report.tolerance}" in text and "| **pass** | msprobe (ulp_compare) |" in text
+    judged_by = OperatorsResult(ops=report).headline["judged by"]  # in the scorecard's numerical row
+    assert judged_by.startswith(f"{report.tolerance}: ") and "1 torch" in judged_by
+    assert "1 msprobe (ulp_compare)" in judged_by
 
 
 def test_standards_measure_as_msprobe_defines() -> None:
