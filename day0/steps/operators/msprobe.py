@@ -46,6 +46,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from day0.errors import UsageError
+from day0.paths import CONFIGS_DIR
 from day0.platforms.wheels import Wheel, WheelError, cached_wheel, fetch_wheel
 
 __all__ = [
@@ -62,7 +63,7 @@ __all__ = [
 ]
 
 PACKAGE = "mindstudio-probe"
-SNAPSHOT_DIR = Path(__file__).resolve().parents[3] / "configs" / "tolerances"
+SNAPSHOT_DIR = CONFIGS_DIR / "tolerances"
 _ROOT = "msprobe/pytorch/api_accuracy_checker/"
 STANDARD_MEMBER = _ROOT + "compare/api_precision_standard.yaml"
 THRESHOLD_MEMBER = _ROOT + "compare/api_precision_threshold.yaml"

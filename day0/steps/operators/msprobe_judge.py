@@ -185,19 +185,19 @@ class _Golden(NamedTuple):
 
 
 def _bench_metrics(actual: torch.Tensor, golden: _Golden, atol: float) -> tuple[float, float, float, float]:
-    """(small-value error share, RMSE, max rel, mean rel) of `actual` against `golden`: BenchmarkCompare."""
-    a = actual.double()
-    inf_nan = ~(torch.isfinite(a) & golden.finite)
-    err = (a - golden.values).abs()
-    small = golden.small & ~inf_nan
-    small_share = _share(err > atol, small)
-    masked = small | inf_nan
+    """(small-value error share, RMSE, max rel, mean rel) of `actual` against `golden`: BenchmarkCompare's,
+    where an element Inf/NaN on either side or small counts in none but the first (its relative error -1)."""
+    inf_nan = ~(torch.isfinite(actual) & golden.finite)
+    err = (actual.double() - golden.values).abs_()
+    masked = golden.small | inf_nan
+    small_share = _share(err > atol, golden.small & ~inf_nan)
     n, cnt = err.numel(), int(masked.sum())
-    mse = float(torch.where(masked, 0.0, err).square().mean()) * (n / (n - cnt + 1e-4) + 1e-4)
-    rel = torch.where(masked, -1.0, err / golden.denominator)
-    kept = rel[rel >= 0]
-    max_rel = float(rel.max()) if float(rel.max()) >= 0 else 0.0
-    return small_share, math.sqrt(mse), max_rel, float(kept.mean()) if kept.numel() else 0.0
+    kept = err.masked_fill_(masked, 0.0)
+    mse = float(kept.square().mean()) * (n / (n - cnt + 1e-4) + 1e-4)
+    rel = kept.div_(golden.denominator)  # 0 where masked: below every kept relative error, or none is kept
+    if n == cnt:
+        return small_share, math.sqrt(mse), 0.0, 0.0
+    return small_share, math.sqrt(mse), float(rel.max()), float(rel.sum()) / (n - cnt)
 
 
 def benchmark(

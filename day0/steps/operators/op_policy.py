@@ -9,7 +9,6 @@ norms, softmax ...) may have cancellation outliers.
 from __future__ import annotations
 
 import math
-from functools import cache
 
 import torch
 from torch.utils._pytree import tree_leaves
@@ -22,7 +21,15 @@ from day0.steps.operators.metrics import Thresholds, default_thresholds
 from day0.steps.operators.msprobe import MsprobeStandards, load_standards
 from day0.steps.operators.result import Kind
 
-__all__ = ["accumulates", "classify", "msprobe_standards", "norm_terms", "op_thresholds", "thresholds_for"]
+__all__ = [
+    "accumulates",
+    "classify",
+    "msprobe_standards",
+    "norm_terms",
+    "op_thresholds",
+    "remember_standards",
+    "thresholds_for",
+]
 
 _LAYOUT = {
     "view",
@@ -167,15 +174,23 @@ def accumulates(op: str) -> bool:
     return op.split("::", 1)[-1].split(".")[0] in _ACCUMULATING
 
 
-@cache
-def _standards(version: str) -> MsprobeStandards:
-    return load_standards(version)
+_STANDARDS: dict[str, MsprobeStandards] = {}  # msprobe version -> its standards, read once per process
+
+
+def remember_standards(standards: MsprobeStandards) -> None:
+    """Standards the run resolved where it started: a worker without the wheel or the snapshot uses them."""
+    _STANDARDS[standards.version] = standards
 
 
 def msprobe_standards(validation: ValidationSpec) -> MsprobeStandards | None:
-    """msprobe's standards when `validation.tolerance` is msprobe (read once per process and version:
-    the cached wheel, else day0's snapshot), None for torch's tolerances."""
-    return _standards(validation.msprobe_version) if validation.tolerance == "msprobe" else None
+    """msprobe's standards when `validation.tolerance` is msprobe (remembered, else read once: the
+    cached wheel, else day0's snapshot), None for torch's tolerances."""
+    if validation.tolerance != "msprobe":
+        return None
+    version = validation.msprobe_version
+    if version not in _STANDARDS:
+        _STANDARDS[version] = load_standards(version)
+    return _STANDARDS[version]
 
 
 def thresholds_for(dtype: str, validation: ValidationSpec) -> Thresholds:

@@ -130,12 +130,14 @@ def _msprobe(
     standards: MsprobeStandards,
     applied: set[str],
     notes: set[str],
+    metrics: ErrorMetrics | None,
 ) -> Verdict | None:
     """msprobe's verdict on one call (every output judged by the standard its registry picks), or
-    None where an output is one day0 cannot judge msprobe's way: torch's tolerances judge that call."""
+    None where an output is one day0 cannot judge msprobe's way: torch's tolerances judge that call.
+    `metrics`: torch's figures of the call, for what msprobe's verdict does not see."""
     api = api_name(op)
-    picked: list[Standard] = [standards.standard(api, r.is_floating_point()) for r in r_res]
-    if any(p.is_floating_point() and p.dtype not in JUDGED_DTYPES for p in p_res):
+    picked: list[Standard] = [standards.standard(api, p.is_floating_point()) for p in p_res]
+    if any((p.is_floating_point() or p.is_complex()) and p.dtype not in JUDGED_DTYPES for p in p_res):
         notes.add("torch's tolerances: msprobe skips fp64 and complex outputs")
         return None
     if "accumulative_error_compare" in picked:
@@ -156,6 +158,11 @@ def _msprobe(
     if listed is not None and listed not in picked and standards.float_outputs_benchmarked:
         notes.add(f"msprobe {standards.version} lists {api} as {listed} but benchmarks floating outputs first")
     failing = [v for v in verdicts if not v[0]]
+    if not failing and "benchmark" in picked and metrics is not None and metrics.nan_inf_mismatch:
+        notes.add(
+            "NaN/Inf on one side only: msprobe's benchmark standard leaves such elements out of its metrics "
+            "(torch's tolerances fail them)"
+        )
     return failing[0] if failing else verdicts[0]
 
 
@@ -276,7 +283,7 @@ def check_op(
             except AssertionError as exc:
                 return _fail(result.model_copy(update={"served_by": sorted(served)}), "fail", str(exc), start)
             ms = (
-                _msprobe(record.op, p_res, r_res, partial(_bench, func, p_call), standards, applied, notes)
+                _msprobe(record.op, p_res, r_res, partial(_bench, func, p_call), standards, applied, notes, m)
                 if standards is not None
                 else None
             )
@@ -292,7 +299,7 @@ def check_op(
                 elif gm is not None:
                     host = partial(_host_grads, func, p_call, seed, DTYPES[dtype])
                     gms = (  # msprobe judges an API's input gradients by the standard of its outputs
-                        _msprobe(record.op, *grad_pair, host, standards, applied, notes)
+                        _msprobe(record.op, *grad_pair, host, standards, applied, notes, gm)
                         if standards and grad_pair
                         else None
                     )

@@ -17,6 +17,7 @@ from day0.errors import UsageError
 from day0.platforms.kernels import Kernel, Platform
 from day0.platforms.wheels import cached_wheel
 from day0.steps.operators.config import ValidationSpec
+from day0.steps.operators.job import OperatorsRequest
 from day0.steps.operators.msprobe import (
     PACKAGE,
     REGISTRY_MEMBER,
@@ -31,9 +32,10 @@ from day0.steps.operators.msprobe import (
     write_snapshot,
 )
 from day0.steps.operators.msprobe_judge import judge, ulp_errors
+from day0.steps.operators.op_policy import msprobe_standards, remember_standards
 from day0.steps.operators.opcheck import check_inventory, check_op
 from day0.steps.operators.result import OperatorsResult
-from tests.fixtures.numerics import tiny_inventory
+from tests.fixtures.numerics import cpu_spec, faulty_platform, tiny_inventory
 
 STANDARD_YAML = """\
 AbsoluteThreshStandard:
@@ -186,6 +188,20 @@ def test_neither_wheel_nor_snapshot_is_a_usage_error_naming_the_field_and_the_co
         ValidationSpec.model_validate({"tolerance": "numpy"})
 
 
+def test_a_worker_judges_by_the_standards_the_run_resolved(in_cache: Path) -> None:
+    """The run resolves the standards where it starts and sends them with step 2's request: a Ray
+    worker with neither the wheel nor the snapshot judges by them."""
+    resolved = load_standards(LISTS_VERSION).model_copy(update={"version": "0.4.0"})  # on no disk anywhere
+    request = OperatorsRequest(inventory=tiny_inventory("fp32"), platform=cpu_spec(), msprobe=resolved)
+    arrived = OperatorsRequest.model_validate_json(request.model_dump_json())
+    assert arrived.msprobe == resolved
+    validation = ValidationSpec(tolerance="msprobe", msprobe_version="0.4.0")
+    with pytest.raises(UsageError, match=r"msprobe 0\.4\.0"):
+        msprobe_standards(validation)
+    remember_standards(arrived.msprobe)  # what the worker's run_request does first
+    assert msprobe_standards(validation) == resolved
+
+
 def test_committed_snapshot_is_the_real_wheels() -> None:
     wheel = cached_wheel(PACKAGE, "26.2.0")
     if wheel is None:
@@ -269,6 +285,20 @@ def test_26_2_orders_floating_outputs_to_the_benchmark_standard(in_cache: Path) 
     assert "small-value error share 256x the host's" in check.reason
     assert "lists abs as binary_consistency but benchmarks floating outputs first" in check.reason
     assert check_op(record, Platform("cpu"), "bf16", v).status == "pass"  # the host's own kernel
+
+
+def test_benchmark_standard_leaves_nan_out_and_the_check_says_so(in_cache: Path) -> None:
+    """A softmax without the max subtraction overflows to NaN on large logits: torch's tolerances fail
+    it; msprobe's benchmark standard leaves NaN/Inf elements out of its metrics and passes it, as
+    msprobe would, and the check says what it did not see."""
+    platform, ops = faulty_platform("softmax_without_max"), ["aten::_safe_softmax"]
+    by_torch = check_inventory(tiny_inventory("fp32"), platform, ValidationSpec(), ["bf16"], ops=ops, grads=False)
+    assert by_torch.checks[0].status == "fail" and "NaN/Inf mismatches" in by_torch.checks[0].reason
+    v = ValidationSpec(tolerance="msprobe", msprobe_version=FLOATS_VERSION)
+    check = check_inventory(tiny_inventory("fp32"), platform, v, ["bf16"], ops=ops, grads=False).checks[0]
+    assert check.status == "pass" and check.policy == "msprobe (benchmark)"
+    assert check.metrics is not None and check.metrics.nan_inf_mismatch > 0
+    assert "msprobe's benchmark standard leaves such elements out of its metrics" in check.reason
 
 
 def test_report_names_each_ops_policy(in_cache: Path) -> None:
