@@ -144,12 +144,13 @@ def _msprobe(
         notes.add("torch's tolerances: day0 does not apply msprobe's accumulative_error_compare")
         return None
     b_res: list[torch.Tensor | None] = [None] * len(p_res)
-    if BENCH_STANDARDS & set(picked):
+    if against_host := sorted(BENCH_STANDARDS & set(picked)):
         try:
             b_res = list(bench())
         except Exception as exc:  # noqa: BLE001 - no host kernel at this dtype: msprobe has no GPU figure
             notes.add(
-                f"torch's tolerances: msprobe's {picked[0]} needs the host's kernel, which failed: {_first_line(exc)}"
+                f"torch's tolerances: msprobe's {against_host[0]} needs the host's kernel, which failed: "
+                + _first_line(exc)
             )
             return None
     verdicts = [judge(std, api, p, r, b, standards) for std, p, r, b in zip(picked, p_res, r_res, b_res, strict=True)]
@@ -352,12 +353,19 @@ def _grad_check(
     return _compare_outputs(pg, rg, kind, t), None, None, (pg, rg)
 
 
+def _call_verdict(m: ErrorMetrics | None, t: Thresholds, ms: Verdict | None) -> Verdict:
+    if ms is not None:
+        return ms
+    assert m is not None  # a call is recorded with torch's metrics, msprobe's verdict or both
+    return verdict(m, t)
+
+
 def _verdict(judged: list[Judged]) -> tuple[ErrorMetrics | None, bool, str]:
     """(worst metrics over the calls, passed, reason): the first failing call's reason, if any; msprobe's
     verdict where it judged a call, torch's (`metrics.verdict`) otherwise; "" when nothing was judged."""
     if not judged:
         return None, True, ""
-    verdicts = [ms if ms is not None else verdict(m, t) if m is not None else (True, "") for m, t, ms in judged]
+    verdicts = [_call_verdict(*j) for j in judged]
     failing = [why for ok, why in verdicts if not ok]
     by_msprobe = [ms[1] for _, _, ms in judged if ms is not None]
     passing = (
