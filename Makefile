@@ -9,7 +9,7 @@ export PREFECT_SERVER_ANALYTICS_ENABLED ?= false
 export HF_HUB_OFFLINE ?= 1
 export RAY_AUTH_MODE ?= disabled
 
-.PHONY: setup lock run lint test test-fast drill deploy bench clean browser platform-libraries
+.PHONY: setup lock run lint test test-fast drill deploy bench clean browser platform-libraries tolerance-snapshots
 
 setup: $(STAMP)
 
@@ -72,6 +72,12 @@ deploy: setup
 	$(BIN)/prefect work-pool create day0-local --type process --overwrite
 	DAY0_REPO=$(CURDIR) $(BIN)/prefect --no-prompt deploy --all
 	$(BIN)/python -m flows.recovery
+
+# msprobe's accuracy standards (`validation.tolerance: msprobe`) as configs/tolerances/msprobe-<version>.json,
+# read where the mindstudio-probe wheel is not cached; fetches the wheel (pip download --no-deps) first.
+MSPROBE_VERSIONS ?= 26.2.0
+tolerance-snapshots: setup
+	$(BIN)/python -m day0.steps.operators.msprobe $(MSPROBE_VERSIONS)
 
 bench: setup
 	$(BIN)/python -m benchmarks.run $(BENCH)

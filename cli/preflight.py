@@ -6,7 +6,8 @@
 
 In order: the spec (every error, file and field path; every figure within its plausibility bound),
 `--only` (a selection of known steps that leaves something to run), the serving engine when step 6
-is to run (one day0 can start on the platform), the backend's preconditions (kuberay needs an s3://
+is to run (one day0 can start on the platform), the tolerance policy step 2 is to judge by (msprobe's
+standards cached or snapshotted, when asked for), the backend's preconditions (kuberay needs an s3://
 store and a node pool), the model source (resolves, offline when the hub is, to a plausible config,
 and the context lengths the spec writes fit the model's positions), the store answers
 (`check_store`; run always checks it, validate with `--check-store`; a file:// store must be a
@@ -34,6 +35,7 @@ from day0.model.source import resolve_model
 from day0.spec.checks import check_context_lengths, check_engine, check_parallel
 from day0.spec.cluster import PlatformSpec
 from day0.spec.pipeline import STEPS, PipelineSpec, load_spec, load_yaml
+from day0.steps.operators.plan import check_tolerance
 from day0.store import FileStore, open_store
 
 __all__ = [
@@ -60,6 +62,8 @@ def preflight(path: str, only: str | None, check_store: bool) -> tuple[PipelineS
     selection = parse_only(only)
     check_only(spec, selection)
     check_engine(spec, [s for s in spec.steps if selection is None or s in selection], path)
+    if "operators" in spec.steps:  # a prerequisite of later steps: checked whatever --only selects
+        check_tolerance(spec.validation)
     check_backend(spec)
     check_spec(spec, check_store=check_store, source=path)
     check_library(spec.platform)

@@ -152,6 +152,11 @@ def run_operators(
     notes = [fp8_note] if fp8_note else []
     plat = platform if isinstance(platform, Platform) else Platform.from_spec(platform)
     notes += plat.notes
+    if validation.tolerance == "msprobe":
+        notes.append(
+            f"ops judged by msprobe {validation.msprobe_version}'s standards, per op (its policy column); "
+            "msprobe's are per API, so the whole-model and training-step checks keep torch's tolerances"
+        )
     if plat.emulated_on:
         notes.append(f"no {plat.emulated_on} device here: the platform's operator library runs on the host CPU")
     say(f"checking {len(inventory.ops)} ops at {dtype} on {plat.name}")

@@ -1,5 +1,10 @@
 """Step 2's section of the spec (`validation:`): the per-dtype tolerances, the least cosine similarity,
-the reference dtype and the seeded input sets each operator is checked with.
+the reference dtype and the seeded input sets each operator is checked with, and whose standard
+judges the ops (`tolerance: torch | msprobe`, with `msprobe_version`).
+
+Two flat fields rather than one `tolerance: {policy: msprobe, version: ...}`: the version means
+something only for msprobe, but a field that is a word or a mapping has two shapes to document,
+validate and merge (a spec overlay setting the version alone would have to restate the policy).
 
 Contract: `UserModel` rules (`day0.spec.base`); every figure within a bound named in its description.
 """
@@ -34,3 +39,15 @@ class ValidationSpec(UserModel):
     min_cosine: float = Field(0.99, gt=0, le=1, description="Least cosine similarity to the reference for a pass.")
     reference_dtype: Literal["fp64", "fp32"] = Field("fp32", description="Dtype of the CPU reference computation.")
     seeds: int = Field(1, ge=1, le=1000, description="Seeded input sets per operator (at most 1000).")
+    tolerance: Literal["torch", "msprobe"] = Field(
+        "torch",
+        description=(
+            "Whose standard judges each op: torch (torch.testing's per-dtype tolerances above) or msprobe "
+            "(the standards of msprobe's api_accuracy_checker at msprobe_version, per op)."
+        ),
+    )
+    msprobe_version: str = Field(
+        "26.2.0",
+        pattern=r"^[0-9][0-9A-Za-z.+!-]*$",
+        description="The mindstudio-probe release whose standards judge the ops when tolerance is msprobe.",
+    )

@@ -21,6 +21,7 @@ from day0.core.ops import OpInventory
 from day0.spec.cluster import ClusterSpec, PlatformSpec
 from day0.steps.operators.config import ValidationSpec
 from day0.steps.operators.layers import WholeModel
+from day0.steps.operators.msprobe import MsprobeStandards
 from day0.steps.operators.result import OperatorsResult
 
 __all__ = ["JOB", "OperatorsRequest", "main", "run_job_request", "run_operators_on_ray", "run_request"]
@@ -36,13 +37,19 @@ class OperatorsRequest(BaseModel):
     whole_model: WholeModel | None = Field(None, description="Step 1's model at reduced depth, for the layer check.")
     max_model_params: int = Field(300_000_000, description="Largest reduced model the worker builds.")
     cluster: ClusterSpec | None = Field(None, description="The cluster's pools (for the accelerator resource).")
+    msprobe: MsprobeStandards | None = Field(
+        None, description="msprobe's standards as the run resolved them (validation.tolerance: msprobe)."
+    )
     on_ray: bool = Field(False, description="Run as a Ray task on an accelerator worker (a cluster backend).")
 
 
 def run_request(request: OperatorsRequest, progress: Callable[[str], None] | None = None) -> OperatorsResult:
     """Step 2 for `request`, in this process: what the Ray task and the local backend both run."""
     from day0.steps.operators.checks import run_operators
+    from day0.steps.operators.op_policy import remember_standards
 
+    if request.msprobe is not None:  # a worker may have neither the wheel nor day0's snapshot
+        remember_standards(request.msprobe)
     return run_operators(
         request.inventory,
         request.platform,

@@ -18,9 +18,18 @@ from day0.core.ops import Call
 from day0.core.precision import COMPUTE_DTYPES
 from day0.steps.operators.config import ValidationSpec
 from day0.steps.operators.metrics import Thresholds, default_thresholds
+from day0.steps.operators.msprobe import MsprobeStandards, load_standards
 from day0.steps.operators.result import Kind
 
-__all__ = ["accumulates", "classify", "norm_terms", "op_thresholds", "thresholds_for"]
+__all__ = [
+    "accumulates",
+    "classify",
+    "msprobe_standards",
+    "norm_terms",
+    "op_thresholds",
+    "remember_standards",
+    "thresholds_for",
+]
 
 _LAYOUT = {
     "view",
@@ -168,6 +177,25 @@ def classify(op: str) -> Kind:
 def accumulates(op: str) -> bool:
     """Whether each output element of `op` sums many rounded terms (a matmul, norm, softmax ...)."""
     return op.split("::", 1)[-1].split(".")[0] in _ACCUMULATING
+
+
+_STANDARDS: dict[str, MsprobeStandards] = {}  # msprobe version -> its standards, read once per process
+
+
+def remember_standards(standards: MsprobeStandards) -> None:
+    """Standards the run resolved where it started: a worker without the wheel or the snapshot uses them."""
+    _STANDARDS[standards.version] = standards
+
+
+def msprobe_standards(validation: ValidationSpec) -> MsprobeStandards | None:
+    """msprobe's standards when `validation.tolerance` is msprobe (remembered, else read once: the
+    cached wheel, else day0's snapshot), None for torch's tolerances."""
+    if validation.tolerance != "msprobe":
+        return None
+    version = validation.msprobe_version
+    if version not in _STANDARDS:
+        _STANDARDS[version] = load_standards(version)
+    return _STANDARDS[version]
 
 
 def thresholds_for(dtype: str, validation: ValidationSpec) -> Thresholds:

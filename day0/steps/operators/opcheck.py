@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable
-from functools import reduce
+from functools import partial, reduce
 from typing import Literal
 
 import torch
@@ -41,7 +41,9 @@ from day0.steps.operators.metrics import (
     compare,
     verdict,
 )
-from day0.steps.operators.op_policy import classify, norm_terms, op_thresholds, thresholds_for
+from day0.steps.operators.msprobe import MsprobeStandards, Standard, api_name
+from day0.steps.operators.msprobe_judge import BENCH_STANDARDS, JUDGED_DTYPES, judge
+from day0.steps.operators.op_policy import classify, msprobe_standards, norm_terms, op_thresholds, thresholds_for
 from day0.steps.operators.result import Kind, OpCheck, OpCheckReport
 
 __all__ = ["ReferenceMode", "check_inventory", "check_op"]
@@ -107,6 +109,70 @@ def _compare_outputs(
         m = compare(p, r, t, p.dtype if p.is_floating_point() else None)
         worst = m if worst is None else worst.merge(m)
     return worst
+
+
+Verdict = tuple[bool, str]
+Judged = tuple[ErrorMetrics | None, Thresholds, Verdict | None]
+"""One call's metrics, the thresholds torch's verdict takes, and msprobe's verdict where it judged the call."""
+
+
+def _bench(func: torch._ops.OpOverload, call: Call) -> list[torch.Tensor]:
+    """The host's stock kernel on the platform's inputs, at the platform's dtype: msprobe's GPU run."""
+    host = cast_call(call, lambda d: d, "cpu")
+    return _results(func, host, _run(func, host, None)[0])
+
+
+def _msprobe(
+    op: str,
+    p_res: list[torch.Tensor],
+    r_res: list[torch.Tensor],
+    bench: Callable[[], list[torch.Tensor]],
+    standards: MsprobeStandards,
+    applied: set[str],
+    notes: set[str],
+    metrics: ErrorMetrics | None,
+) -> Verdict | None:
+    """msprobe's verdict on one call (every output judged by the standard its registry picks), or
+    None where an output is one day0 cannot judge msprobe's way: torch's tolerances judge that call.
+    `metrics`: torch's figures of the call, for what msprobe's verdict does not see."""
+    api = api_name(op)
+    picked: list[Standard] = [standards.standard(api, p.is_floating_point()) for p in p_res]
+    if any((p.is_floating_point() or p.is_complex()) and p.dtype not in JUDGED_DTYPES for p in p_res):
+        notes.add("torch's tolerances: msprobe skips fp64 and complex outputs")
+        return None
+    if "accumulative_error_compare" in picked:
+        notes.add("torch's tolerances: day0 does not apply msprobe's accumulative_error_compare")
+        return None
+    b_res: list[torch.Tensor | None] = [None] * len(p_res)
+    if against_host := sorted(BENCH_STANDARDS & set(picked)):
+        try:
+            b_res = list(bench())
+        except Exception as exc:  # noqa: BLE001 - no host kernel at this dtype: msprobe has no GPU figure
+            notes.add(
+                f"torch's tolerances: msprobe's {against_host[0]} needs the host's kernel, which failed: "
+                + _first_line(exc)
+            )
+            return None
+    verdicts = [judge(std, api, p, r, b, standards) for std, p, r, b in zip(picked, p_res, r_res, b_res, strict=True)]
+    applied.update(picked)
+    listed = standards.listed(api)
+    if listed is not None and listed not in picked and standards.float_outputs_benchmarked:
+        notes.add(f"msprobe {standards.version} lists {api} as {listed} but benchmarks floating outputs first")
+    failing = [v for v in verdicts if not v[0]]
+    if not failing and "benchmark" in picked and metrics is not None and metrics.nan_inf_mismatch:
+        notes.add(
+            "NaN/Inf on one side only: msprobe's benchmark standard leaves such elements out of its metrics "
+            "(torch's tolerances fail them)"
+        )
+    return failing[0] if failing else verdicts[0]
+
+
+def _host_grads(func: torch._ops.OpOverload, call: Call, seed: int, cot_dtype: torch.dtype) -> list[torch.Tensor]:
+    """The host's stock kernels' input gradients at the platform's dtype: msprobe's GPU backward."""
+    got = _grads(func, cast_call(call, lambda d: d, "cpu", True), None, seed, cot_dtype)
+    if got is None:
+        raise RuntimeError("the host's kernel gave no gradients")
+    return got
 
 
 def _grads(
@@ -182,10 +248,12 @@ def check_op(
         return DTYPES[dtype] if name == inventory_dtype else DTYPES.get(name, torch.float32)
 
     do_grads = grads and kind == "compute" and not record.op.split(".")[0].endswith("_") and "forward" in record.phases
-    judged: list[tuple[ErrorMetrics, Thresholds]] = []
-    grad_judged: list[tuple[ErrorMetrics, Thresholds]] = []
+    judged: list[Judged] = []
+    grad_judged: list[Judged] = []
     served: set[str] = set()
     notes: set[str] = set()
+    standards = msprobe_standards(validation) if kind != "nondeterministic" else None
+    applied: set[str] = set()
     for index, example in enumerate(record.examples[:max_examples]):
         if example_numel(example) > max_elements or call_numel(record.op, example) > max_elements:
             example = shrink_example(example, max_elements, lambda ex: call_numel(record.op, ex))
@@ -215,17 +283,30 @@ def check_op(
                 m = _compare_outputs(p_res, r_res, kind, t)
             except AssertionError as exc:
                 return _fail(result.model_copy(update={"served_by": sorted(served)}), "fail", str(exc), start)
-            if m is not None:
-                judged.append((m, t))
+            ms = (
+                _msprobe(record.op, p_res, r_res, partial(_bench, func, p_call), standards, applied, notes, m)
+                if standards is not None
+                else None
+            )
+            if m is not None or ms is not None:
+                judged.append((m, t, ms))
             if do_grads and index == 0:
                 gt = thresholds_for(_coarsest(p_call, p_out), validation)  # gradients are at the inputs' dtypes
-                gm, status, note = _grad_check(func, p_call, r_call, platform, seed, DTYPES[dtype], kind, gt)
+                gm, status, note, grad_pair = _grad_check(func, p_call, r_call, platform, seed, DTYPES[dtype], kind, gt)
                 if note:
                     notes.add(note)
                 if status is not None:
                     result.grad_status, do_grads = status, False
                 elif gm is not None:
-                    grad_judged.append((gm, gt))
+                    host = partial(_host_grads, func, p_call, seed, DTYPES[dtype])
+                    gms = (  # msprobe judges an API's input gradients by the standard of its outputs
+                        _msprobe(record.op, *grad_pair, host, standards, applied, notes, gm)
+                        if standards and grad_pair
+                        else None
+                    )
+                    grad_judged.append((gm, gt, gms))
+    if applied:
+        result.policy = f"msprobe ({', '.join(sorted(applied))})"
     return _judge(result, judged, grad_judged, kind, served, notes, start)
 
 
@@ -251,36 +332,58 @@ def _grad_check(
     cot_dtype: torch.dtype,
     kind: Kind,
     t: Thresholds,
-) -> tuple[ErrorMetrics | None, Literal["skipped", "n/a"] | None, str | None]:
-    """(metrics, terminal grad status or None, note)."""
+) -> tuple[
+    ErrorMetrics | None,
+    Literal["skipped", "n/a"] | None,
+    str | None,
+    tuple[list[torch.Tensor], list[torch.Tensor]] | None,
+]:
+    """(metrics, terminal grad status or None, note, (the platform's gradients, the reference's))."""
     try:
         pg = _grads(func, cast_call(p_call, lambda d: d, platform.device, True), platform, seed, cot_dtype)
         rg = _grads(func, cast_call(r_call, lambda d: d, "cpu", True), None, seed, cot_dtype)
     except MissingKernelError as exc:
         # the backward kernels the model runs are inventory ops, checked on their own;
         # a derivative needing another op is not this model's gap
-        return None, "skipped", f"gradient not checked: {exc}"
+        return None, "skipped", f"gradient not checked: {exc}", None
     except RuntimeError:  # not differentiable (integer outputs, no derivative formula)
-        return None, "n/a", None
+        return None, "n/a", None, None
     if pg is None or rg is None:
-        return None, "n/a", None
-    return _compare_outputs(pg, rg, kind, t), None, None
+        return None, "n/a", None, None
+    return _compare_outputs(pg, rg, kind, t), None, None, (pg, rg)
 
 
-def _verdict(judged: list[tuple[ErrorMetrics, Thresholds]]) -> tuple[ErrorMetrics | None, bool, str]:
-    """(worst metrics over the calls, passed, reason): the first failing call's reason, if any."""
+def _call_verdict(m: ErrorMetrics | None, t: Thresholds, ms: Verdict | None) -> Verdict:
+    if ms is not None:
+        return ms
+    assert m is not None  # a call is recorded with torch's metrics, msprobe's verdict or both
+    return verdict(m, t)
+
+
+def _verdict(judged: list[Judged]) -> tuple[ErrorMetrics | None, bool, str]:
+    """(worst metrics over the calls, passed, reason): the first failing call's reason, if any; msprobe's
+    verdict where it judged a call, torch's (`metrics.verdict`) otherwise; "" when nothing was judged."""
     if not judged:
         return None, True, ""
-    verdicts = [verdict(m, t) for m, t in judged]
+    verdicts = [_call_verdict(*j) for j in judged]
     failing = [why for ok, why in verdicts if not ok]
-    passing = "within atol" if all(why == "within atol" for _, why in verdicts) else "within tolerance"
-    return reduce(ErrorMetrics.merge, (m for m, _ in judged)), not failing, failing[0] if failing else passing
+    by_msprobe = [ms[1] for _, _, ms in judged if ms is not None]
+    passing = (
+        "within atol"
+        if all(why == "within atol" for _, why in verdicts)
+        else by_msprobe[0]
+        if by_msprobe
+        else "within tolerance"
+    )
+    metrics = [m for m, _, _ in judged if m is not None]
+    worst = reduce(ErrorMetrics.merge, metrics) if metrics else None
+    return worst, not failing, failing[0] if failing else passing
 
 
 def _judge(
     result: OpCheck,
-    judged: list[tuple[ErrorMetrics, Thresholds]],
-    grad_judged: list[tuple[ErrorMetrics, Thresholds]],
+    judged: list[Judged],
+    grad_judged: list[Judged],
     kind: Kind,
     served: set[str],
     notes: set[str],
@@ -288,15 +391,15 @@ def _judge(
 ) -> OpCheck:
     result.served_by = sorted(served)
     result.metrics, ok, why = _verdict(judged)
-    if result.metrics is not None:
+    if why:
         result.status, result.reason = ("pass" if ok else "fail"), why
     elif kind == "nondeterministic":
         result.reason = "values not compared: random or uninitialised memory; shape and dtype checked"
     # a gradient is a chain of two rounded ops: forgive twice the RMS
     result.grad_metrics, ok, why = _verdict(
-        [(m, t.model_copy(update={"rms_share": min(1.0, 2 * t.rms_share)})) for m, t in grad_judged]
+        [(m, t.model_copy(update={"rms_share": min(1.0, 2 * t.rms_share)}), ms) for m, t, ms in grad_judged]
     )
-    if result.grad_metrics is not None:
+    if why:
         result.grad_status = "pass" if ok else "fail"
         if not ok:
             result.reason = (result.reason + "; " if result.status == "fail" else "") + f"gradient: {why}"
@@ -343,7 +446,13 @@ def check_inventory(
         if progress is not None:
             progress(len(checks), len(todo), checks[-1])
     seconds = time.perf_counter() - start
+    standards = msprobe_standards(validation)
     return OpCheckReport(
+        tolerance=(
+            f"msprobe {standards.version} ({standards.package} wheel sha256 {standards.wheel_sha256[:12]})"
+            if standards
+            else "torch"
+        ),
         platform=platform.name,
         emulated_on=platform.emulated_on,
         compute_dtypes=dtypes,

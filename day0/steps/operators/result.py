@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import TYPE_CHECKING, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
@@ -43,6 +44,13 @@ class OpCheck(BaseModel):
     metrics: ErrorMetrics | None = Field(None, description="Worst over examples, seeds and outputs.")
     grad_status: Status | Literal["n/a"] = "n/a"
     grad_metrics: ErrorMetrics | None = None
+    policy: str = Field(
+        "torch",
+        description=(
+            "Whose standard judged the values and gradients: torch (torch.testing's per-dtype tolerances) or "
+            "msprobe (<standard>...)."
+        ),
+    )
     seconds: float = 0.0
 
     @property
@@ -67,6 +75,9 @@ class Adaptation(BaseModel):
 
 
 class OpCheckReport(BaseModel):
+    tolerance: str = Field(
+        "torch", description="The policy asked for: torch, or msprobe <version> (<package> wheel sha256 ...)."
+    )
     platform: str
     emulated_on: str | None = None
     compute_dtypes: list[str]
@@ -95,17 +106,22 @@ class OpCheckReport(BaseModel):
             f"{len(self.checks)} checks at {', '.join(self.compute_dtypes)} vs CPU {self.reference_dtype}, "
             f"{self.seeds} seed(s), {self.seconds:.1f} s ({self.ops_per_second:.1f} checks/s): "
             + ", ".join(f"{v} {k}" for k, v in sorted(self.counts().items())),
+            f"Tolerance: {self.tolerance}"
+            + (
+                "" if self.tolerance == "torch" else "; an op msprobe does not judge keeps torch's (its policy says so)"
+            ),
             "",
-            "| op | dtype | kind | status | max abs | max rel | cosine | beyond tol | max ULP | grad | kernel | note |",
-            "|---|---|---|---|---|---|---|---|---|---|---|---|",
+            "| op | dtype | kind | status | policy | max abs | max rel | cosine | beyond tol | max ULP | grad | kernel "
+            "| note |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
         ]
         order = {"fail": 0, "error": 1, "missing": 2, "pass": 3, "skipped": 4}
         for c in sorted(self.checks, key=lambda c: (order[c.status] if c.ok or c.status != "pass" else 0, c.op)):
             m = c.metrics
             figures = (m.max_abs, m.max_rel, m.cosine, m.share_beyond_tol, m.max_ulp) if m else (None,) * 5
             lines.append(
-                f"| `{c.op}` | {c.dtype} | {c.kind} | **{c.status}** | {' | '.join(_g(x) for x in figures)} | "
-                f"{c.grad_status} | {', '.join(c.served_by)} | {c.reason[:80]} |"
+                f"| `{c.op}` | {c.dtype} | {c.kind} | **{c.status}** | {c.policy} | "
+                f"{' | '.join(_g(x) for x in figures)} | {c.grad_status} | {', '.join(c.served_by)} | {c.reason[:80]} |"
             )
         if self.adaptations:
             lines += [
@@ -315,6 +331,8 @@ class OperatorsResult(StepResult):
             "adapted": str(len(adapted)),
             "not checked": f"{len(unchecked)} ops, {len(grads_unchecked)} gradients",
             "first divergent layer": layer,
+            "judged by": f"{self.ops.tolerance}: "
+            + ", ".join(f"{n} {p}" for p, n in Counter(c.policy for c in checks).most_common()),
         }
 
     def _plot_layers(self) -> bool:
@@ -347,6 +365,7 @@ class OperatorsResult(StepResult):
                 "op": c.op,
                 "dtype": c.dtype,
                 "status": c.status,
+                "policy": c.policy,
                 "grad": c.grad_status,
                 "max_abs": c.metrics.max_abs if c.metrics else None,
                 "cosine": c.metrics.cosine if c.metrics else None,

@@ -10,6 +10,7 @@ from day0.runs.context import RunContext
 from day0.steps.analyze.result import AnalyzeResult
 from day0.steps.operators.job import JOB, OperatorsRequest
 from day0.steps.operators.layers import WholeModel
+from day0.steps.operators.op_policy import msprobe_standards
 from day0.steps.operators.result import OperatorsResult
 
 __all__ = ["run"]
@@ -25,6 +26,7 @@ def run(ctx: RunContext, progress: Progress, analyzed: AnalyzeResult) -> Operato
         compute_dtype=spec.training.precision.compute,
         whole_model=WholeModel.from_analysis(analyzed),
         cluster=spec.cluster,
+        msprobe=msprobe_standards(spec.validation),
         on_ray=backend.kind != "local" or spec.cluster.address is not None,
     )
     return run_step_job(backend, "operators", JOB, request, progress)

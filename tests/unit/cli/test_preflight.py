@@ -151,6 +151,12 @@ REFUSALS = [
     Refusal(
         "hbm-bandwidth-1e-9", spec(extra="planner: {hbm_bandwidth_gbps: 1.0e-9}\n"), 2, ["planner.hbm_bandwidth_gbps"]
     ),
+    Refusal(  # issue 37: msprobe's standards neither cached nor snapshotted (day0 never downloads at run time)
+        "msprobe-version-unavailable",
+        spec(extra="validation: {tolerance: msprobe, msprobe_version: 9.9.9}\n"),
+        2,
+        ["validation.msprobe_version", "msprobe 9.9.9", "make tolerance-snapshots MSPROBE_VERSIONS=9.9.9"],
+    ),
     Refusal("hbm-bandwidth-inf", spec(extra="planner: {hbm_bandwidth_gbps: .inf}\n"), 2, ["finite number"]),
     Refusal("learning-rate-inf", spec(extra="trial: {learning_rate: .inf}\n"), 2, ["trial.learning_rate", "finite"]),
     # --- the five bad inputs that ended as "internal error", exit 1 -------------------------------------
