@@ -111,17 +111,23 @@ class OpCheckReport(BaseModel):
                 "" if self.tolerance == "torch" else "; an op msprobe does not judge keeps torch's (its policy says so)"
             ),
             "",
-            "| op | dtype | kind | status | policy | max abs | max rel | cosine | beyond tol | max ULP | grad | kernel "
-            "| note |",
-            "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        ]
+        by_policy = self.tolerance != "torch"  # under torch's policy every op is judged alike: no column for it
+        lines += [
+            "| op | dtype | kind | status | "
+            + ("policy | " if by_policy else "")
+            + "max abs | max rel | cosine | beyond tol | max ULP | grad | kernel | note |",
+            "|---|---|---|---|" + ("---|" if by_policy else "") + "---|---|---|---|---|---|---|---|",
         ]
         order = {"fail": 0, "error": 1, "missing": 2, "pass": 3, "skipped": 4}
         for c in sorted(self.checks, key=lambda c: (order[c.status] if c.ok or c.status != "pass" else 0, c.op)):
             m = c.metrics
             figures = (m.max_abs, m.max_rel, m.cosine, m.share_beyond_tol, m.max_ulp) if m else (None,) * 5
             lines.append(
-                f"| `{c.op}` | {c.dtype} | {c.kind} | **{c.status}** | {c.policy} | "
-                f"{' | '.join(_g(x) for x in figures)} | {c.grad_status} | {', '.join(c.served_by)} | {c.reason[:80]} |"
+                f"| `{c.op}` | {c.dtype} | {c.kind} | **{c.status}** | "
+                + (f"{c.policy} | " if by_policy else "")
+                + f"{' | '.join(_g(x) for x in figures)} | {c.grad_status} | {', '.join(c.served_by)} "
+                + f"| {c.reason[:80]} |"
             )
         if self.adaptations:
             lines += [
