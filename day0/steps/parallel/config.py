@@ -65,7 +65,9 @@ class SearchChoices(BaseModel):
     grad_dtype: Literal["fp32", "bf16"] = Field(
         "fp32",
         description="Dtype gradients are accumulated, kept and reduced in (Megatron's main_grad buffer: bf16 with "
-        "--grad-reduce-in-bf16, i.e. Megatron-Core's grad_reduce_in_fp32 off; default fp32).",
+        "--grad-reduce-in-bf16, i.e. Megatron-Core's grad_reduce_in_fp32 off; default fp32, as Megatron-LM's and "
+        "torchtitan's defaults: day0.planner.frameworks.GRAD_DTYPE_DEFAULTS cites them; NVIDIA's FP8 perf recipes "
+        "set bf16).",
     )
     mtp_layers: int = Field(
         0, ge=0, le=16, description="Multi-token-prediction modules trained along (DeepSeek-V3: 1; default 0)."

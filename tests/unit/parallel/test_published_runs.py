@@ -15,7 +15,7 @@ from day0.paths import CONFIGS_DIR
 from day0.planner.inputs import PlannerOptions, costs_for
 from day0.planner.memory import activation_bytes_per_token
 from day0.planner.published import PublishedRun
-from tests.fixtures.published import DATA, MEMORY_ONLY, MISSES, RUNS, predict, structure
+from tests.fixtures.published import DATA, HARDWARE, MEMORY_ONLY, MISSES, RUNS, predict, structure
 
 GPT = ["gpt-22b", "gpt-175b", "gpt-530b", "gpt-1t"]  # Korthikanti et al. 2022 table 3
 ASSERTED = [r for r in RUNS if r.id not in MISSES]
@@ -123,3 +123,25 @@ def test_deepseek_v2_lite_structure_is_what_step_1_computes() -> None:
     built = _build_structures().structure("deepseek-v2-lite").model_dump(exclude={"notes"})
     assert built == structure("deepseek-v2-lite").model_dump(exclude={"notes"})
     assert structure("deepseek-v2-lite").params_total / 1e9 == pytest.approx(15.7, abs=0.05)
+
+
+MEASURED_MEMORY = [r for r in RUNS if "measured_memory_gib" in r.published]
+
+
+@pytest.mark.parametrize("run", MEASURED_MEMORY, ids=lambda r: r.id)
+def test_memory_estimate_against_the_measured_peak(run: PublishedRun) -> None:
+    """Where a source measured its peak memory (torchtitan logs `max_reserved_gib`: the caching allocator's
+    reserved peak, at least the live tensors' peak) the planner's estimate of the same plan is never more
+    than 10% above it: an excess is what makes the planner add offload or recompute a recipe does not need
+    (issue 39: 87 GiB estimated where 68 were logged). Below it the estimate may be: reserved memory grows
+    toward the card's capacity (the 8B context-parallel rows reserve 84 of 95 GiB whatever their CP), and the
+    model counts live tensors; at least 45% of the reserved figure is held (the 405B 3D rows, 0.48-0.57)."""
+    p = predict(run.id)
+    measured = run.published["measured_memory_gib"]
+    assert p.memory_gib is not None, p.message
+    assert 0.45 * measured <= p.memory_gib <= 1.10 * measured, (run.id, round(p.memory_gib, 1), measured)
+
+
+def test_the_table_holds_measured_peaks() -> None:
+    assert len(MEASURED_MEMORY) >= 10
+    assert all(r.published["measured_memory_gib"] <= HARDWARE[r.hardware].memory_gib for r in MEASURED_MEMORY)
