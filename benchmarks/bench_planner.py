@@ -90,6 +90,7 @@ def published_errors() -> dict:
     return {
         "runs": rows,
         "mean_abs_error": round(sum(errors) / len(errors), 4),
+        "median_abs_error": round(statistics.median(errors), 4),
         "max_abs_error": round(max(errors), 4),
         "within_bound": {"runs": len(within), "mean_abs_error": round(sum(within) / len(within), 4)},
         "target": "every run <= 20%, mean <= 8% (issue 25); runs marked miss: say why",
@@ -234,7 +235,22 @@ def run(brute: bool = True) -> dict:
     }
 
 
+def write_validation() -> None:
+    """Rewrite `uncertainty.VALIDATION_ERRORS["datasheet"]` from the table's errors as the planner gives
+    them now (after a change to the cost model or the table; test_published_runs holds it to them)."""
+    import re
+
+    errors = sorted(round(r["error"], 3) for r in published_errors()["runs"].values() if r["error"] is not None)
+    path = ROOT / "day0" / "planner" / "uncertainty.py"
+    body = "".join(f"        {e:+.3f},\n" for e in errors)
+    text = re.sub(r'("datasheet": \(\n)(.*?)(    \),)', lambda m: m[1] + body + m[3], path.read_text(), flags=re.S)
+    path.write_text(text)
+
+
 if __name__ == "__main__":
     import json
 
-    print(json.dumps(run(), indent=2))
+    if sys.argv[1:] == ["--validation"]:
+        write_validation()
+    else:
+        print(json.dumps(run(), indent=2))

@@ -15,6 +15,7 @@ from day0.planner.inputs import ClusterFigures, CommSettings, PlannerOptions, cl
 from day0.planner.pins import constraints_for, pin_options
 from day0.planner.profile import CalibratedProfile, apply_profile
 from day0.planner.search import plan_parallelism
+from day0.planner.uncertainty import step_time_band
 from day0.spec.cluster import PLANNER_FIGURES
 from day0.spec.pipeline import PipelineSpec
 from day0.steps.parallel.config import SearchChoices
@@ -32,7 +33,8 @@ def plan_for_spec(
     search = plan_parallelism(structure, cluster, spec.training, constraints, options)
     elastic = elastic_points(structure, cluster, spec.training, constraints, options, search)
     advice = next_steps(structure, search, constraints, spec.platform.name)
-    return PlanReport.of(search.model_copy(update={"elastic": elastic, "advice": advice}))
+    band = step_time_band("calibrated" if profile is not None and spec.planner.profile != "datasheet" else "datasheet")
+    return PlanReport.of(search.model_copy(update={"elastic": elastic, "advice": advice}).with_band(band))
 
 
 def planner_inputs(

@@ -108,14 +108,19 @@ def _row(rank: str, p: Plan) -> str:
         f"| {rank} | {d.tensor_parallel} | {d.pipeline_parallel} | {d.virtual_pipeline_stages} | "
         f"{d.expert_parallel} | {d.expert_tensor_parallel} | {d.context_parallel} | {d.data_parallel} | "
         f"{d.micro_batch} | {k.recompute} | {k.zero_stage} | {k.offload} | "
-        f"{p.memory.total_bytes / GIB:.1f} | {p.time.step_s:.3f} | {p.time.tokens_per_s:,.0f} | {p.time.mfu:.1%} |"
+        f"{p.memory.total_bytes / GIB:.1f} | {p.time.step_s:.3f}{_band(p)} | {p.time.tokens_per_s:,.0f} | "
+        f"{p.time.mfu:.1%} |"
     )
+
+
+def _band(p: Plan) -> str:
+    return f" ({p.step_band_s[0]:.3g}-{p.step_band_s[1]:.3g})" if p.step_band_s else ""
 
 
 def plan_table(report: PlanSearch, top: int = 10) -> str:
     """The ranked plans; when none fits, the closest setups first, each with why it does not fit."""
     head = (
-        "| # | TP | PP | VPP | EP | ETP | CP | DP | mb | recompute | ZeRO | offload | GiB | step s | "
+        "| # | TP | PP | VPP | EP | ETP | CP | DP | mb | recompute | ZeRO | offload | GiB | step s (band) | "
         "tokens/s | MFU |\n|---" + "|---" * 15 + "|"
     )
     rows = [_row("-", p) + f" does not fit: {p.reason} |" for p in report.closest_infeasible]
@@ -220,4 +225,5 @@ def _assumptions(report: PlanSearch) -> str:
         f"{o.grad_dtype} gradients, {o.optimizer_state_dtype} Adam moments, "
         f"{o.fragmentation_fraction:.0%} fragmentation reserve + {o.framework_overhead_gib:g} GiB runtime, "
         f"{schedule} pipeline; MFU against the peak of the GEMM dtype"
+        + (f"; step-time band: {report.band.basis}" if report.band else "")
     )
