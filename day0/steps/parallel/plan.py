@@ -2,9 +2,10 @@
 and a calibrated profile turned into the planner's inputs, and the ranked plans. `run.py` calls it
 for a run; `day0 plan` calls it directly, without Ray, Prefect or torch in its process.
 
-Precedence of the figures the cost model uses: the spec's `planner:` section sets the assumptions; a
-calibrated profile replaces the datasheet's figures unless `planner.profile` is `datasheet`; figures
-the user wrote in `planner:` win over both. A figure the platform file marks unpublished (null) that no
+Precedence of the figures the cost model uses: the spec's `planner:` section sets the assumptions, its
+`software` profile those it does not write (and the ZeRO stages searched); a calibrated profile
+replaces the datasheet's figures unless `planner.profile` is `datasheet`; figures the user wrote in
+`planner:` win over all. A figure the platform file marks unpublished (null) that no
 profile measured is a `UsageError` naming it, before the search.
 """
 
@@ -18,7 +19,7 @@ from day0.planner.search import plan_parallelism
 from day0.planner.uncertainty import step_time_band
 from day0.spec.cluster import PLANNER_FIGURES
 from day0.spec.pipeline import PipelineSpec
-from day0.steps.parallel.config import SearchChoices
+from day0.steps.parallel.config import SOFTWARE_PROFILES, SearchChoices
 from day0.steps.parallel.result import PlanReport
 
 __all__ = ["plan_for_spec", "planner_inputs"]
@@ -47,6 +48,11 @@ def planner_inputs(
         selective_modules=list(p.selective_recompute),
         comm=CommSettings(tp_overlap=p.overlap.tp, ep_overlap=p.overlap.ep, dp_overlap=p.overlap.dp),
     )
+    if p.software is not None:  # its figures where the spec writes none; pins and calibration come after
+        sw = SOFTWARE_PROFILES[p.software]
+        figures = {k: getattr(sw, k) for k in ("grad_dtype", "flash_attention", "attention_efficiency")}
+        unwritten = {k: v for k, v in figures.items() if k not in p.model_fields_set}
+        options = options.model_copy(update=unwritten | {"zero_stages": list(sw.zero_stages)})
     options = pin_options(spec, options)
     if p.profile == "calibrated" and profile is None:
         raise UsageError(
