@@ -84,6 +84,7 @@ def published_errors() -> dict:
             "error": round(p.error, 4) if p.error is not None else None,
             "mfu": round(p.mfu or 0, 4),
             "miss": raw.get("miss"),
+            "software": run.software,
         }
     errors = [abs(r["error"]) for r in rows.values() if r["error"] is not None]
     within = [abs(r["error"]) for r in rows.values() if r["error"] is not None and not r["miss"]]
@@ -236,14 +237,22 @@ def run(brute: bool = True) -> dict:
 
 
 def write_validation() -> None:
-    """Rewrite `uncertainty.VALIDATION_ERRORS["datasheet"]` from the table's errors as the planner gives
-    them now (after a change to the cost model or the table; test_published_runs holds it to them)."""
+    """Rewrite `uncertainty.VALIDATION_ERRORS` from the table's errors as the planner gives them now: every
+    run's under "all", each software profile's runs under its name (after a change to the cost model or the
+    table; test_published_runs holds the committed figures to them)."""
     import re
 
-    errors = sorted(round(r["error"], 3) for r in published_errors()["runs"].values() if r["error"] is not None)
+    runs = [r for r in published_errors()["runs"].values() if r["error"] is not None]
+    groups = {"all": runs} | {
+        name: [r for r in runs if r["software"] == name] for name in sorted({r["software"] for r in runs} - {None})
+    }
+    body = "".join(
+        f'    "{name}": (\n' + "".join(f"        {e:+.3f},\n" for e in sorted(r["error"] for r in rs)) + "    ),\n"
+        for name, rs in groups.items()
+    )
     path = ROOT / "day0" / "planner" / "uncertainty.py"
-    body = "".join(f"        {e:+.3f},\n" for e in errors)
-    text = re.sub(r'("datasheet": \(\n)(.*?)(    \),)', lambda m: m[1] + body + m[3], path.read_text(), flags=re.S)
+    head = "VALIDATION_ERRORS: dict[str, tuple[float, ...]] = {\n"
+    text = re.sub(re.escape(head) + r".*?\n}\n", lambda _: head + body + "}\n", path.read_text(), flags=re.S)
     path.write_text(text)
 
 

@@ -26,6 +26,7 @@ __all__ = [
     "RecomputeModule",
     "RecomputePin",
     "SearchChoices",
+    "SoftwareName",
     "SoftwareProfile",
 ]
 
@@ -90,6 +91,7 @@ class SoftwareProfile(BaseModel):
     sources: dict[str, str] = Field(description="Per figure above, where it is read.")
 
 
+SoftwareName = Literal["megatron-core-2025", "megatron-lm-2021", "torchtitan-fsdp2-2024"]
 SOFTWARE_PROFILES: dict[str, SoftwareProfile] = {
     "megatron-core-2025": SoftwareProfile(
         framework="Megatron-Core",
@@ -149,7 +151,7 @@ class PlannerSpec(UserModel, SearchChoices):
         description="Run `day0 calibrate` on the run's backend before step 3 (its profile is then used); "
         "default false: use a stored profile if any.",
     )
-    software: Literal["megatron-core-2025", "megatron-lm-2021", "torchtitan-fsdp2-2024"] | None = Field(
+    software: SoftwareName | None = Field(
         None,
         description="The training software's profile (SOFTWARE_PROFILES: gradient buffer, attention kernels, ZeRO "
         "stages, each cited); default: the planner's own figures, Megatron-Core 2025's. Figures written here win.",

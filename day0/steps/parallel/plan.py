@@ -34,7 +34,8 @@ def plan_for_spec(
     search = plan_parallelism(structure, cluster, spec.training, constraints, options)
     elastic = elastic_points(structure, cluster, spec.training, constraints, options, search)
     advice = next_steps(structure, search, constraints, spec.platform.name)
-    band = step_time_band("calibrated" if profile is not None and spec.planner.profile != "datasheet" else "datasheet")
+    calibrated = profile is not None and spec.planner.profile != "datasheet"
+    band = step_time_band("calibrated" if calibrated else "datasheet", spec.planner.software)
     return PlanReport.of(search.model_copy(update={"elastic": elastic, "advice": advice}).with_band(band))
 
 

@@ -255,3 +255,6 @@ def test_a_software_profile_sets_the_figures_the_spec_does_not_write() -> None:
     assert old.flash_attention is False and old.zero_stages == [0]
     for profile in SOFTWARE_PROFILES.values():
         assert set(profile.sources) == {"grad_dtype", "flash_attention", "attention_efficiency", "zero_stages"}
+    report = plan_for_spec(spec_from_dict(raw | {"planner": planner | {"software": "torchtitan-fsdp2-2024"}}), qwen())
+    assert report.band is not None and report.band.software == "torchtitan-fsdp2-2024"
+    assert report.best is not None and report.best.memory_knobs.zero_stage in tt.zero_stages
