@@ -87,6 +87,7 @@ class ClusterPoint(BaseModel):
     step_s: float | None = None
     memory_gib: float | None = None
     mfu: float | None = None
+    step_band_s: tuple[float, float] | None = Field(None, description="The step time's band (`uncertainty`).")
     message: str
 
 
@@ -131,7 +132,11 @@ class PlanSearch(BaseModel):
 
     def with_band(self, band: StepTimeBand) -> "PlanSearch":
         """These plans, each with its step-time band."""
-        return self.model_copy(update={"band": band, "plans": [p.with_band(band) for p in self.plans]})
+        elastic = [
+            e if e.step_s is None else e.model_copy(update={"step_band_s": band.around(e.step_s)}) for e in self.elastic
+        ]
+        plans = [p.with_band(band) for p in self.plans]
+        return self.model_copy(update={"band": band, "plans": plans, "elastic": elastic})
 
     @property
     def best(self) -> Plan | None:

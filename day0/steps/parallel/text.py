@@ -108,13 +108,13 @@ def _row(rank: str, p: Plan) -> str:
         f"| {rank} | {d.tensor_parallel} | {d.pipeline_parallel} | {d.virtual_pipeline_stages} | "
         f"{d.expert_parallel} | {d.expert_tensor_parallel} | {d.context_parallel} | {d.data_parallel} | "
         f"{d.micro_batch} | {k.recompute} | {k.zero_stage} | {k.offload} | "
-        f"{p.memory.total_bytes / GIB:.1f} | {p.time.step_s:.3f}{_band(p)} | {p.time.tokens_per_s:,.0f} | "
+        f"{p.memory.total_bytes / GIB:.1f} | {p.time.step_s:.3f}{_range(p.step_band_s)} | {p.time.tokens_per_s:,.0f} | "
         f"{p.time.mfu:.1%} |"
     )
 
 
-def _band(p: Plan) -> str:
-    return f" ({p.step_band_s[0]:.3g}-{p.step_band_s[1]:.3g})" if p.step_band_s else ""
+def _range(band_s: tuple[float, float] | None) -> str:
+    return f" ({band_s[0]:.3g}-{band_s[1]:.3g})" if band_s else ""
 
 
 def plan_table(report: PlanSearch, top: int = 10) -> str:
@@ -157,14 +157,18 @@ def _elastic_section(report: PlanSearch) -> list[str]:
         return []
     rows = [
         f"| {e.label} | {e.accelerators} | {e.degrees or '-'} | "
-        + (f"{e.step_s:.3f} | {e.memory_gib:.1f} | {e.mfu:.1%} |" if e.feasible else f"- | - | - | {e.message}")
+        + (
+            f"{e.step_s:.3f}{_range(e.step_band_s)} | {e.memory_gib:.1f} | {e.mfu:.1%} |"
+            if e.feasible
+            else f"- | - | - | {e.message}"
+        )
         for e in report.elastic
     ]
     return [
         "",
         "## Elastic cluster",
         "",
-        "| size | accelerators | plan | step s | GiB | MFU |",
+        "| size | accelerators | plan | step s (band) | GiB | MFU |",
         "|---|---|---|---|---|---|",
         *rows,
     ]

@@ -231,3 +231,11 @@ def test_each_framework_states_its_gradient_default_and_a_bf16_plan_turns_its_sw
         assert reduce == ("bfloat16" if grad == "bf16" else "float32")
         assert ("--grad-reduce-in-bf16" in fw.megatron) == (grad == "bf16")
         assert len(notes) == (2 if grad == "bf16" else 0), fw.notes
+
+
+def test_the_elastic_ends_carry_their_band() -> None:
+    """Each end of an elastic pool is a predicted step time too: it carries the search's band."""
+    report, _ = planned(ELASTIC, "qwen3-30b-a3b")
+    assert report.band is not None and len(report.elastic) == 2
+    for e in report.elastic:
+        assert e.step_s is not None and e.step_band_s == report.band.around(e.step_s)
