@@ -15,7 +15,7 @@ Cheap and pure: neither torch, transformers nor the serving code is imported.
   `planner.sequence_parallel`, `planner.dualpipe`, `planner.overlap`, `planner.selective_recompute`,
   `planner.fp8_activation_cache`, each only where the user wrote it) and with the model (recompute
   modules it has, experts for expert parallelism, layers for recompute); a `planner.software` profile
-  against a pinned ZeRO stage it lacks or a written `planner.flash_attention` it does not run (checked
+  against a pinned ZeRO stage or overlap it lacks or a written `planner.flash_attention` it does not run (checked
   with `parallel: auto` too); each issue names both fields.
 - `check_engine(spec, steps)`: when step 6 is among `steps`, a named `inference.engine` is one day0
   can start (`day0.steps.inference.config.ENGINES`) on the platform's device type. `auto` is not refused here:
@@ -189,6 +189,13 @@ def _software_issues(spec: PipelineSpec) -> list[SpecIssue]:
     if p != "auto" and stage is not None and stage not in sw.zero_stages:
         why = f"{sw.framework} has ZeRO stages {list(sw.zero_stages)} ({sw.sources['zero_stages']})"
         issues.append(_clash("parallel." + field, getattr(p, field), "planner.software", name, why))
+    for k in ("tp", "ep", "dp"):
+        pinned = p != "auto" and getattr(p.overlap, k) is True
+        written = _written(spec.planner.overlap, k) and getattr(spec.planner.overlap, k)
+        if k not in sw.overlaps and (pinned or written):
+            field = f"parallel.overlap.{k}" if pinned else f"planner.overlap.{k}"
+            why = f"{sw.framework} has overlaps {list(sw.overlaps)} ({sw.sources['overlaps']})"
+            issues.append(_clash(field, True, "planner.software", name, why))
     if _written(spec.planner, "flash_attention") and spec.planner.flash_attention != sw.flash_attention:
         why = f"{sw.framework}: {sw.sources['flash_attention']}"
         issues.append(_clash("planner.flash_attention", spec.planner.flash_attention, "planner.software", name, why))

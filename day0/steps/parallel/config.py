@@ -80,14 +80,16 @@ class SearchChoices(BaseModel):
 class SoftwareProfile(BaseModel):
     """What a framework generation brings to the cost model, each figure with the source it is read from:
     the gradient buffer it keeps, whether its attention stores the scores, the fraction of the bf16 peak its
-    attention kernels reach, and the ZeRO stages it has. `planner.software` selects one; a figure the spec
-    writes in `planner:` wins over it, and a calibrated profile's measurements over both (`planner_inputs`)."""
+    attention kernels reach, the ZeRO stages and the communication overlaps it has. `planner.software` selects
+    one; a figure the spec writes in `planner:` wins over it, and a calibrated profile's measurements over both
+    (`planner_inputs`)."""
 
     framework: str
     grad_dtype: Literal["fp32", "bf16"]
     flash_attention: bool
     attention_efficiency: float = Field(gt=0, le=1)
     zero_stages: tuple[int, ...]
+    overlaps: tuple[Literal["tp", "ep", "dp"], ...]
     sources: dict[str, str] = Field(description="Per figure above, where it is read.")
 
 
@@ -99,7 +101,10 @@ SOFTWARE_PROFILES: dict[str, SoftwareProfile] = {
         flash_attention=True,
         attention_efficiency=0.5,
         zero_stages=(0, 1, 2, 3),
+        overlaps=("tp", "ep", "dp"),
         sources={
+            "overlaps": "--tp-comm-overlap, --overlap-moe-expert-parallel-comm, --overlap-grad-reduce "
+            "(megatron/training/arguments.py)",
             "grad_dtype": "megatron/training/arguments.py: fp32 main_grad under --bf16 unless --grad-reduce-in-bf16",
             "flash_attention": "Transformer Engine's fused attention (cuDNN / FlashAttention) in Megatron-Core",
             "attention_efficiency": "Dao 2023 (FlashAttention-2, arXiv:2307.08691): 50-73% of the A100 peak",
@@ -113,7 +118,11 @@ SOFTWARE_PROFILES: dict[str, SoftwareProfile] = {
         flash_attention=False,
         attention_efficiency=0.5,
         zero_stages=(0,),
+        overlaps=("dp",),
         sources={
+            "overlaps": "TP collectives overlap GEMMs only since Transformer Engine's userbuffers "
+            "(NVIDIA/TransformerEngine#147, April 2023, TE 0.8); no MoE; the gradient all-reduce overlaps the "
+            "backward as PyTorch DDP's does (Li et al. 2020, VLDB)",
             "grad_dtype": "megatron/arguments.py of the 2021-22 releases: --bf16 sets "
             "accumulate_allreduce_grads_in_fp32 (fp32 main_grad)",
             "flash_attention": "FlashAttention appeared in May 2022 (Dao et al., arXiv:2205.14135); Korthikanti et "
@@ -129,7 +138,10 @@ SOFTWARE_PROFILES: dict[str, SoftwareProfile] = {
         flash_attention=True,
         attention_efficiency=0.35,
         zero_stages=(0, 2, 3),
+        overlaps=("tp", "dp"),
         sources={
+            "overlaps": "async TP (enable_async_tensor_parallel, the 2024-12 benchmark's table 4) and FSDP2's "
+            "prefetch; no MoE all-to-all overlap in its 2024 releases (dense Llama only)",
             "grad_dtype": "torchtitan [training] mixed_precision_reduce 'float32' (FSDP2 reduce_dtype); sharded "
             "gradients in the fp32 sharded parameters' dtype",
             "flash_attention": "PyTorch SDPA's FlashAttention-2 kernels",

@@ -53,7 +53,8 @@ def planner_inputs(
         sw = SOFTWARE_PROFILES[p.software]
         figures = {k: getattr(sw, k) for k in ("grad_dtype", "flash_attention", "attention_efficiency")}
         unwritten = {k: v for k, v in figures.items() if k not in p.model_fields_set}
-        options = options.model_copy(update=unwritten | {"zero_stages": list(sw.zero_stages)})
+        searched = {"zero_stages": list(sw.zero_stages), "software_overlaps": list(sw.overlaps)}
+        options = options.model_copy(update=unwritten | searched)
     options = pin_options(spec, options)
     if p.profile == "calibrated" and profile is None:
         raise UsageError(

@@ -254,7 +254,32 @@ def test_a_software_profile_sets_the_figures_the_spec_does_not_write() -> None:
     old = options({"software": "megatron-lm-2021"})
     assert old.flash_attention is False and old.zero_stages == [0]
     for profile in SOFTWARE_PROFILES.values():
-        assert set(profile.sources) == {"grad_dtype", "flash_attention", "attention_efficiency", "zero_stages"}
-    report = plan_for_spec(spec_from_dict(raw | {"planner": planner | {"software": "torchtitan-fsdp2-2024"}}), qwen())
+        assert set(profile.sources) == {
+            "grad_dtype",
+            "flash_attention",
+            "attention_efficiency",
+            "zero_stages",
+            "overlaps",
+        }
+    assert old.software_overlaps == ["dp"] and default.software_overlaps == ["tp", "ep", "dp"]
+    s = spec_from_dict(raw | {"planner": planner | {"software": "torchtitan-fsdp2-2024"}})
+    report = plan_for_spec(s, qwen())
     assert report.band is not None and report.band.software == "torchtitan-fsdp2-2024"
     assert report.best is not None and report.best.memory_knobs.zero_stage in tt.zero_stages
+    assert report.best.parallel.expert_parallel > 1
+
+
+def test_step4_switches_on_only_the_overlaps_the_software_has() -> None:
+    """The Qwen3 MoE plan's EP all-to-all overlap pays and step 4 takes it under Megatron-Core; torchtitan's
+    2024 profile has no such overlap, so step 4 keeps it off and says why."""
+    raw = load_yaml(ELASTIC)
+    planner = raw.get("planner", {})
+    chosen = {}
+    for software in ("megatron-core-2025", "torchtitan-fsdp2-2024"):
+        s = spec_from_dict(raw | {"planner": planner | {"software": software}})
+        chosen[software] = optimize_for_spec(s, qwen(), plan_for_spec(s, qwen()))
+    assert chosen["megatron-core-2025"].comm.ep_overlap is True
+    tt = chosen["torchtitan-fsdp2-2024"]
+    assert tt.comm.ep_overlap is False
+    ep = next(t for t in tt.techniques if t.technique == "ep overlap")
+    assert "planner.software" in ep.reason

@@ -89,6 +89,16 @@ CONTRADICTIONS = [
         "planner.software",
     ),
     (
+        {"parallel": {"overlap": {"ep": True}}, "planner": {"software": "torchtitan-fsdp2-2024"}},
+        "parallel.overlap.ep",
+        "planner.software",
+    ),
+    (
+        {"planner": {"software": "megatron-lm-2021", "overlap": {"tp": True}}},
+        "planner.overlap.tp",
+        "planner.software",
+    ),
+    (
         {"planner": {"software": "megatron-lm-2021", "flash_attention": True}},
         "planner.flash_attention",
         "planner.software",
