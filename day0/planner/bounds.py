@@ -68,7 +68,7 @@ class StaticBound:
             + rates.p2p_s
         )
         pipe = tm.pipeline_seconds(d.num_microbatches, pp, d.virtual_pipeline_stages, slot, o.dualpipe)[0]
-        return (pipe + self._dp_and_optimizer(d, slot, rates.dp_bandwidth)) * (1 - 1e-9)
+        return (pipe + self._dp_and_optimizer(d, slot, rates.dp_bandwidth, rates.expert_dp_bandwidth)) * (1 - 1e-9)
 
     def quick(self, d: Degrees) -> float:
         """A cheaper bound, never above `self(d)`: the pipeline term of the mean stage's compute, its TP and
@@ -110,7 +110,7 @@ class StaticBound:
         embhead = sum(mem.embedding_head_params(self.costs, tp, pp, e, h) for e, h in ends)
         return (dense + embhead) / pp, expert / pp
 
-    def _dp_and_optimizer(self, d: Degrees, slot: float, bandwidth: float) -> float:
+    def _dp_and_optimizer(self, d: Degrees, slot: float, bandwidth: float, expert_bandwidth: float) -> float:
         """min over ZeRO stages of exposed DP sync + the cheapest optimizer update, for the mean stage."""
         key = (d.tensor_parallel, d.pipeline_parallel, d.expert_parallel, d.expert_tensor_parallel)
         hit = self._stage_params.get(key)
@@ -120,7 +120,7 @@ class StaticBound:
         o, pb = self.o, self.pb
         return min(
             st.dp_exposed_seconds(
-                st.dp_sync_seconds(dense, expert, z, self.grad, pb.weight, d, bandwidth),
+                st.dp_sync_seconds(dense, expert, z, self.grad, pb.weight, d, bandwidth, expert_bandwidth),
                 slot,
                 z,
                 d.num_microbatches,

@@ -65,6 +65,7 @@ class PlanContext(MemoryContext):
                     self.pb.weight,
                     self.d,
                     self.rates.dp_bandwidth,
+                    self.rates.expert_dp_bandwidth,
                 )
                 for i in range(len(self.groups))
             )

@@ -22,7 +22,7 @@ from day0.planner.inputs import CommSettings, PlannerOptions
 from day0.planner.results import Plan
 from day0.spec.pipeline import TrainingSpec
 
-__all__ = ["FrameworkConfigs", "FrameworkSetup", "framework_configs", "to_toml"]
+__all__ = ["GRAD_DTYPE_DEFAULTS", "FrameworkConfigs", "FrameworkSetup", "framework_configs", "to_toml"]
 
 _MEGATRON_MODULES = {
     "core_attn": "core_attn",
@@ -31,6 +31,21 @@ _MEGATRON_MODULES = {
     "moe_act": "moe_act",
 }
 _FP8_TORCHTITAN = {"tensorwise": "tensorwise", "delayed": "tensorwise", "blockwise": "rowwise"}
+GRAD_DTYPE_DEFAULTS = {
+    "Megatron-LM": (
+        "fp32",
+        "megatron/training/arguments.py: with --bf16, accumulate_allreduce_grads_in_fp32 is set unless "
+        "--grad-reduce-in-bf16 ('accumulate and all-reduce gradients in fp32 for bfloat16 data type'); the "
+        "DDP's main_grad buffer then is fp32",
+    ),
+    "torchtitan": (
+        "fp32",
+        "[training] mixed_precision_reduce defaults to float32 (FSDP2 MixedPrecisionPolicy reduce_dtype); the "
+        "sharded gradients take the fp32 sharded parameters' dtype",
+    ),
+}
+"""Where main gradients are kept by default in each framework this module writes for, with the source read:
+a plan in the other dtype turns the framework's switch and says so."""
 
 
 @dataclass(frozen=True)
@@ -135,6 +150,7 @@ def _megatron(plan: Plan, setup: FrameworkSetup, notes: list[str]) -> list[str]:
         args.append("--overlap-moe-expert-parallel-comm")
     if comm.grad_reduce_dtype == "bf16" or o.grad_dtype == "bf16":
         args.append("--grad-reduce-in-bf16")
+    _grad_note("Megatron-LM", o.grad_dtype, notes)
     args.append("--bf16")
     if tr.precision.compute == "fp8":
         args += [f"--fp8-format {o.fp8_format}", f"--fp8-recipe {o.fp8_recipe}"]
@@ -168,6 +184,12 @@ def _megatron_recompute(plan: Plan, o: PlannerOptions, notes: list[str]) -> list
             notes.append("selective mlp_act (a dense MLP's activation) has no Megatron-Core module: left out")
         return ["--recompute-granularity selective"] + ([f"--recompute-modules {' '.join(mods)}"] if mods else [])
     return []
+
+
+def _grad_note(framework: str, grad_dtype: str, notes: list[str]) -> None:
+    default, source = GRAD_DTYPE_DEFAULTS[framework]
+    if grad_dtype != default:
+        notes.append(f"{framework} keeps {default} gradients by default ({source}): the plan's {grad_dtype} is set")
 
 
 def _torchtitan(plan: Plan, setup: FrameworkSetup, notes: list[str]) -> dict[str, JsonObject]:
@@ -211,8 +233,11 @@ def _torchtitan(plan: Plan, setup: FrameworkSetup, notes: list[str]) -> dict[str
         "global_batch_size": tr.global_batch,
         "seq_len": tr.seq_len,
         "mixed_precision_param": "bfloat16",
-        "mixed_precision_reduce": "float32",
+        "mixed_precision_reduce": "bfloat16"
+        if o.grad_dtype == "bf16" or comm.grad_reduce_dtype == "bf16"
+        else "float32",
     }
+    _grad_note("torchtitan", o.grad_dtype, notes)
     if "optimizer" in k.offload:
         training["enable_cpu_offload"] = True
         notes.append("torchtitan's enable_cpu_offload moves parameters and gradients too, not only the optimizer")

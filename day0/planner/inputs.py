@@ -34,6 +34,7 @@ __all__ = [
 
 GIB = 1024**3
 Offload = Literal["none", "optimizer", "activations", "optimizer+activations"]
+Overlap = Literal["tp", "ep", "dp"]
 
 
 class _Model(BaseModel):
@@ -123,6 +124,11 @@ class PlannerOptions(_Model, SearchChoices):
         "(DeepSeek-V3 sec. 3.2.2: 20 of 132 SMs drive the all-to-all).",
     )
     cpu_adam_params_per_s: float = Field(2.5e8, gt=0, description="Offloaded Adam update rate per accelerator.")
+    software_overlaps: list[Overlap] = Field(
+        default_factory=lambda: list(get_args(Overlap)),
+        description="Communication overlaps the training software has: step 4 switches on only these "
+        "(`planner.software` sets them; default: Megatron-Core's, all three).",
+    )
     fused_optimizer: bool = Field(
         True,
         description="Adam is one fused pass over its states (Megatron, DeepSpeed); false: torch's foreach AdamW, "

@@ -12,6 +12,7 @@ from day0.core.typing import JsonObject
 from day0.planner.frameworks import FrameworkConfigs
 from day0.planner.inputs import CommSettings
 from day0.planner.results import Plan
+from day0.planner.uncertainty import StepTimeBand
 from day0.yamlio import safe_dump
 
 __all__ = ["Optimization", "SequenceStep", "TechniqueChoice", "TechniqueOption"]
@@ -68,6 +69,7 @@ class Optimization(BaseModel):
     frameworks: FrameworkConfigs | None = Field(
         None, description="The chosen plan as Megatron-LM arguments and a torchtitan config."
     )
+    band: StepTimeBand | None = Field(None, description="The step-time band of the profile (the plan's step_band_s).")
 
     def to_yaml_dict(self) -> JsonObject:
         if self.plan is None:

@@ -92,6 +92,9 @@ def choose_optimizations(
         if field in pinned:
             reasons[technique] = f"pinned by {pinned[field]}"
             continue
+        if field.endswith("_overlap") and field.removesuffix("_overlap") not in options.software_overlaps:
+            reasons[technique] = "kept off: the training software has no such overlap (planner.software)"
+            continue
         if getattr(comm, field) == update[field]:
             reasons[technique] = "on in step 3's plan already"
             continue

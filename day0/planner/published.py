@@ -21,7 +21,7 @@ from day0.planner.search import plan_parallelism
 from day0.planner.step_time import model_flops_per_step
 from day0.spec.cluster import HardwareSpec
 from day0.spec.pipeline import Precision, TrainingSpec
-from day0.steps.parallel.config import ParallelConstraints
+from day0.steps.parallel.config import ParallelConstraints, SoftwareName
 
 if TYPE_CHECKING:
     from day0.model.structure import ModelStructure
@@ -71,6 +71,9 @@ class PublishedRun(_Model):
     zero_stage: int | None = None
     offload: str | None = None
     sequence_parallel: bool | None = None
+    software: SoftwareName | None = Field(
+        None, description="The training software's profile, where one describes it (its step-time band's runs)."
+    )
     options: dict[str, Any] = Field(default={})
     knobs: dict[str, int] = Field(
         default={},

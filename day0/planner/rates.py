@@ -38,7 +38,8 @@ class StepRates:
     combine_s: float  # one MoE all-to-all at bf16
     cp_bandwidth: float  # bytes/s of the CP ring
     p2p_s: float  # pipeline sends/receives per micro-batch (forward + backward, every chunk)
-    dp_bandwidth: float  # bytes/s of the data-parallel ring
+    dp_bandwidth: float  # bytes/s of the dense parameters' data-parallel ring (DP x CP ranks, TP apart)
+    expert_dp_bandwidth: float  # bytes/s of the routed experts' data-parallel ring (their replicas, EP x ETP apart)
     kernel_s: float  # host time per dispatched op (the platform's launch + dispatcher + autograd cost)
     layer_kernels: float  # ops of one layer's forward + backward (a dense layer's)
     moe_kernels: float  # what a MoE layer adds to them
@@ -146,7 +147,6 @@ class RateCache:
         tok = tokens / tp
         linear, head, ring = self._dense(tokens, tp)
         expert, dispatch, combine = self._routed(tok, ep, etp)
-        dp_span = tp * cp * d.data_parallel
         p2p = self.p2p_seconds(d)
         k = self.kernels
         out = StepRates(
@@ -161,7 +161,8 @@ class RateCache:
             combine_s=combine,
             cp_bandwidth=tm.link_bandwidth(tp * cp, n, intra, inter),
             p2p_s=p2p,
-            dp_bandwidth=tm.link_bandwidth(dp_span, n, intra, inter),
+            dp_bandwidth=tm.ring_bandwidth(d.dense_replicas, tp, n, intra, inter),
+            expert_dp_bandwidth=tm.ring_bandwidth(d.expert_replicas, ep * etp, n, intra, inter),
             kernel_s=self.kernel_s,
             layer_kernels=k.dense_layer,
             moe_kernels=k.moe_extra,

@@ -14,6 +14,7 @@ from day0.core.typing import JsonObject
 from day0.planner.evaluate import PlanContext
 from day0.planner.inputs import GIB, ClusterFigures, PlannerOptions
 from day0.planner.stages import partition
+from day0.planner.uncertainty import StepTimeBand
 from day0.planner.values import Degrees, MemoryEstimate, MemoryKnobs, TimeEstimate
 from day0.spec.pipeline import TrainingSpec
 from day0.yamlio import safe_dump
@@ -43,6 +44,12 @@ class Plan(BaseModel):
     chunk_layers: list[int] = Field(
         default=[], description="Layers of each pipeline chunk in order (chunk c on rank c mod PP)."
     )
+    step_band_s: tuple[float, float] | None = Field(
+        None, description="Where the actual step time lies, seconds: the band of its profile (`uncertainty`)."
+    )
+
+    def with_band(self, band: StepTimeBand | None) -> "Plan":
+        return self if band is None else self.model_copy(update={"step_band_s": band.around(self.time.step_s)})
 
     def to_yaml_dict(self) -> JsonObject:
         dump = self.model_dump(include={"parallel", "memory_knobs"})
@@ -53,6 +60,7 @@ class Plan(BaseModel):
             "estimate": {
                 "memory_gib": round(self.memory.total_bytes / GIB, 2),
                 "step_s": round(self.time.step_s, 4),
+                **({"step_band_s": [round(x, 4) for x in self.step_band_s]} if self.step_band_s else {}),
                 "tokens_per_s": round(self.time.tokens_per_s),
                 "mfu": round(self.time.mfu, 4),
             },
@@ -79,6 +87,7 @@ class ClusterPoint(BaseModel):
     step_s: float | None = None
     memory_gib: float | None = None
     mfu: float | None = None
+    step_band_s: tuple[float, float] | None = Field(None, description="The step time's band (`uncertainty`).")
     message: str
 
 
@@ -113,10 +122,21 @@ class PlanSearch(BaseModel):
         default=[], description="With an elastic pool: the best plan at its minimum and at its maximum."
     )
     advice: list[str] = Field(default=[], description="What to do next, one line each, with the numbers.")
+    band: StepTimeBand | None = Field(
+        None, description="The step-time band of the profile the plans were predicted with (each plan's step_band_s)."
+    )
     options: PlannerOptions = Field(
         default_factory=PlannerOptions,
         description="The assumptions used (last: duck-typed readers find the best plan's knobs first).",
     )
+
+    def with_band(self, band: StepTimeBand) -> "PlanSearch":
+        """These plans, each with its step-time band."""
+        elastic = [
+            e if e.step_s is None else e.model_copy(update={"step_band_s": band.around(e.step_s)}) for e in self.elastic
+        ]
+        plans = [p.with_band(band) for p in self.plans]
+        return self.model_copy(update={"band": band, "plans": plans, "elastic": elastic})
 
     @property
     def best(self) -> Plan | None:

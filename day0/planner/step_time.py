@@ -196,14 +196,15 @@ def dp_sync_seconds(
     weight_bytes: int,
     d: Degrees,
     bandwidth: float,
+    expert_bandwidth: float,
 ) -> float:
     """One rank's data-parallel traffic per step: dense parameters over their DP·CP replicas, expert
-    parameters over theirs (TP·CP·DP / EP·ETP), each a ring."""
+    parameters over theirs (TP·CP·DP / EP·ETP), each a ring at its group's bus bandwidth."""
     m = d.num_microbatches
     return tm.ring_seconds(
         tm.dp_sync_bytes(dense_params, grad_bytes, weight_bytes, zero_stage, m), d.dense_replicas, bandwidth
     ) + tm.ring_seconds(
-        tm.dp_sync_bytes(expert_params, grad_bytes, weight_bytes, zero_stage, m), d.expert_replicas, bandwidth
+        tm.dp_sync_bytes(expert_params, grad_bytes, weight_bytes, zero_stage, m), d.expert_replicas, expert_bandwidth
     )
 
 

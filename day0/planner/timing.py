@@ -27,6 +27,7 @@ __all__ = [
     "link_bandwidth",
     "measured_tflops",
     "pipeline_seconds",
+    "ring_bandwidth",
     "ring_seconds",
 ]
 
@@ -112,6 +113,21 @@ def link_bandwidth(span: int, per_node: int, intra_gbps: float, inter_gbps: floa
     return (intra_gbps if span <= per_node else inter_gbps) * 1e9
 
 
+def ring_bandwidth(group: int, stride: int, per_node: int, intra_gbps: float, inter_gbps: float) -> float:
+    """Bus bandwidth, bytes/s, of a ring collective (all-reduce, all-gather, reduce-scatter) over `group`
+    ranks placed every `stride` ranks: NVLink-class inside a node. Across nodes NCCL runs one ring per
+    NIC, each crossing the node boundary on its own NIC, so the group's node-crossing traffic spreads over
+    the NICs of its ranks on each node: k ranks per node x the per-accelerator NIC figure (k <= per_node:
+    at most the node's total), never above the NVLink hops the rings also take. Measured: nccl-tests
+    all_reduce busbw on DGX A100 reaches its 8 NICs' total, 192 GB/s for 8 x 200 Gb/s (NVIDIA/nccl#812);
+    on A100 nodes with 4 HDR NICs for 8 GPUs, 96 GB/s of the 100 (NVIDIA/nccl-tests#119); NDR 400 Gb/s
+    gives 46-48 GB/s per NIC (NVIDIA/nccl-tests#290). A group with one rank per node (TP8 DP) keeps one NIC."""
+    if group * stride <= per_node:
+        return intra_gbps * 1e9
+    ranks_per_node = max(1, min(group, per_node // stride))
+    return min(intra_gbps, ranks_per_node * inter_gbps) * 1e9
+
+
 def ring_seconds(buffer_bytes: float, group: int, bandwidth: float) -> float:
     """One all-gather or reduce-scatter of a `buffer_bytes` buffer over `group` ranks: (g-1)/g·B / bw."""
     return 0.0 if group <= 1 else (group - 1) / group * buffer_bytes / bandwidth
@@ -132,7 +148,10 @@ def expert_alltoall_seconds(
     ranks placed every `stride` ranks. Without node limits each copy goes where its expert is: the off-node
     share of the k copies crosses the NIC. With node-limited routing (DeepSeek-V3 sec. 2.1.2 and 3.2.2: at
     most M nodes per token, one NIC transfer per node, then NVLink forwarding to the experts there) a token
-    crosses the NIC at most min(k, M) x (nodes-1)/nodes times; the in-node fan-out rides NVLink."""
+    crosses the NIC at most min(k, M) x (nodes-1)/nodes times; the in-node fan-out rides NVLink. The node's
+    off-node traffic, its in-node ranks' worth, leaves over those ranks' NICs (in-node ranks x the NIC
+    figure, as in `ring_bandwidth`): one NIC's worth per rank, since the node's other NICs carry the
+    concurrent all-to-alls of the other EP groups."""
     if group <= 1:
         return 0.0
     in_node = max(1, min(group, per_node // stride)) if stride <= per_node else 1

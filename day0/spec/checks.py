@@ -14,7 +14,9 @@ Cheap and pure: neither torch, transformers nor the serving code is imported.
   sections that state the same thing (`training.micro_batch`, `training.precision.compute`,
   `planner.sequence_parallel`, `planner.dualpipe`, `planner.overlap`, `planner.selective_recompute`,
   `planner.fp8_activation_cache`, each only where the user wrote it) and with the model (recompute
-  modules it has, experts for expert parallelism, layers for recompute); each issue names both fields.
+  modules it has, experts for expert parallelism, layers for recompute); a `planner.software` profile
+  against a pinned ZeRO stage or overlap it lacks or a written `planner.flash_attention` it does not run (checked
+  with `parallel: auto` too); each issue names both fields.
 - `check_engine(spec, steps)`: when step 6 is among `steps`, a named `inference.engine` is one day0
   can start (`day0.steps.inference.config.ENGINES`) on the platform's device type. `auto` is not refused here:
   it picks by platform, and a platform without a serving engine yet (an NPU) is step 6's to report.
@@ -31,6 +33,7 @@ from day0.errors import SpecError, SpecIssue
 from day0.model.release import rope_context
 from day0.spec.pipeline import PipelineSpec
 from day0.steps.inference.config import ENGINES
+from day0.steps.parallel.config import SOFTWARE_PROFILES
 
 __all__ = ["check_context_lengths", "check_engine", "check_parallel"]
 
@@ -89,7 +92,7 @@ def check_engine(spec: PipelineSpec, steps: Iterable[str], source: str) -> None:
 def check_parallel(spec: PipelineSpec, config: HFConfigDict, source: str) -> None:
     """Refuse pinned knobs that contradict each other, another section or the model (see the contract)."""
     text = config.get("text_config")
-    issues = _parallel_issues(spec, text if isinstance(text, dict) else config)
+    issues = _parallel_issues(spec, text if isinstance(text, dict) else config) + _software_issues(spec)
     if issues:
         raise SpecError(source, issues)
 
@@ -168,6 +171,34 @@ def _parallel_issues(spec: PipelineSpec, config: HFConfigDict) -> list[SpecIssue
     if p.grad_reduce_dtype == "fp32" and spec.planner.grad_dtype == "bf16":
         why = "bf16 gradient buffers are reduced in bf16 (Megatron's main_grad)"
         issues.append(_clash(f + "grad_reduce_dtype", "fp32", "planner.grad_dtype", "bf16", why))
+    return issues
+
+
+def _software_issues(spec: PipelineSpec) -> list[SpecIssue]:
+    """A `planner.software` profile against the knobs pinned beside it: a ZeRO stage the software lacks, a
+    written attention kind it does not run."""
+    name, p = spec.planner.software, spec.parallel
+    if name is None:
+        return []
+    sw, issues = SOFTWARE_PROFILES[name], []
+    stage, field = None, ""
+    if p != "auto" and p.zero_stage is not None:
+        stage, field = p.zero_stage, "zero_stage"
+    elif p != "auto" and p.distributed_optimizer:
+        stage, field = 1, "distributed_optimizer"
+    if p != "auto" and stage is not None and stage not in sw.zero_stages:
+        why = f"{sw.framework} has ZeRO stages {list(sw.zero_stages)} ({sw.sources['zero_stages']})"
+        issues.append(_clash("parallel." + field, getattr(p, field), "planner.software", name, why))
+    for k in ("tp", "ep", "dp"):
+        pinned = p != "auto" and getattr(p.overlap, k) is True
+        written = _written(spec.planner.overlap, k) and getattr(spec.planner.overlap, k)
+        if k not in sw.overlaps and (pinned or written):
+            field = f"parallel.overlap.{k}" if pinned else f"planner.overlap.{k}"
+            why = f"{sw.framework} has overlaps {list(sw.overlaps)} ({sw.sources['overlaps']})"
+            issues.append(_clash(field, True, "planner.software", name, why))
+    if _written(spec.planner, "flash_attention") and spec.planner.flash_attention != sw.flash_attention:
+        why = f"{sw.framework}: {sw.sources['flash_attention']}"
+        issues.append(_clash("planner.flash_attention", spec.planner.flash_attention, "planner.software", name, why))
     return issues
 
 

@@ -13,6 +13,6 @@ __all__ = ["optimize_for_spec"]
 def optimize_for_spec(spec: PipelineSpec, structure: ModelStructure, report: PlanReport) -> OptimizationReport:
     if report.best is None:
         return OptimizationReport.skipped(structure.model, report.message)
-    return OptimizationReport.of(
-        choose_optimizations(structure, report.cluster, spec.training, report.best, report.options)
-    )
+    chosen = choose_optimizations(structure, report.cluster, spec.training, report.best, report.options)
+    plan = chosen.plan.with_band(report.band) if chosen.plan is not None else None
+    return OptimizationReport.of(chosen.model_copy(update={"plan": plan, "band": report.band}))

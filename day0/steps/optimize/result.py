@@ -49,7 +49,8 @@ class OptimizationReport(Optimization, StepResult):
             if (base := t.effect()) is not None:  # + 0.0: no "-0.0"
                 saved, cost = round(-base.memory_saved_bytes / GIB, 1) + 0.0, round(-base.time_cost_s, 3) + 0.0
                 headline[t.technique] = f"{t.chosen}: {saved:+.1f} GiB saved, {cost:+.3f} s per step vs {t.baseline}"
-        headline["step time"] = f"{self.step_before_s:.3g} -> {self.step_after_s:.3g} s"
+        after = self.band.label(self.step_after_s) if self.band else f"{self.step_after_s:.3g} s"
+        headline["step time"] = f"{self.step_before_s:.3g} -> {after}"
         if not self.plan.feasible:
             why = (
                 f"needs {m.total_bytes / GIB:.1f} GiB per accelerator, {m.capacity_bytes / GIB:g} GiB available"
@@ -73,7 +74,9 @@ class OptimizationReport(Optimization, StepResult):
         if self.plan is None:
             return "\n".join(lines) + "\n"
         lines += [
-            f"- step time {self.step_before_s:.3f} s -> **{self.step_after_s:.3f} s**; memory "
+            f"- step time {self.step_before_s:.3f} s -> **{self.step_after_s:.3f} s**"
+            + (f" (band {self._band_text()}: {self.band.basis})" if self.band else "")
+            + "; memory "
             f"{self.memory_before_bytes / GIB:.1f} -> **{self.memory_after_bytes / GIB:.1f} GiB** per accelerator",
             "",
             *self._sequence_table(),
@@ -93,6 +96,11 @@ class OptimizationReport(Optimization, StepResult):
         if self.frameworks is not None:
             lines += ["", *self.frameworks.to_markdown()]
         return "\n".join(lines) + "\n"
+
+    def _band_text(self) -> str:
+        assert self.band is not None
+        low, high = self.band.around(self.step_after_s)
+        return f"{low:.3f}-{high:.3f} s"
 
     def _sequence_table(self) -> list[str]:
         """The cumulative sequence: each row the plan after its technique and every one above it."""

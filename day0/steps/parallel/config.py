@@ -16,6 +16,7 @@ from day0.core.recompute import Recompute
 from day0.spec.base import HBM_GBPS, MAX_ACCELERATORS, UserModel
 
 __all__ = [
+    "SOFTWARE_PROFILES",
     "Fp8Pin",
     "OverlapPin",
     "ParallelConstraints",
@@ -25,6 +26,8 @@ __all__ = [
     "RecomputeModule",
     "RecomputePin",
     "SearchChoices",
+    "SoftwareName",
+    "SoftwareProfile",
 ]
 
 
@@ -65,11 +68,90 @@ class SearchChoices(BaseModel):
     grad_dtype: Literal["fp32", "bf16"] = Field(
         "fp32",
         description="Dtype gradients are accumulated, kept and reduced in (Megatron's main_grad buffer: bf16 with "
-        "--grad-reduce-in-bf16, i.e. Megatron-Core's grad_reduce_in_fp32 off; default fp32).",
+        "--grad-reduce-in-bf16, i.e. Megatron-Core's grad_reduce_in_fp32 off; default fp32, as Megatron-LM's and "
+        "torchtitan's defaults: day0.planner.frameworks.GRAD_DTYPE_DEFAULTS cites them; NVIDIA's FP8 perf recipes "
+        "set bf16).",
     )
     mtp_layers: int = Field(
         0, ge=0, le=16, description="Multi-token-prediction modules trained along (DeepSeek-V3: 1; default 0)."
     )
+
+
+class SoftwareProfile(BaseModel):
+    """What a framework generation brings to the cost model, each figure with the source it is read from:
+    the gradient buffer it keeps, whether its attention stores the scores, the fraction of the bf16 peak its
+    attention kernels reach, the ZeRO stages and the communication overlaps it has. `planner.software` selects
+    one; a figure the spec writes in `planner:` wins over it, and a calibrated profile's measurements over both
+    (`planner_inputs`)."""
+
+    framework: str
+    grad_dtype: Literal["fp32", "bf16"]
+    flash_attention: bool
+    attention_efficiency: float = Field(gt=0, le=1)
+    zero_stages: tuple[int, ...]
+    overlaps: tuple[Literal["tp", "ep", "dp"], ...]
+    sources: dict[str, str] = Field(description="Per figure above, where it is read.")
+
+
+SoftwareName = Literal["megatron-core-2025", "megatron-lm-2021", "torchtitan-fsdp2-2024"]
+SOFTWARE_PROFILES: dict[str, SoftwareProfile] = {
+    "megatron-core-2025": SoftwareProfile(
+        framework="Megatron-Core",
+        grad_dtype="fp32",
+        flash_attention=True,
+        attention_efficiency=0.5,
+        zero_stages=(0, 1, 2, 3),
+        overlaps=("tp", "ep", "dp"),
+        sources={
+            "overlaps": "--tp-comm-overlap, --overlap-moe-expert-parallel-comm, --overlap-grad-reduce "
+            "(megatron/training/arguments.py)",
+            "grad_dtype": "megatron/training/arguments.py: fp32 main_grad under --bf16 unless --grad-reduce-in-bf16",
+            "flash_attention": "Transformer Engine's fused attention (cuDNN / FlashAttention) in Megatron-Core",
+            "attention_efficiency": "Dao 2023 (FlashAttention-2, arXiv:2307.08691): 50-73% of the A100 peak",
+            "zero_stages": "DDP (0), --use-distributed-optimizer (1), Megatron-FSDP optim_grads (2) and "
+            "optim_grads_params (3)",
+        },
+    ),
+    "megatron-lm-2021": SoftwareProfile(
+        framework="Megatron-LM (2021-22)",
+        grad_dtype="fp32",
+        flash_attention=False,
+        attention_efficiency=0.5,
+        zero_stages=(0,),
+        overlaps=("dp",),
+        sources={
+            "overlaps": "TP collectives overlap GEMMs only since Transformer Engine's userbuffers "
+            "(NVIDIA/TransformerEngine#147, April 2023, TE 0.8); no MoE; the gradient all-reduce overlaps the "
+            "backward as PyTorch DDP's does (Li et al. 2020, VLDB)",
+            "grad_dtype": "megatron/arguments.py of the 2021-22 releases: --bf16 sets "
+            "accumulate_allreduce_grads_in_fp32 (fp32 main_grad)",
+            "flash_attention": "FlashAttention appeared in May 2022 (Dao et al., arXiv:2205.14135); Korthikanti et "
+            "al. 2022 eq. 2 counts the stored 5·a·s/h attention scores",
+            "attention_efficiency": "unused without FlashAttention: the scores' batched GEMMs are timed on the "
+            "roofline",
+            "zero_stages": "Narayanan et al. 2021: plain data parallelism (gradients all-reduced), no ZeRO",
+        },
+    ),
+    "torchtitan-fsdp2-2024": SoftwareProfile(
+        framework="torchtitan (FSDP2)",
+        grad_dtype="fp32",
+        flash_attention=True,
+        attention_efficiency=0.35,
+        zero_stages=(0, 2, 3),
+        overlaps=("tp", "dp"),
+        sources={
+            "overlaps": "async TP (enable_async_tensor_parallel, the 2024-12 benchmark's table 4) and FSDP2's "
+            "prefetch; no MoE all-to-all overlap in its 2024 releases (dense Llama only)",
+            "grad_dtype": "torchtitan [training] mixed_precision_reduce 'float32' (FSDP2 reduce_dtype); sharded "
+            "gradients in the fp32 sharded parameters' dtype",
+            "flash_attention": "PyTorch SDPA's FlashAttention-2 kernels",
+            "attention_efficiency": "Shah et al. 2024 (FlashAttention-3, arXiv:2407.08608) abstract: FlashAttention-2 "
+            "reaches 35% of the H100's peak",
+            "zero_stages": "FSDP2 replicate (0), reshard_after_forward never (2) or default (3); no ZeRO-1",
+        },
+    ),
+}
+"""Named software profiles (issue 39, item 4): the planner's own defaults are Megatron-Core 2025's."""
 
 
 class PlannerSpec(UserModel, SearchChoices):
@@ -80,6 +162,11 @@ class PlannerSpec(UserModel, SearchChoices):
         False,
         description="Run `day0 calibrate` on the run's backend before step 3 (its profile is then used); "
         "default false: use a stored profile if any.",
+    )
+    software: SoftwareName | None = Field(
+        None,
+        description="The training software's profile (SOFTWARE_PROFILES: gradient buffer, attention kernels, ZeRO "
+        "stages, each cited); default: the planner's own figures, Megatron-Core 2025's. Figures written here win.",
     )
     profile: Literal["auto", "datasheet", "calibrated"] = Field(
         "auto",

@@ -2,9 +2,10 @@
 and a calibrated profile turned into the planner's inputs, and the ranked plans. `run.py` calls it
 for a run; `day0 plan` calls it directly, without Ray, Prefect or torch in its process.
 
-Precedence of the figures the cost model uses: the spec's `planner:` section sets the assumptions; a
-calibrated profile replaces the datasheet's figures unless `planner.profile` is `datasheet`; figures
-the user wrote in `planner:` win over both. A figure the platform file marks unpublished (null) that no
+Precedence of the figures the cost model uses: the spec's `planner:` section sets the assumptions, its
+`software` profile those it does not write (and the ZeRO stages searched); a calibrated profile
+replaces the datasheet's figures unless `planner.profile` is `datasheet`; figures the user wrote in
+`planner:` win over all. A figure the platform file marks unpublished (null) that no
 profile measured is a `UsageError` naming it, before the search.
 """
 
@@ -15,9 +16,10 @@ from day0.planner.inputs import ClusterFigures, CommSettings, PlannerOptions, cl
 from day0.planner.pins import constraints_for, pin_options
 from day0.planner.profile import CalibratedProfile, apply_profile
 from day0.planner.search import plan_parallelism
+from day0.planner.uncertainty import step_time_band
 from day0.spec.cluster import PLANNER_FIGURES
 from day0.spec.pipeline import PipelineSpec
-from day0.steps.parallel.config import SearchChoices
+from day0.steps.parallel.config import SOFTWARE_PROFILES, SearchChoices
 from day0.steps.parallel.result import PlanReport
 
 __all__ = ["plan_for_spec", "planner_inputs"]
@@ -32,7 +34,9 @@ def plan_for_spec(
     search = plan_parallelism(structure, cluster, spec.training, constraints, options)
     elastic = elastic_points(structure, cluster, spec.training, constraints, options, search)
     advice = next_steps(structure, search, constraints, spec.platform.name)
-    return PlanReport.of(search.model_copy(update={"elastic": elastic, "advice": advice}))
+    calibrated = profile is not None and spec.planner.profile != "datasheet"
+    band = step_time_band("calibrated" if calibrated else "datasheet", spec.planner.software)
+    return PlanReport.of(search.model_copy(update={"elastic": elastic, "advice": advice}).with_band(band))
 
 
 def planner_inputs(
@@ -45,6 +49,12 @@ def planner_inputs(
         selective_modules=list(p.selective_recompute),
         comm=CommSettings(tp_overlap=p.overlap.tp, ep_overlap=p.overlap.ep, dp_overlap=p.overlap.dp),
     )
+    if p.software is not None:  # its figures where the spec writes none; pins and calibration come after
+        sw = SOFTWARE_PROFILES[p.software]
+        figures = {k: getattr(sw, k) for k in ("grad_dtype", "flash_attention", "attention_efficiency")}
+        unwritten = {k: v for k, v in figures.items() if k not in p.model_fields_set}
+        searched = {"zero_stages": list(sw.zero_stages), "software_overlaps": list(sw.overlaps)}
+        options = options.model_copy(update=unwritten | searched)
     options = pin_options(spec, options)
     if p.profile == "calibrated" and profile is None:
         raise UsageError(

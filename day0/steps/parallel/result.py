@@ -38,7 +38,7 @@ class PlanReport(PlanSearch, StepResult):
             verdict="pass",
             headline={  # the first two are the scorecard's glance
                 "degrees": degrees_label(p.parallel),
-                "step time": f"{p.time.step_s:.3g} s",
+                "step time": self.band.label(p.time.step_s) if self.band else f"{p.time.step_s:.3g} s",
                 "memory per accelerator": f"{p.memory.total_bytes / GIB:.1f} of {cap:g} GiB",
                 "MFU": f"{p.time.mfu:.1%}",
             },

@@ -108,14 +108,19 @@ def _row(rank: str, p: Plan) -> str:
         f"| {rank} | {d.tensor_parallel} | {d.pipeline_parallel} | {d.virtual_pipeline_stages} | "
         f"{d.expert_parallel} | {d.expert_tensor_parallel} | {d.context_parallel} | {d.data_parallel} | "
         f"{d.micro_batch} | {k.recompute} | {k.zero_stage} | {k.offload} | "
-        f"{p.memory.total_bytes / GIB:.1f} | {p.time.step_s:.3f} | {p.time.tokens_per_s:,.0f} | {p.time.mfu:.1%} |"
+        f"{p.memory.total_bytes / GIB:.1f} | {p.time.step_s:.3f}{_range(p.step_band_s)} | {p.time.tokens_per_s:,.0f} | "
+        f"{p.time.mfu:.1%} |"
     )
+
+
+def _range(band_s: tuple[float, float] | None) -> str:
+    return f" ({band_s[0]:.3g}-{band_s[1]:.3g})" if band_s else ""
 
 
 def plan_table(report: PlanSearch, top: int = 10) -> str:
     """The ranked plans; when none fits, the closest setups first, each with why it does not fit."""
     head = (
-        "| # | TP | PP | VPP | EP | ETP | CP | DP | mb | recompute | ZeRO | offload | GiB | step s | "
+        "| # | TP | PP | VPP | EP | ETP | CP | DP | mb | recompute | ZeRO | offload | GiB | step s (band) | "
         "tokens/s | MFU |\n|---" + "|---" * 15 + "|"
     )
     rows = [_row("-", p) + f" does not fit: {p.reason} |" for p in report.closest_infeasible]
@@ -152,14 +157,18 @@ def _elastic_section(report: PlanSearch) -> list[str]:
         return []
     rows = [
         f"| {e.label} | {e.accelerators} | {e.degrees or '-'} | "
-        + (f"{e.step_s:.3f} | {e.memory_gib:.1f} | {e.mfu:.1%} |" if e.feasible else f"- | - | - | {e.message}")
+        + (
+            f"{e.step_s:.3f}{_range(e.step_band_s)} | {e.memory_gib:.1f} | {e.mfu:.1%} |"
+            if e.feasible
+            else f"- | - | - | {e.message}"
+        )
         for e in report.elastic
     ]
     return [
         "",
         "## Elastic cluster",
         "",
-        "| size | accelerators | plan | step s | GiB | MFU |",
+        "| size | accelerators | plan | step s (band) | GiB | MFU |",
         "|---|---|---|---|---|---|",
         *rows,
     ]
@@ -220,4 +229,5 @@ def _assumptions(report: PlanSearch) -> str:
         f"{o.grad_dtype} gradients, {o.optimizer_state_dtype} Adam moments, "
         f"{o.fragmentation_fraction:.0%} fragmentation reserve + {o.framework_overhead_gib:g} GiB runtime, "
         f"{schedule} pipeline; MFU against the peak of the GEMM dtype"
+        + (f"; step-time band: {report.band.basis}" if report.band else "")
     )

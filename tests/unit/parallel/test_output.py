@@ -17,7 +17,7 @@ import pytest
 from day0.model.structure import ModelStructure
 from day0.paths import CONFIGS_DIR
 from day0.planner import cluster_figures, plan_parallelism
-from day0.planner.frameworks import to_toml
+from day0.planner.frameworks import GRAD_DTYPE_DEFAULTS, FrameworkSetup, framework_configs, to_toml
 from day0.spec.cluster import PlatformSpec
 from day0.spec.pipeline import TrainingSpec, load_spec, load_yaml
 from day0.steps.optimize.plan import optimize_for_spec
@@ -209,3 +209,33 @@ def test_day0_plan_prints_frameworks_and_next_steps_and_links_no_plot(
     assert doc["frameworks"]["megatron"] and doc["frameworks"]["torchtitan"]["parallelism"]
     assert doc["advice"] and len(doc["elastic"]) == 2 and doc["step4"]["sequence"]
     assert doc["chosen"]["frameworks"]["megatron"] == doc["frameworks"]["megatron"]
+
+
+def test_each_framework_states_its_gradient_default_and_a_bf16_plan_turns_its_switch() -> None:
+    """GRAD_DTYPE_DEFAULTS gives each framework's default with its source; a bf16-gradient plan sets
+    Megatron's --grad-reduce-in-bf16 and torchtitan's mixed_precision_reduce, each with a note naming the
+    default it departs from; an fp32 plan needs neither."""
+    assert set(GRAD_DTYPE_DEFAULTS) == {"Megatron-LM", "torchtitan"}
+    assert all(dtype in ("fp32", "bf16") and source for dtype, source in GRAD_DTYPE_DEFAULTS.values())
+    report, opt = planned(ELASTIC, "qwen3-30b-a3b")
+    assert opt.plan is not None
+    for grad in ("fp32", "bf16"):
+        options = report.options.model_copy(update={"grad_dtype": grad})
+        comm = opt.comm.model_copy(update={"grad_reduce_dtype": None})
+        setup = FrameworkSetup(
+            training=report.training, options=options, comm=comm, num_layers=48, moe=True, per_node=8
+        )
+        fw = framework_configs(opt.plan, setup)
+        reduce = fw.torchtitan["training"]["mixed_precision_reduce"]
+        notes = [n for n in fw.notes if "gradients by default" in n]
+        assert reduce == ("bfloat16" if grad == "bf16" else "float32")
+        assert ("--grad-reduce-in-bf16" in fw.megatron) == (grad == "bf16")
+        assert len(notes) == (2 if grad == "bf16" else 0), fw.notes
+
+
+def test_the_elastic_ends_carry_their_band() -> None:
+    """Each end of an elastic pool is a predicted step time too: it carries the search's band."""
+    report, _ = planned(ELASTIC, "qwen3-30b-a3b")
+    assert report.band is not None and len(report.elastic) == 2
+    for e in report.elastic:
+        assert e.step_s is not None and e.step_band_s == report.band.around(e.step_s)

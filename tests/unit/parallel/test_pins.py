@@ -15,6 +15,7 @@ from day0.planner.inputs import GIB, costs_for
 from day0.planner.values import Degrees, MemoryKnobs
 from day0.spec.pipeline import PipelineSpec, load_yaml, spec_from_dict
 from day0.steps.optimize.plan import optimize_for_spec
+from day0.steps.parallel.config import SOFTWARE_PROFILES
 from day0.steps.parallel.plan import plan_for_spec, planner_inputs
 from tests.fixtures import paths
 
@@ -225,3 +226,60 @@ def test_bf16_gradients_halve_the_gradient_memory_and_reach_megatron() -> None:
     assert bf16.best.memory.gradients_bytes == pytest.approx(fp32.best.memory.gradients_bytes / 2, rel=1e-12)
     flags = [optimize_for_spec(s, qwen(), r).frameworks for s, r in zip(specs, (fp32, bf16))]
     assert ["--grad-reduce-in-bf16" in (f.megatron if f else []) for f in flags] == [False, True]
+
+
+def test_a_software_profile_sets_the_figures_the_spec_does_not_write() -> None:
+    """Issue 39, item 4: `planner.software` brings its profile's cited figures (torchtitan FSDP2: FA2's 35% of
+    peak, no ZeRO-1) where the spec writes none; a figure written in `planner:` wins, a pinned ZeRO stage
+    too; without a profile the planner's own figures are Megatron-Core 2025's."""
+    raw = load_yaml(ELASTIC)
+    planner = raw.get("planner", {})
+
+    def options(extra: dict, parallel: object = "auto"):
+        return planner_inputs(spec_from_dict(raw | {"planner": planner | extra, "parallel": parallel}))[1]
+
+    tt, mc = SOFTWARE_PROFILES["torchtitan-fsdp2-2024"], SOFTWARE_PROFILES["megatron-core-2025"]
+    o = options({"software": "torchtitan-fsdp2-2024"})
+    assert (o.attention_efficiency, o.zero_stages, o.grad_dtype) == (
+        tt.attention_efficiency,
+        list(tt.zero_stages),
+        tt.grad_dtype,
+    )
+    written = options({"software": "torchtitan-fsdp2-2024", "attention_efficiency": 0.6})
+    assert written.attention_efficiency == 0.6
+    pinned = options({"software": "torchtitan-fsdp2-2024"}, {"zero_stage": 3})
+    assert pinned.zero_stages == [3]
+    default = options({})
+    assert (default.attention_efficiency, default.zero_stages) == (mc.attention_efficiency, list(mc.zero_stages))
+    old = options({"software": "megatron-lm-2021"})
+    assert old.flash_attention is False and old.zero_stages == [0]
+    for profile in SOFTWARE_PROFILES.values():
+        assert set(profile.sources) == {
+            "grad_dtype",
+            "flash_attention",
+            "attention_efficiency",
+            "zero_stages",
+            "overlaps",
+        }
+    assert old.software_overlaps == ["dp"] and default.software_overlaps == ["tp", "ep", "dp"]
+    s = spec_from_dict(raw | {"planner": planner | {"software": "torchtitan-fsdp2-2024"}})
+    report = plan_for_spec(s, qwen())
+    assert report.band is not None and report.band.software == "torchtitan-fsdp2-2024"
+    assert report.best is not None and report.best.memory_knobs.zero_stage in tt.zero_stages
+    assert report.best.parallel.expert_parallel > 1
+
+
+def test_step4_switches_on_only_the_overlaps_the_software_has() -> None:
+    """The Qwen3 MoE plan's EP all-to-all overlap pays and step 4 takes it under Megatron-Core; torchtitan's
+    2024 profile has no such overlap, so step 4 keeps it off and says why."""
+    raw = load_yaml(ELASTIC)
+    planner = raw.get("planner", {})
+    chosen = {}
+    for software in ("megatron-core-2025", "torchtitan-fsdp2-2024"):
+        s = spec_from_dict(raw | {"planner": planner | {"software": software}})
+        chosen[software] = optimize_for_spec(s, qwen(), plan_for_spec(s, qwen()))
+    assert chosen["megatron-core-2025"].comm.ep_overlap is True
+    tt = chosen["torchtitan-fsdp2-2024"]
+    assert tt.comm.ep_overlap is False
+    ep = next(t for t in tt.techniques if t.technique == "ep overlap")
+    assert "planner.software" in ep.reason

@@ -228,3 +228,26 @@ def test_the_structure_cache_is_keyed_by_the_code_that_counts_it(
     structure = ModelStructure.model_validate_json((DATA / "deepseek-v3.structure.json").read_text())
     remember_structure(store, resolved, structure)
     assert cached_structure(store, spec)[0] == structure
+
+
+def test_every_step_time_carries_its_band(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 39, item 5: `--json` gives each ranked plan and the chosen one a step-time band around its step
+    time, with the profile and what it rests on; the text shows the band beside each plan's step time, in
+    step 3's headline and in step 4's final step time."""
+    spec = str(DATA / "deepseek-v3-2048-h800.yaml")
+    assert run([spec, "--json", "--out", str(tmp_path / "p.yaml")]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    band = doc["band"]
+    assert band["profile"] == "datasheet" and band["software"] is None and band["runs"] >= 50
+    assert "published runs (any software)" in band["basis"]
+    for p in doc["plans"]:
+        low, high = p["step_band_s"]
+        assert low < p["time"]["step_s"] < high
+    chosen = doc["chosen"]["estimate"]
+    assert chosen["step_band_s"][0] < chosen["step_s"] < chosen["step_band_s"][1]
+    assert run([spec, "--top", "3", "--out", str(tmp_path / "q.yaml"), "--force"]) == 0
+    text = capsys.readouterr().out
+    low, high = doc["plans"][0]["step_band_s"]
+    assert f"({low:.3g}-{high:.3g})" in text
+    assert f"- step time: {doc['plans'][0]['time']['step_s']:.3g} s ({low:.3g}-{high:.3g} s)" in text
+    assert f"{chosen['step_band_s'][0]:.3f}-{chosen['step_band_s'][1]:.3f} s" in text

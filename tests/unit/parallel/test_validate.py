@@ -78,6 +78,31 @@ CONTRADICTIONS = [
         "parallel.grad_reduce_dtype",
         "planner.grad_dtype",
     ),
+    (
+        {"parallel": {"distributed_optimizer": True}, "planner": {"software": "torchtitan-fsdp2-2024"}},
+        "parallel.distributed_optimizer",
+        "planner.software",
+    ),
+    (
+        {"parallel": {"zero_stage": 3}, "planner": {"software": "megatron-lm-2021"}},
+        "parallel.zero_stage",
+        "planner.software",
+    ),
+    (
+        {"parallel": {"overlap": {"ep": True}}, "planner": {"software": "torchtitan-fsdp2-2024"}},
+        "parallel.overlap.ep",
+        "planner.software",
+    ),
+    (
+        {"planner": {"software": "megatron-lm-2021", "overlap": {"tp": True}}},
+        "planner.overlap.tp",
+        "planner.software",
+    ),
+    (
+        {"planner": {"software": "megatron-lm-2021", "flash_attention": True}},
+        "planner.flash_attention",
+        "planner.software",
+    ),
 ]
 
 

@@ -1,0 +1,228 @@
+"""The stated uncertainty of a predicted step time: a band from the validation errors of the profile the
+prediction was made with (issue 39, item 5).
+
+Contract: pure. `VALIDATION_ERRORS[key]` holds the signed step-time errors, (predicted - published) /
+published, over the published training runs a profile was validated on, sorted: under "all" every run of the
+table, under a software profile's name (`planner.software`) the runs of that software. They are data written
+by `python -m benchmarks.bench_planner --validation` from tests/data/planner/published_runs.yaml
+(tests/unit/parallel/test_published_runs.py fails when the committed figures drift from the table).
+`step_time_band(profile, software)` turns them into factors: a run whose step the model predicts at t took
+t / (1 + e), so the central `COVERAGE` of the errors, e from its lower to its upper quantile, gives the band
+[t / (1 + e_hi), t / (1 + e_lo)]. Without a software profile the band is every run's (any software); a
+calibrated hardware profile has no published validation of its own: its band is the datasheet figures' and
+says so.
+"""
+
+import statistics
+
+from pydantic import BaseModel, Field
+
+__all__ = ["COVERAGE", "VALIDATION_ERRORS", "StepTimeBand", "step_time_band"]
+
+COVERAGE = 0.8  # the central 80% of the validation errors: one run in ten falls outside on each side
+
+VALIDATION_ERRORS: dict[str, tuple[float, ...]] = {
+    "all": (
+        -0.570,
+        -0.513,
+        -0.498,
+        -0.456,
+        -0.437,
+        -0.436,
+        -0.411,
+        -0.403,
+        -0.402,
+        -0.309,
+        -0.296,
+        -0.274,
+        -0.264,
+        -0.247,
+        -0.245,
+        -0.229,
+        -0.228,
+        -0.222,
+        -0.221,
+        -0.205,
+        -0.198,
+        -0.182,
+        -0.182,
+        -0.181,
+        -0.159,
+        -0.151,
+        -0.120,
+        -0.118,
+        -0.115,
+        -0.106,
+        -0.106,
+        -0.102,
+        -0.099,
+        -0.095,
+        -0.093,
+        -0.082,
+        -0.079,
+        -0.075,
+        -0.075,
+        -0.075,
+        -0.074,
+        -0.073,
+        -0.070,
+        -0.067,
+        -0.064,
+        -0.052,
+        -0.051,
+        -0.049,
+        -0.047,
+        -0.042,
+        -0.036,
+        -0.029,
+        -0.025,
+        -0.023,
+        -0.020,
+        -0.019,
+        -0.009,
+        -0.008,
+        -0.007,
+        -0.006,
+        -0.005,
+        +0.001,
+        +0.004,
+        +0.010,
+        +0.011,
+        +0.016,
+        +0.020,
+        +0.029,
+        +0.030,
+        +0.031,
+        +0.031,
+        +0.061,
+        +0.064,
+        +0.089,
+        +0.123,
+        +0.132,
+        +0.136,
+        +0.170,
+        +0.281,
+        +0.296,
+    ),
+    "megatron-core-2025": (
+        -0.570,
+        -0.456,
+        -0.436,
+        -0.402,
+        -0.309,
+        -0.274,
+        -0.247,
+        -0.229,
+        -0.198,
+        -0.182,
+        -0.102,
+        -0.099,
+        -0.095,
+        -0.075,
+        -0.070,
+        -0.064,
+        -0.051,
+        -0.049,
+        -0.042,
+        -0.036,
+        -0.029,
+        -0.025,
+        -0.020,
+        -0.019,
+        -0.009,
+        -0.007,
+        -0.005,
+        +0.004,
+        +0.010,
+        +0.020,
+        +0.029,
+        +0.031,
+        +0.031,
+        +0.061,
+        +0.089,
+        +0.123,
+        +0.132,
+        +0.136,
+        +0.170,
+        +0.296,
+    ),
+    "megatron-lm-2021": (
+        -0.118,
+        -0.106,
+        -0.093,
+        -0.082,
+        -0.075,
+        -0.073,
+        -0.023,
+        -0.008,
+        -0.006,
+        +0.001,
+        +0.011,
+        +0.016,
+        +0.030,
+        +0.064,
+    ),
+    "torchtitan-fsdp2-2024": (
+        -0.437,
+        -0.411,
+        -0.403,
+        -0.296,
+        -0.264,
+        -0.245,
+        -0.222,
+        -0.221,
+        -0.205,
+        -0.182,
+        -0.181,
+        -0.159,
+        -0.079,
+        -0.067,
+        -0.052,
+        -0.047,
+    ),
+}
+
+
+class StepTimeBand(BaseModel):
+    """Where the actual step time of a predicted t lies, as factors of t, and what that rests on."""
+
+    profile: str = Field(description="The hardware profile the prediction used: datasheet or calibrated.")
+    software: str | None = Field(description="The software profile (planner.software), None: not stated.")
+    runs: int = Field(description="Published runs whose errors the band is taken from.")
+    coverage: float = Field(description="Share of those runs whose actual step the band would have held.")
+    low_factor: float = Field(description="Lower edge over the predicted step time.")
+    high_factor: float = Field(description="Upper edge over the predicted step time.")
+    basis: str = Field(description="What the band rests on, in words.")
+
+    def around(self, step_s: float) -> tuple[float, float]:
+        return step_s * self.low_factor, step_s * self.high_factor
+
+    def label(self, step_s: float) -> str:
+        """`12.3 s (11.6-20.6 s)`: the prediction with its band."""
+        low, high = self.around(step_s)
+        return f"{step_s:.3g} s ({low:.3g}-{high:.3g} s)"
+
+
+def step_time_band(profile: str, software: str | None = None) -> StepTimeBand:
+    """The band of a step time predicted under the hardware `profile` ("datasheet" or "calibrated") and the
+    `software` profile (None: not stated)."""
+    errors = VALIDATION_ERRORS[software or "all"]
+    tail = (1 - COVERAGE) / 2
+    cuts = statistics.quantiles(errors, n=round(1 / tail), method="inclusive")
+    low_error, high_error = cuts[0], cuts[-1]
+    runs = f"{software} runs" if software else "runs (any software)"
+    basis = (
+        f"{COVERAGE:.0%} of the {len(errors)} published {runs} the datasheet figures were validated on took "
+        f"between {1 / (1 + high_error):.2f}x and {1 / (1 + low_error):.2f}x the predicted step time"
+    )
+    if profile != "datasheet":
+        basis += f" (no published validation of a {profile} profile yet: the datasheet figures' band)"
+    return StepTimeBand(
+        profile=profile,
+        software=software,
+        runs=len(errors),
+        coverage=COVERAGE,
+        low_factor=1 / (1 + high_error),
+        high_factor=1 / (1 + low_error),
+        basis=basis,
+    )
