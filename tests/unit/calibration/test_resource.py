@@ -77,3 +77,23 @@ def test_calibrate_without_the_device_ends_in_seconds_with_one_message(
     while _reapers_of(proc.pid) and time.monotonic() < deadline:  # its watcher ends once the command line is gone
         time.sleep(0.2)
     assert not _reapers_of(proc.pid), "the command line's watcher outlived it"
+
+
+def test_kill_9_of_calibrate_leaves_nothing(tmp_path: Path) -> None:
+    """kill -9 of `day0 calibrate` as it starts (its watcher up, the device check under way): neither its
+    watcher nor any process it started stays. (Mid-measurement on a local Ray: tests/integration/test_reaper.py.)"""
+    env = {**os.environ, "PYTHONPATH": str(REPO), "RAY_USAGE_STATS_ENABLED": "0"}
+    argv = [sys.executable, "-m", "cli", "calibrate", "ascend-910b", "--store", f"file://{tmp_path}/store"]
+    proc = subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 60
+    while not _reapers_of(proc.pid) and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    watchers = _reapers_of(proc.pid)
+    assert watchers and proc.poll() is None, "the command line ended before its watcher was seen"
+    started = {p for p, (ppid, _) in processes().items() if ppid == proc.pid}
+    proc.kill()
+    proc.wait()
+    deadline = time.monotonic() + 15
+    while (left := [p for p in started | set(watchers) if p in processes()]) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not left, "still running after kill -9: " + "; ".join(processes()[p][1][:100] for p in left)
