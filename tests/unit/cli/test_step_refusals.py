@@ -152,3 +152,14 @@ def test_every_step_refusal_is_a_spec_check_or_needs_the_run() -> None:
                 name = str(path.relative_to(REPO))
                 found[name] = found.get(name, 0) + 1
     assert found == RUN_ONLY_REFUSALS
+
+
+def test_validate_checks_the_steps_the_flow_plans() -> None:
+    """`day0 validate --only X` checks the selected steps; the flow checks the steps it plans (the
+    selection and its prerequisites). They agree as long as no step with checks here is planned as a
+    prerequisite of another: a step's refusal is then never met by a run that validate did not check."""
+    from day0.spec.pipeline import STEPS
+    from day0.steps.registry import prerequisites
+
+    checked = ("trial", "inference")  # the steps `check_steps` makes checks for
+    assert not [(s, p) for s in STEPS for p in prerequisites(s) if p in checked]
