@@ -308,8 +308,10 @@ class OperatorsResult(StepResult):
         if self.layers_live is not None:  # side by side: what the trial's live kernels give, and the adapted
             layer = f"as shipped {_divergent(self.layers_live)}; adapted {layer}"
         checked = len(checks) - len(unchecked)
+        wrong = sum(a.cause == "wrong_numbers" for a in adapted)  # a pass after adapting hides these
+        hidden = f" ({wrong} wrong kernel(s) worked around)" if wrong else ""
         return {  # the first two are the scorecard's glance
-            "ops": f"{checked - len(failed)} of {checked} checked pass, {len(adapted)} adapted",
+            "ops": f"{checked - len(failed)} of {checked} checked pass, {len(adapted)} adapted{hidden}",
             f"worst at {dtype}": worst_figures(at_dtype),
             "ops checked": str(checked),
             "passed": str(checked - len(failed)),
