@@ -7,7 +7,10 @@ Writes `calibration/<platform>/profile.json` to the store (default `file://.day0
 `day0 plan` and step 3 use it for specs on that platform and store. Prints calibrated figures beside the
 datasheet's. Before measuring it refuses, in one line: a platform that does not load and, on a local
 Ray (no `--address`), more `--workers` than this machine has CPUs for (each worker takes one; exit
-2); a store that does not answer or cannot be written (exit 1, as `day0 run` does).
+2); a store that does not answer or cannot be written (exit 1, as `day0 run` does). It asks Ray for
+the platform file's resource (`platform.resource`: `GPU` for nvidia.com/gpu, else a custom resource such
+as `Ascend910`, which a local Ray advertises for the devices this host's torch counts), says each stage
+on stderr, and without the devices ends within seconds, measuring nothing (exit 1, one line).
 Exit codes: 0 measured and stored; 1 a failure while measuring or an unusable store; 2 bad arguments.
 """
 
@@ -16,6 +19,7 @@ from __future__ import annotations
 import argparse
 import os
 
+from cli._console import err, escape
 from cli.preflight import check_store_answers, positive_int
 from day0.errors import UsageError
 
@@ -36,16 +40,24 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     from cli.reaper import start_reaper
 
     start_reaper()  # before Ray starts anything: it dies with this process, also on kill -9
-    from day0.calibration import calibrate
+    from day0.calibration import CalibrationError, calibrate
     from day0.spec.pipeline import load_platform
     from day0.store import open_store
 
     platform = load_platform(args.platform)
     check_workers(args.workers, args.address)
     check_store_answers(args.store)  # before measuring: minutes of work must have somewhere to go
-    report = calibrate(platform, args.workers, open_store(args.store), address=args.address)
+    try:
+        report = calibrate(platform, args.workers, open_store(args.store), address=args.address, progress=_say)
+    except CalibrationError as exc:  # no device, or a wait that did not end: a failure, not a bug
+        err().print(f"[red]error[/]: {escape(str(exc))}", highlight=False)
+        return 1
     print(report.profile.model_dump_json(indent=1) if args.json else report.to_markdown())
     return 0
+
+
+def _say(stage: str) -> None:
+    err().print(f"calibrate: {escape(stage)}", highlight=False)
 
 
 def local_cpus() -> int:

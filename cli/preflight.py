@@ -5,11 +5,13 @@
     spec, only = preflight("spec.yaml", None, check_store=False)                   # day0 validate
 
 In order: the spec (every error, file and field path; every figure within its plausibility bound),
-`--only` (a selection of known steps that leaves something to run), the serving engine when step 6
-is to run (one day0 can start on the platform), the tolerance policy step 2 is to judge by (msprobe's
-standards cached or snapshotted, when asked for), the backend's preconditions (kuberay needs an s3://
-store and a node pool), the model source (resolves, offline when the hub is, to a plausible config,
-and the context lengths the spec writes fit the model's positions), the store answers
+`--only` (a selection of known steps that leaves something to run), what the selected steps would
+refuse of the spec as bad input (`day0.spec.checks.check_steps`: the checks the steps themselves make
+when they run, so a run never gets minutes in to refuse what validate let through), the tolerance
+policy step 2 is to judge by (msprobe's standards cached or snapshotted, when asked for), the backend's
+preconditions (kuberay needs an s3:// store and a node pool), the model source (resolves, offline
+when the hub is, to a plausible config, and the context lengths the spec writes fit the model's
+positions), the store answers
 (`check_store`; run always checks it, validate with `--check-store`; a file:// store must be a
 directory this process can write, or one it can create), the platform's operator library resolves
 (each package known, its version cached, snapshotted or served, its wheel holding the registry), and
@@ -32,7 +34,7 @@ from pathlib import Path
 from day0.errors import StoreUnavailable, UsageError
 from day0.model.plausible import check_config
 from day0.model.source import resolve_model
-from day0.spec.checks import check_context_lengths, check_engine, check_parallel
+from day0.spec.checks import check_context_lengths, check_parallel, check_steps
 from day0.spec.cluster import PlatformSpec
 from day0.spec.pipeline import STEPS, PipelineSpec, load_spec, load_yaml
 from day0.steps.operators.plan import check_tolerance
@@ -61,7 +63,7 @@ def preflight(path: str, only: str | None, check_store: bool) -> tuple[PipelineS
     spec = load_spec(path)
     selection = parse_only(only)
     check_only(spec, selection)
-    check_engine(spec, [s for s in spec.steps if selection is None or s in selection], path)
+    check_steps(spec, [s for s in spec.steps if selection is None or s in selection], path)
     if "operators" in spec.steps:  # a prerequisite of later steps: checked whatever --only selects
         check_tolerance(spec.validation)
     check_backend(spec)

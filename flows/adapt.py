@@ -39,6 +39,7 @@ from day0.report.write import write_report
 from day0.runs.context import NAMESPACE_PATTERN, RunContext, RunSummary
 from day0.runs.folder import USER_RUNS
 from day0.settings import RunSettings
+from day0.spec.checks import check_steps
 from day0.spec.pipeline import STEPS, PipelineSpec, load_spec, spec_from_dict
 from day0.steps.registry import pods_needed, prerequisites
 from flows._artifacts import publish_report_artifacts
@@ -74,9 +75,12 @@ def plan_steps(spec: PipelineSpec, only: list[str] | None = None) -> list[str]:
     return [s for s in STEPS if s in needed]
 
 
-def check_runnable(spec: PipelineSpec) -> None:
-    """Refuse, before anything starts, what this spec cannot run on (its backend's preconditions)."""
+def check_runnable(spec: PipelineSpec, steps: list[str]) -> None:
+    """Refuse, before anything starts, what this spec cannot run on (its backend's preconditions) and
+    what its steps would refuse as bad input (`day0.spec.checks.check_steps`, as `day0 validate` does):
+    a run started from a deployment, past the CLI's preflight, refuses at once too."""
     check_backend(spec)
+    check_steps(spec, steps, "spec")
 
 
 @contextmanager
@@ -175,8 +179,8 @@ def adapt(
     check_attempt(flow_run.get_run_count())  # a crashed run is rescheduled (flows/recovery.py), within bounds
     ctx = _context(spec, namespace, flow_run_id=flow_run.get_id(), fresh=fresh)
     pipeline_spec = ctx.spec
-    check_runnable(pipeline_spec)
     steps = plan_steps(pipeline_spec, only)
+    check_runnable(pipeline_spec, steps)
     ctx.begin_attempt()
     gate, cancel = StepGate(ctx, steps), threading.Event()
     results: dict[str, StepResult | None] = {}

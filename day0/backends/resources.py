@@ -1,10 +1,11 @@
 """What one accelerator worker asks Ray for: shared by step 2's Ray task and step 5's Train workers.
 
 Why here: the answer depends on the platform and on the cluster's node pools, not on the step, and
-the step packages must not import each other. NVIDIA pools advertise `GPU`; other accelerators are
-custom Ray resources named after the last part of the Kubernetes resource (`huawei.com/Ascend910` ->
-`Ascend910`, as `day0.backends.kuberay.manifest` advertises them); a CPU platform on a local Ray asks
-for one CPU.
+the step packages must not import each other. The Kubernetes resource is the first node pool's on
+KubeRay, else the platform file's own (`platform.resource`; nvidia.com/gpu for cuda when omitted).
+NVIDIA's `nvidia.com/gpu` is Ray's `GPU`; other accelerators are custom Ray resources named after the
+last part of the Kubernetes resource (`huawei.com/Ascend910` -> `Ascend910`, as
+`day0.backends.kuberay.manifest` advertises them); a CPU platform on a local Ray asks for one CPU.
 """
 
 from __future__ import annotations
@@ -23,15 +24,10 @@ DRIVER_RESOURCE = "day0_driver"
 def accelerator_resource(platform: PlatformSpec, cluster: ClusterSpec | None = None) -> str | None:
     """The Ray resource one accelerator is counted in (`GPU`, a custom name), or None for CPU-only."""
     pools = cluster.node_pools if cluster is not None and cluster.backend == "kuberay" else []
-    if pools:
-        resource = pools[0].accelerator.resource
-    elif platform.device_type == "cpu":
+    resource = pools[0].accelerator.resource if pools else platform.accelerator()
+    if resource in (None, "cpu"):
         return None
-    else:
-        resource = "nvidia.com/gpu" if platform.device_type == "cuda" else ""
-    if resource == "cpu":
-        return None
-    if resource in ("nvidia.com/gpu", ""):
+    if resource == "nvidia.com/gpu":
         return "GPU"
     return resource.split("/")[-1]
 

@@ -29,7 +29,11 @@ def run_request(request: CalibrationRequest, progress: Callable[[str], None] | N
     if progress:
         progress(f"calibrating {request.platform.name} on {request.workers} worker(s)")
     return calibrate(
-        request.platform, request.workers, open_store(request.store), address="auto" if request.on_cluster else None
+        request.platform,
+        request.workers,
+        open_store(request.store),
+        address="auto" if request.on_cluster else None,
+        progress=progress,
     )
 
 

@@ -13,8 +13,9 @@ from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar, overload
 
 from pydantic import BaseModel, Field, field_validator
 
-from day0.backends.resources import task_options
+from day0.backends.resources import accelerator_resource, task_options
 from day0.calibration import figures as fig
+from day0.core.result import Progress
 from day0.planner.profile import CalibratedProfile, CollectivePoint, GemmPoint, profile_key
 from day0.spec.cluster import PlatformSpec
 from day0.store import ArtifactStore
@@ -183,6 +184,36 @@ def _get(refs: ObjectRef[R] | Sequence[ObjectRef[R]], what: str, timeout_s: floa
         ) from None
 
 
+def _local_ray(platform: PlatformSpec, workers: int, say: Progress) -> None:
+    """Start a private local Ray advertising this host's devices as the platform's Ray resource (Ray
+    detects NVIDIA GPUs itself; a custom resource, `Ascend910`, is what this host's torch counts).
+    With fewer devices than `workers` (by torch's count before Ray starts, then by Ray's) it refuses
+    at once: nothing would ever be placed."""
+    import ray
+
+    from day0.backends.local.ray import connect
+    from day0.platforms.kernels import device_count
+
+    resource = accelerator_resource(platform)
+    devices = None if resource is None else device_count(platform.device_type)
+    if devices is not None and devices < workers:
+        raise _no_devices(platform, workers, resource, devices)
+    custom = {resource: float(devices)} if resource not in (None, "GPU") and devices is not None else None
+    say(f"starting a local Ray{f' with {devices} {resource!r}' if custom else ''}")
+    connect(None, resources=custom)
+    if resource is not None and (have := ray.cluster_resources().get(resource, 0.0)) < workers:
+        raise _no_devices(platform, workers, resource, have)
+
+
+def _no_devices(platform: PlatformSpec, workers: int, resource: str | None, have: float) -> CalibrationError:
+    return CalibrationError(
+        f"calibrate {platform.name}: this host has {have:g} {platform.device_type} device(s) (Ray resource "
+        f"{resource!r}, from platform.resource {platform.accelerator()!r}) and {workers} worker(s) need one "
+        "each; nothing was measured: run it where the devices are, or give --address of a Ray cluster "
+        "that has them"
+    )
+
+
 def calibrate(
     platform: PlatformSpec,
     workers: int,
@@ -190,28 +221,38 @@ def calibrate(
     sizes: CalibrationSizes | None = None,
     address: str | None = None,
     timeout_s: float = 300.0,
+    progress: Progress | None = None,
 ) -> CalibrationReport:
-    """Measure, write the profile to `store`, and report (see the package contract). Each wait on
-    the workers (placement, one microbenchmark, the group's rendezvous and collectives) ends after
-    `timeout_s` with a `CalibrationError`."""
+    """Measure, write the profile to `store`, and report (see the package contract), saying each
+    stage to `progress`. On a local Ray without the platform's devices it ends at once with a
+    `CalibrationError`; each wait on the workers (placement on a cluster, one microbenchmark, the
+    group's rendezvous and collectives) ends after `timeout_s` with one."""
     import ray
 
     from day0.backends.local.ray import connect
     from day0.calibration.kernels import Worker
 
+    say = progress or (lambda _msg: None)
     t0, sizes = time.perf_counter(), sizes or CalibrationSizes.for_device(platform.device_type)
-    connect(address)
+    if address is None:
+        _local_ray(platform, workers, say)
+    else:
+        say(f"connecting to the Ray cluster at {address}")
+        connect(address)
     options = task_options(platform)
     actor = ray.remote(Worker).options(**options)
+    say(f"placing {workers} worker(s), each asking Ray for {options}")
     pool: list[WorkerHandle] = [actor.remote(platform.device_type) for _ in range(workers)]
     try:
         _get([w.__ray_ready__.remote() for w in pool], f"placing {workers} workers of {options}", timeout_s)
+        say("measuring: host time per op")
         runs = _together(pool, "host dispatch timing", timeout_s, "dispatch", sizes.dispatch_steps, 3 * sizes.repeats)
         ops = runs[0][1]
         launch_us = fig.microseconds_per_op(max(fig.median_seconds(r[0]) for r in runs) / sizes.dispatch_steps, ops)
         # a CPU dispatches its own ops between the GEMMs; an accelerator's host runs ahead of them
         host_us = 0.0 if platform.hardware.launch_async else launch_us
-        gemm = _gemms(pool, sizes, host_us, timeout_s)
+        gemm = _gemms(pool, sizes, host_us, timeout_s, say)
+        say("measuring: the optimizer step, memory copies")
         elements = sizes.optimizer_params
         few, many = (
             (t, _slowest(_together(pool, f"{t}-tensor AdamW", timeout_s, "optimizer", t, elements, 3 * sizes.repeats)))
@@ -222,6 +263,8 @@ def calibrate(
             b: fig.copy_gbps(b, _slowest(_together(pool, f"copy of {b} bytes", timeout_s, "copy", b, sizes.repeats)))
             for b in sizes.copy_bytes
         }
+        if workers > 1:
+            say(f"measuring: collectives over {workers} workers ({platform.distributed_backend})")
         collectives = _collectives(pool, platform.distributed_backend, sizes, timeout_s) if workers > 1 else []
         _get([w.leave.remote() for w in pool], "leaving the process group", timeout_s)
     finally:
@@ -260,10 +303,13 @@ def _slowest(samples_per_worker: list[list[float]]) -> float:
     return max(fig.median_seconds(s) for s in samples_per_worker)
 
 
-def _gemms(pool: list[WorkerHandle], sizes: CalibrationSizes, host_us: float, timeout_s: float) -> list[GemmPoint]:
+def _gemms(
+    pool: list[WorkerHandle], sizes: CalibrationSizes, host_us: float, timeout_s: float, say: Progress
+) -> list[GemmPoint]:
     """Each dtype's GEMM rate by shape, net of `host_us` of host time per op dispatched around them."""
     out = []
     for dtype in sizes.dtypes:
+        say(f"measuring: {dtype} GEMMs, {len(sizes.gemm)} shapes")
         for m, n, k in sizes.gemm:
             runs = _together(pool, f"{dtype} GEMM {m}x{n}x{k}", timeout_s, "gemm", dtype, m, n, k, sizes.repeats)
             if runs[0] is None:  # the device has no GEMM at this dtype (fp8 on a CPU)

@@ -35,6 +35,11 @@ class Judgement(BaseModel):
     verdict: Verdict
     reasons: list[str] = Field(default=[])
     headline: dict[str, str] = Field(default={})
+    unproven: list[str] = Field(
+        default=[],
+        description="Checks the step could not make here (a probe with no device to run on): the scorecard "
+        "never shows its row PASS while one is listed.",
+    )
 
 
 class ExecutionEvent(BaseModel):

@@ -50,6 +50,7 @@ __all__ = [
     "PlatformMode",
     "call_dtype",
     "device_available",
+    "device_count",
     "load_plugin_kernels",
     "load_vendor_plugin",
 ]
@@ -201,6 +202,12 @@ class Platform:
 def device_available(device_type: str) -> bool:
     module = getattr(torch, device_type, None)
     return bool(module is not None and getattr(module, "is_available", lambda: False)())
+
+
+def device_count(device_type: str) -> int:
+    """Devices of `device_type` this host's torch sees (0 where its plugin is absent or finds none)."""
+    module = getattr(torch, device_type, None)
+    return int(module.device_count()) if device_available(device_type) and module is not None else 0
 
 
 class PlatformMode(TorchDispatchMode):

@@ -34,7 +34,7 @@ th{background:#f4f4f4}code{background:#f4f4f4;padding:1px 3px}
 img{max-width:100%;height:auto}pre{overflow-x:auto}summary{cursor:pointer;color:#555;font-size:92%}
 .badge{display:inline-block;min-width:4.2em;text-align:center;padding:1px 6px;border-radius:4px;font-weight:600;
 font-size:85%;color:#fff;background:#6e7781}.badge.pass{background:#1a7f37}.badge.warn{background:#9a6700}
-.badge.fail,.badge.error{background:#cf222e}
+.badge.fail,.badge.error{background:#cf222e}.badge.incomplete{background:#bc4c00}
 table.scorecard{display:table;width:100%;table-layout:fixed}.scorecard col.layer{width:11em}
 .scorecard col.verdict{width:6.5em}.scorecard .fig{white-space:normal}.scorecard ul{margin:.3em 0;padding-left:1.2em}
 .scorecard details{margin-top:.2em}.scorecard ul.figures{color:#555}"""

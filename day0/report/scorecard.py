@@ -1,6 +1,12 @@
 """The Day-0 scorecard: one row per validation layer (numerical, plan, convergence, application),
 each with its verdict, a glance of its numbers and, folded beneath, every other figure and reason.
 
+A row is PASS only if its checks ran: a row some of whose steps did not run, or whose step could not
+make a check here (`Judgement.unproven`: step 1's probe with no device to run a kernel on), reads
+INCOMPLETE where it would have read PASS, and says what did not run first in its glance and reasons.
+A row that failed leads its glance with what failed first (its first failing step's first reason),
+before the figures that passed.
+
 A row's glance is the first `GLANCE` figures of each of its steps' headlines (each result puts its
 telling figures first); a later step's figure of the same name supersedes an earlier one's
 (optimize's memory over parallel's). The Markdown row keeps its reasons in a column (Prefect's
@@ -18,7 +24,18 @@ from day0.report.text import inert
 from day0.runs.context import StepRecord
 from day0.steps.registry import scorecard
 
-__all__ = ["GLANCE", "MARK", "SCORECARD", "Row", "badge", "outcome", "rows", "scorecard_html", "scorecard_markdown"]
+__all__ = [
+    "GLANCE",
+    "MARK",
+    "SCORECARD",
+    "Row",
+    "badge",
+    "first_failure",
+    "outcome",
+    "rows",
+    "scorecard_html",
+    "scorecard_markdown",
+]
 
 # (row, the steps behind it): numerical, plan, convergence, application, in pipeline order.
 SCORECARD: tuple[tuple[str, tuple[str, ...]], ...] = scorecard()
@@ -29,6 +46,7 @@ MARK = {
     "fail": "**FAIL**",
     "skipped": "skipped",
     "error": "**ERROR**",
+    "incomplete": "INCOMPLETE",
     "not run": "not run",
 }
 _INCIDENTS = ("node-lost", "pod-lost", "pod-replaced", "recovered", "job-resubmitted")
@@ -59,6 +77,21 @@ def _incidents(steps: tuple[str, ...], results: dict[str, StepResult]) -> list[t
     return [("cluster", ", ".join(f"{kinds.count(k)} {k}" for k in _INCIDENTS if k in kinds))] if kinds else []
 
 
+def first_failure(steps: tuple[str, ...], records: dict[str, StepRecord]) -> tuple[str, str] | None:
+    """("failed first", "step: its first reason") for the first of `steps` that failed or raised."""
+    for s in steps:
+        if s in records and outcome(records[s]) in ("fail", "error"):
+            reasons = _reasons(records[s])
+            return "failed first", f"{s}: {reasons[0] if reasons else 'failed'}"
+    return None
+
+
+def _unchecked(steps: tuple[str, ...], records: dict[str, StepRecord], results: dict[str, StepResult]) -> list[str]:
+    """What the row's checks left undone: its steps that did not run, and checks a step could not make."""
+    out = [f"{s}: not run" for s in steps if s not in records]
+    return out + [f"{s}: {u}" for s in steps if s in records and (r := results.get(s)) for u in r.judge().unproven]
+
+
 def rows(records: dict[str, StepRecord], results: dict[str, StepResult]) -> list[Row]:
     out = []
     for layer, steps in SCORECARD:
@@ -66,17 +99,22 @@ def rows(records: dict[str, StepRecord], results: dict[str, StepResult]) -> list
         if not outcomes:
             out.append(Row(layer, "not run", [], [], []))
             continue
-        verdict = "error" if "error" in outcomes else worst(*outcomes)  # type: ignore[arg-type]  # "error" ruled out: verdicts
+        verdict: str = "error" if "error" in outcomes else worst(*outcomes)  # type: ignore[arg-type]  # "error" ruled out: verdicts
+        unchecked = _unchecked(steps, records, results)
+        if verdict == "pass" and unchecked:
+            verdict = "incomplete"  # a row is PASS only if its checks ran
         merged: dict[str, str] = {}
         lead: list[str] = []
         for s in steps:
             headline = r.headline if (r := results.get(s)) else {}
             merged.update(headline)
             lead += [k for k in list(headline)[:GLANCE] if k not in lead]
-        glance = [(k, merged[k]) for k in lead] + _incidents(steps, results)
+        first = first_failure(steps, records)
+        glance = [first] if first else [("unchecked", "; ".join(unchecked))] if unchecked else []
+        glance += [(k, merged[k]) for k in lead] + _incidents(steps, results)
         more = [(k, v) for k, v in merged.items() if k not in lead]
         reasons = [f"{s}: {reason}" for s in steps if s in records for reason in _reasons(records[s])]
-        out.append(Row(layer, verdict, glance, more, reasons))
+        out.append(Row(layer, verdict, glance, more, reasons + [u for u in unchecked if u not in reasons]))
     return out
 
 

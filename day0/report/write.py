@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from day0.core.result import StepResult, worst
 from day0.report.html import page
 from day0.report.reuse import Origin, origins, record_wall_time, reuse_summary
-from day0.report.scorecard import MARK, SCORECARD, outcome, rows, scorecard_html, scorecard_markdown
+from day0.report.scorecard import MARK, SCORECARD, first_failure, outcome, rows, scorecard_html, scorecard_markdown
 from day0.report.text import OWN_PLOT, PLOT, inert
 from day0.runs.context import RunContext, RunManifest, StepRecord
 from day0.steps.analyze.result import AnalyzeResult
@@ -85,7 +85,9 @@ def _execution(results: dict[str, StepResult]) -> list[str]:
 def _title(ctx: RunContext, records: list[StepRecord]) -> str:
     outcomes = [outcome(r) for r in records]
     overall = "error" if "error" in outcomes else worst(*outcomes)  # type: ignore[arg-type]  # "error" ruled out: verdicts
-    return f"# day0 report: {ctx.spec.metadata.name}: {MARK[overall]}"
+    title = f"# day0 report: {ctx.spec.metadata.name}: {MARK[overall]}"
+    first = first_failure(tuple(r.step for r in records), {r.step: r for r in records})
+    return title if first is None else f"{title}\n\n**{first[0]}**: {inert(first[1])}"
 
 
 def _run_table(

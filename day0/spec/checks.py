@@ -17,14 +17,21 @@ Cheap and pure: neither torch, transformers nor the serving code is imported.
   modules it has, experts for expert parallelism, layers for recompute); a `planner.software` profile
   against a pinned ZeRO stage or overlap it lacks or a written `planner.flash_attention` it does not run (checked
   with `parallel: auto` too); each issue names both fields.
-- `check_engine(spec, steps)`: when step 6 is among `steps`, a named `inference.engine` is one day0
-  can start (`day0.steps.inference.config.ENGINES`) on the platform's device type. `auto` is not refused here:
-  it picks by platform, and a platform without a serving engine yet (an NPU) is step 6's to report.
+- `check_steps(spec, steps, source)`: what the steps in `steps` would refuse of the spec as bad input,
+  found from the spec alone. The steps make these same checks (`engine_issues`, `dataset_issues`,
+  `reference_issues`) when they run, so what `day0 run` would refuse at step 6 after minutes of work,
+  `day0 validate` refuses first, with the same message:
+  - step 6: the serving engine is one day0 can start (`day0.steps.inference.config.ENGINES`) on the
+    platform's device type, `auto` included (no engine serves on an NPU yet);
+  - step 5: a `trial.dataset` or `trial.reference` that is a local path names a readable file
+    (store URIs are read when the step runs).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from pathlib import Path
+from urllib.parse import urlparse
 
 from pydantic import BaseModel
 
@@ -34,8 +41,16 @@ from day0.model.release import rope_context
 from day0.spec.pipeline import PipelineSpec
 from day0.steps.inference.config import ENGINES
 from day0.steps.parallel.config import SOFTWARE_PROFILES
+from day0.steps.trial.config import CPU_REFERENCE, DEFAULT_DATASET
 
-__all__ = ["check_context_lengths", "check_engine", "check_parallel"]
+__all__ = [
+    "check_context_lengths",
+    "check_parallel",
+    "check_steps",
+    "dataset_issues",
+    "engine_issues",
+    "reference_issues",
+]
 
 
 def _written(model: BaseModel, field: str) -> bool:
@@ -73,20 +88,56 @@ def check_context_lengths(spec: PipelineSpec, config: HFConfigDict, source: str)
         raise SpecError(source, issues)
 
 
-def check_engine(spec: PipelineSpec, steps: Iterable[str], source: str) -> None:
-    """Refuse a serving engine day0 cannot start here, when step 6 is to run."""
-    if "inference" not in steps:
-        return
-    engine, device = spec.inference.engine, spec.platform.device_type
+def check_steps(spec: PipelineSpec, steps: Iterable[str], source: str) -> None:
+    """Refuse what the steps in `steps` would refuse of this spec as bad input (see the module contract)."""
+    steps = set(steps)
+    issues = []
+    if "inference" in steps:
+        issues += engine_issues(spec.inference.engine, spec.platform.device_type)
+    if "trial" in steps:
+        issues += dataset_issues(spec.trial.dataset) + reference_issues(spec.trial.reference)
+    if issues:
+        raise SpecError(source, issues)
+
+
+def engine_issues(engine: str, device_type: str) -> list[SpecIssue]:
+    """Step 6 cannot start `engine` on `device_type`: not wired in, or not on that device type."""
     if engine not in ENGINES:
         message = (
             f"{engine!r} is not wired into day0 yet (no CPU build, and its GPU launcher is not built); "
             f"expected one of {sorted(ENGINES)}"
         )
-        raise SpecError(source, [SpecIssue("inference.engine", message)])
-    if engine != "auto" and device not in ENGINES[engine]:
-        message = f"{engine!r} serves on device types {list(ENGINES[engine])}, not {device!r} (platform.device_type)"
-        raise SpecError(source, [SpecIssue("inference.engine", message)])
+        return [SpecIssue("inference.engine", message)]
+    if device_type in ENGINES[engine]:
+        return []
+    if engine == "auto":
+        return [SpecIssue("platform.device_type", f"serving on {device_type!r} is not supported yet")]
+    message = f"{engine!r} serves on device types {list(ENGINES[engine])}, not {device_type!r} (platform.device_type)"
+    return [SpecIssue("inference.engine", message)]
+
+
+def _local_path(uri: str) -> Path | None:
+    """The file a dataset or curve URI names on this host (a path or file://); None for an s3:// object."""
+    parsed = urlparse(uri)
+    if parsed.scheme == "s3":
+        return None
+    return Path(parsed.path if parsed.scheme == "file" else uri)
+
+
+def dataset_issues(dataset: str | None) -> list[SpecIssue]:
+    """Step 5 cannot read `trial.dataset`: a local path that is not a file."""
+    path = None if dataset in (None, DEFAULT_DATASET) else _local_path(dataset)
+    if path is None or path.is_file():
+        return []
+    return [SpecIssue("trial.dataset", f"{dataset!r} is not a readable text file (or s3:// object)")]
+
+
+def reference_issues(reference: str) -> list[SpecIssue]:
+    """Step 5 cannot read `trial.reference`: a local path that is not a file."""
+    path = None if reference == CPU_REFERENCE else _local_path(reference)
+    if path is None or path.is_file():
+        return []
+    return [SpecIssue("trial.reference", f"cannot read a curve from {reference!r}: no such file")]
 
 
 def check_parallel(spec: PipelineSpec, config: HFConfigDict, source: str) -> None:

@@ -170,6 +170,28 @@ class PlatformSpec(UserModel):
         description="'probe' asks the dispatcher for kernels on the device; or the vendor's packages whose "
         "operator registries are read.",
     )
+    resource: Text | None = Field(
+        None,
+        description="The Kubernetes extended resource one accelerator is (nvidia.com/gpu, huawei.com/Ascend910 "
+        "...): what Ray is asked for (`GPU` for nvidia.com/gpu, else a custom resource named after its last "
+        "part, as KubeRay pools advertise it). Omitted: nvidia.com/gpu on device type cuda, none on cpu; "
+        "other device types name it.",
+    )
+
+    @model_validator(mode="after")
+    def _resource_named(self) -> "PlatformSpec":
+        if self.resource is None and self.device_type not in ("cpu", "cuda"):
+            raise ValueError(
+                f"resource: device type {self.device_type!r} needs the Kubernetes resource one accelerator is "
+                "(e.g. huawei.com/Ascend910): Ray is asked for it"
+            )
+        return self
+
+    def accelerator(self) -> str | None:
+        """The Kubernetes resource one accelerator is (None: a CPU platform)."""
+        if self.resource is not None:
+            return self.resource
+        return "nvidia.com/gpu" if self.device_type == "cuda" else None
 
 
 class Accelerator(UserModel):

@@ -31,8 +31,15 @@ from types import FrameType
 __all__ = ["connect", "interruptible"]
 
 
-def connect(address: str | None = None, *, num_cpus: int | None = None, namespace: str = "day0") -> str:
-    """Connect to Ray (start a local instance if `address` is None); returns the GCS address."""
+def connect(
+    address: str | None = None,
+    *,
+    num_cpus: int | None = None,
+    resources: dict[str, float] | None = None,
+    namespace: str = "day0",
+) -> str:
+    """Connect to Ray (start a local instance if `address` is None, advertising `resources` beside
+    what Ray detects itself); returns the GCS address."""
     import ray
 
     if not ray.is_initialized():
@@ -44,6 +51,7 @@ def connect(address: str | None = None, *, num_cpus: int | None = None, namespac
             ray.init(
                 address="local",
                 num_cpus=num_cpus,
+                resources=resources,
                 namespace=namespace,
                 include_dashboard=False,
                 log_to_driver=False,

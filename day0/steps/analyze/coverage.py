@@ -72,6 +72,15 @@ class CoverageReport(BaseModel):
         return ", ".join(dict.fromkeys(f"{f.package} {f.version} ({f.via})" for f in self.files))
 
     @property
+    def ran_no_kernel(self) -> bool:
+        """A probe that ran no op (no device here): it read registrations only, no dtype proven or refuted."""
+        return (
+            self.method == "probe"
+            and any(o.dtypes_needed for o in self.ops)
+            and not any(o.dtypes_proven or o.dtypes_unsupported for o in self.ops)
+        )
+
+    @property
     def dtypes_unknown(self) -> int:
         """Ops whose needed dtypes nothing proves, outside the gaps."""
         return sum(1 for o in self.ops if o.dtypes_unknown and o.status not in ("missing", "dtype_unsupported"))

@@ -115,10 +115,18 @@ class AnalyzeResult(StepResult):
             "with dtypes unproven",
             "library": self.coverage.sources or f"{self.coverage.method} of {self.coverage.platform}",
         }
+        unproven = (
+            [
+                f"probe ran no kernel (no device): the dtypes of {self.coverage.dtypes_unknown} operators on "
+                f"{self.coverage.platform} are unproven"
+            ]
+            if self.coverage.ran_no_kernel
+            else []
+        )
         if self.release:
             headline["release files"] = self.release.headline()
             if self.release.problems:
-                return Judgement(verdict="fail", headline=headline, reasons=self.release.problems)
+                return Judgement(verdict="fail", headline=headline, reasons=self.release.problems, unproven=unproven)
         if gaps:
             return Judgement(
                 verdict="warn",
@@ -127,8 +135,9 @@ class AnalyzeResult(StepResult):
                     f"{gaps} of {len(self.inventory.ops)} operators are not in {self.coverage.platform}'s library "
                     f"({self.coverage.method}): step 2 adapts them"
                 ],
+                unproven=unproven,
             )
-        return Judgement(verdict="pass", headline=headline)
+        return Judgement(verdict="pass", headline=headline, unproven=unproven)
 
 
 def _b(n: int) -> str:

@@ -27,6 +27,7 @@ from day0.core.result import Progress
 from day0.core.typing import HFConfigDict
 from day0.errors import UsageError
 from day0.model.kv_cache import kv_bytes_per_token, kv_layout
+from day0.spec.checks import engine_issues
 from day0.spec.cluster import PlatformSpec
 from day0.steps.inference.client import LoadRequest, LoadSettings, run_load
 from day0.steps.inference.config import InferenceSpec
@@ -66,16 +67,6 @@ class InferenceRequest(BaseModel):
     platform: PlatformSpec
     full_model: FullModel | None = None
     work_dir: Path | None = Field(None, description="Where the model directory and engine logs go (default: temp).")
-
-
-def _check_engine(inference: InferenceSpec, platform: PlatformSpec) -> None:
-    if inference.engine not in ("auto", "transformers"):
-        raise UsageError(
-            f"inference.engine: {inference.engine!r} is not wired into day0 yet (it has no CPU build on PyPI and "
-            "the GPU launcher is not built); use 'auto' or 'transformers'"
-        )
-    if platform.device_type not in ("cpu", "cuda"):
-        raise UsageError(f"platform.device_type: serving on {platform.device_type!r} is not supported yet")
 
 
 def _quantize(
@@ -178,7 +169,8 @@ def run_inference(
 ) -> InferenceResult:
     """Step 6 for `request` (see the module docstring); `expert_codec` overrides the experts' quantiser."""
     t0, say, inf = time.time(), progress or (lambda msg: None), request.inference
-    _check_engine(inf, request.platform)
+    if issues := engine_issues(inf.engine, request.platform.device_type):  # the check `day0 validate` makes
+        raise UsageError(str(issues[0]))
     tokenizer = load_tokenizer(request.served.tokenizer)
     tokens = list(tokenizer(held_out_text())["input_ids"])
     say(f"building the served model: {request.served.label}")

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from functools import partial
 from importlib.metadata import EntryPoint
 from typing import TypeVar
@@ -166,13 +167,14 @@ def run_operators(
             say(f"{done}/{total} ops checked; {check.op}: {check.status}")
 
     report = check_inventory(inventory, plat, validation, [dtype], max_elements=max_elements, progress=tick)
+    shipped = replace(plat, kernels=plat.kernels.copy())  # before adaptation registers its kernels in `plat`
     vendor = platform.vendor_plugin if isinstance(platform, PlatformSpec) else None
     if adapt and report.failing:
         say(f"adapting {len(report.failing)} failing/missing ops")
         table, plugin_notes = _adaptation_plugins(vendor, plugins)
         notes += plugin_notes
         report = adapt_report(report, inventory, plat, validation, table)
-    layer_report = training_step = None
+    layer_report = training_step = live_layers = live_step = None
     if whole_model is not None:
         layer_report, training_step = _whole_model(
             whole_model,
@@ -185,10 +187,18 @@ def run_operators(
             max_model_params,
             _adaptation_plugins(vendor, plugins)[0] if adapt else None,
         )
+        if any(a.strategy and a.cause == "wrong_numbers" for a in report.adaptations):
+            # The adapted platform's checks say nothing of the vendor's kernels as they are: run them too.
+            say("whole-model check and training step again, on the platform as shipped (wrong kernels live)")
+            live_layers, live_step = _whole_model(
+                whole_model, shipped, dtype, validation, report, [], say, max_model_params, None
+            )
     return OperatorsResult(
         ops=report,
         layers=layer_report,
         training_step=training_step,
+        layers_live=live_layers,
+        training_step_live=live_step,
         notes=notes,
         seconds=time.perf_counter() - start,
     )

@@ -273,6 +273,12 @@ class OperatorsResult(StepResult):
     ops: OpCheckReport
     layers: LayerReport | None = None
     training_step: TrainingStepCheck | None = None
+    layers_live: LayerReport | None = Field(
+        None, description="The whole-model check on the platform as shipped, when a wrong kernel was adapted."
+    )
+    training_step_live: TrainingStepCheck | None = Field(
+        None, description="The training step on the platform as shipped, when a wrong kernel was adapted."
+    )
     notes: list[str] = Field(default=[])
     seconds: float = 0.0
 
@@ -288,6 +294,8 @@ class OperatorsResult(StepResult):
         wrong = [a for a in adapted if a.cause == "wrong_numbers"]
         reasons = [_op_reason(c) for c in failed + missing] + _layer_reasons(self.layers)
         reasons += self.training_step.reasons() if self.training_step else []
+        reasons += [f"as shipped (wrong kernels live): {r}" for r in _layer_reasons(self.layers_live)]
+        reasons += [f"as shipped: {r}" for r in (self.training_step_live.reasons() if self.training_step_live else [])]
         reasons += [
             f"{a.op} at {a.dtype}: the platform's kernel gives wrong numbers ({a.problem[:120]}); "
             f"{a.strategy} works around it meanwhile"
@@ -318,18 +326,14 @@ class OperatorsResult(StepResult):
         checks = self.ops.checks
         dtype = self.ops.compute_dtypes[0] if self.ops.compute_dtypes else "-"
         at_dtype = [(c.op, c.metrics) for c in checks if c.metrics is not None and c.dtype == dtype]
-        layer = (
-            "not run"
-            if self.layers is None
-            else f"error: {self.layers.error[:60]}"
-            if self.layers.error
-            else f"{self.layers.first_divergent} ({self.layers.first_divergent_phase})"
-            if self.layers.first_divergent
-            else "none"
-        )
+        layer = _divergent(self.layers)
+        if self.layers_live is not None:  # side by side: what the trial's live kernels give, and the adapted
+            layer = f"as shipped {_divergent(self.layers_live)}; adapted {layer}"
         checked = len(checks) - len(unchecked)
+        wrong = sum(a.cause == "wrong_numbers" for a in adapted)  # a pass after adapting hides these
+        hidden = f" ({wrong} wrong kernel(s) worked around)" if wrong else ""
         return {  # the first two are the scorecard's glance
-            "ops": f"{checked - len(failed)} of {checked} checked pass, {len(adapted)} adapted",
+            "ops": f"{checked - len(failed)} of {checked} checked pass, {len(adapted)} adapted{hidden}",
             f"worst at {dtype}": worst_figures(at_dtype),
             "ops checked": str(checked),
             "passed": str(checked - len(failed)),
@@ -389,7 +393,23 @@ class OperatorsResult(StepResult):
                 parts.append("![per-module error](layers.png)")
         if self.training_step is not None:
             parts.append(self.training_step.to_markdown())
+        if self.layers_live is not None or self.training_step_live is not None:
+            parts.append(
+                "### As shipped: the same checks with the platform's wrong kernels live (not adapted)\n\n"
+                "The checks above ran on the adapted platform; a run with the vendor's kernels as they are "
+                "gives these:"
+            )
+            parts += [x.to_markdown() for x in (self.layers_live, self.training_step_live) if x is not None]
         return "\n\n".join(parts)
+
+
+def _divergent(layers: LayerReport | None) -> str:
+    """The whole-model check's first divergent module, in a few words."""
+    if layers is None:
+        return "not run"
+    if layers.error:
+        return f"error: {layers.error[:60]}"
+    return f"{layers.first_divergent} ({layers.first_divergent_phase})" if layers.first_divergent else "none"
 
 
 def _listing(what: str, items: list[str]) -> str:

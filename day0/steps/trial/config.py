@@ -8,7 +8,10 @@ from pydantic import Field
 
 from day0.spec.base import Text, UserModel
 
-__all__ = ["TrialScale", "TrialSpec", "TrialTolerance"]
+__all__ = ["CPU_REFERENCE", "DEFAULT_DATASET", "TrialScale", "TrialSpec", "TrialTolerance"]
+
+DEFAULT_DATASET = "pydoc_data.topics"  # the CPython docs' topics, shipped with Python
+CPU_REFERENCE = "cpu-fp32"  # the reference the trial trains itself: one CPU worker, fp32
 
 
 class TrialScale(UserModel):

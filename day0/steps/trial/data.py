@@ -22,6 +22,8 @@ import torch
 
 from day0.errors import UsageError
 from day0.paths import cache_dir
+from day0.spec.checks import dataset_issues
+from day0.steps.trial.config import DEFAULT_DATASET
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerFast
@@ -35,7 +37,6 @@ __all__ = [
     "train_tokenizer",
 ]
 
-DEFAULT_DATASET = "pydoc_data.topics"
 EOS_TOKEN = "<|endoftext|>"
 
 
@@ -50,9 +51,9 @@ def load_text(dataset: str | None) -> tuple[str, str]:
 
         parent, _, name = dataset.rpartition("/")
         return open_store(parent).get_bytes(name).decode("utf-8", errors="replace"), dataset
+    if issues := dataset_issues(dataset):  # the check `day0 validate` makes
+        raise UsageError(str(issues[0]))
     path = Path(urlparse(dataset).path if dataset.startswith("file://") else dataset)
-    if not path.is_file():
-        raise UsageError(f"trial.dataset: {dataset!r} is not a readable text file (or s3:// object)")
     return path.read_text(encoding="utf-8", errors="replace"), dataset
 
 

@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import urlparse
 
 from pydantic import BaseModel, Field
 
 from day0.backends.local.ray import interruptible
+from day0.errors import Day0Error
 from day0.settings import StoreSettings
 from day0.steps.trial.loop import LoopConfig, LoopHooks, LoopStep, train_loop
 
@@ -25,7 +26,7 @@ if TYPE_CHECKING:
     from pyarrow.fs import FileSystem
     from ray.actor import ActorHandle
 
-__all__ = ["EventLog", "RunEvent", "TrainingRun", "event_log", "ray_storage", "run_training"]
+__all__ = ["EventLog", "RunEvent", "TrainingRun", "event_log", "is_deterministic", "ray_storage", "run_training"]
 
 EventKind = Literal["started", "first_step", "checkpoint", "failure", "memory", "finished", "node_killed"]
 
@@ -157,6 +158,22 @@ def run_training(
     import torch
     from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig, TrainingFailedError
     from ray.train.torch import TorchConfig, TorchTrainer
+    from ray.train.v2._internal.execution.failure_handling import FailureDecision, FailurePolicy
+    from ray.train.v2.api.exceptions import TrainingFailedError as WorkerFailure
+
+    class NoRetryOfDeterministic(FailurePolicy):
+        """Ray Train's own policy, except that a worker's deterministic error ends the run at once: a retry
+        would meet the same missing kernel or bad input again (issue 42: three retries, about 70 s)."""
+
+        def __init__(self, inner: FailurePolicy) -> None:
+            super().__init__(inner.failure_config)
+            self.inner = inner
+
+        def make_decision(self, training_failed_error: WorkerFailure) -> FailureDecision:
+            failures = getattr(training_failed_error, "worker_failures", {})
+            if any(is_deterministic(e) for e in failures.values()):
+                return FailureDecision.RAISE
+            return self.inner.make_decision(training_failed_error)
 
     class Trainer(TorchTrainer):
         # Ray Train's SIGINT handler aborts the controller instead of raising, stays installed after the fit,
@@ -164,6 +181,12 @@ def run_training(
         # Ctrl-C interrupts the trial as any step (KeyboardInterrupt: recorded as interrupted, exit 130).
         def _register_sigint_handler(self, controller: object) -> None:
             pass
+
+        # Ray Train takes no failure policy from its public API: the one `fit` builds from FailureConfig
+        # is wrapped on its way to the controller.
+        def _initialize_and_run_controller(self, **kwargs: Any) -> Any:
+            kwargs["failure_policy"] = NoRetryOfDeterministic(kwargs["failure_policy"])
+            return super()._initialize_and_run_controller(**kwargs)  # type: ignore[misc]  # typed as Train V1's
 
     log = log or event_log()
     storage_path, filesystem = ray_storage(storage_uri, store_settings)
@@ -230,12 +253,27 @@ def _collect(result, error, log, filesystem, *, name: str, storage_uri: str, wor
     )
 
 
+def is_deterministic(error: BaseException) -> bool:
+    """Whether a retry would meet `error` again: bad input (`Day0Error`) or a missing kernel
+    (`NotImplementedError`: day0's `MissingKernelError`, and torch's "could not run ... backend"),
+    found through Ray Train's wrapper of a worker's exception and the exception's causes."""
+    seen: BaseException | None = error
+    while seen is not None:
+        if isinstance(seen, (Day0Error, NotImplementedError)):
+            return True
+        seen = getattr(seen, "_base_exc", None) or seen.__cause__
+    return False
+
+
 def _error_line(error: BaseException | None) -> str | None:
-    """The innermost line of a Ray Train failure (the worker's own exception), not the whole traceback."""
+    """The innermost line of a Ray Train failure (the worker's own exception), not the whole traceback;
+    a deterministic error says it was not retried."""
     if error is None:
         return None
     lines = [ln.strip() for ln in str(error).splitlines() if ln.strip()]
-    return f"{type(error).__name__}: {lines[-1] if lines else ''}"
+    failures = getattr(error, "worker_failures", {})
+    why = " (deterministic: not retried)" if any(is_deterministic(e) for e in failures.values()) else ""
+    return f"{type(error).__name__}{why}: {lines[-1] if lines else ''}"
 
 
 def _steps_until_next(starts: list[RunEvent], i: int, total: int) -> int:

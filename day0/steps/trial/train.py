@@ -36,10 +36,11 @@ from day0.model.plausible import EXPERT_KEYS
 from day0.model.source import ResolvedModel
 from day0.platforms.adapted import AdaptedKernel
 from day0.settings import StoreSettings
+from day0.spec.checks import reference_issues
 from day0.spec.pipeline import PipelineSpec
 from day0.steps.operators.result import Adaptation
 from day0.steps.trial.alignment import compare_curves, reference_noise
-from day0.steps.trial.config import TrialSpec
+from day0.steps.trial.config import CPU_REFERENCE, TrialSpec
 from day0.steps.trial.data import TokenData, prepare_data
 from day0.steps.trial.loop import LoopConfig, LoopHooks, LoopStep, TrainDtype, platform_mode
 from day0.steps.trial.model import scale_config
@@ -93,6 +94,8 @@ class MemoryPredictor(Protocol):
 
 
 def _load_curve(uri: str, settings: StoreSettings | None) -> TrialCurve:
+    if issues := reference_issues(uri):  # the check `day0 validate` makes
+        raise UsageError(str(issues[0]))
     parsed = urlparse(uri)
     try:
         if parsed.scheme == "s3":
@@ -254,7 +257,7 @@ def _reference(
     spec: PipelineSpec, loop: LoopConfig, tokens: np.ndarray, common: _RunOptions, notes: list[str], say: Progress
 ) -> tuple[TrialCurve, TrainingRun | None]:
     """The reference curve: trained here (`cpu-fp32`), or loaded from a saved curve."""
-    if spec.trial.reference != "cpu-fp32":
+    if spec.trial.reference != CPU_REFERENCE:
         notes.append(f"reference curve loaded from {spec.trial.reference}")
         return _load_curve(spec.trial.reference, common["store_settings"]), None
     say(f"reference: {loop.steps} steps on 1 CPU worker, fp32")

@@ -62,9 +62,12 @@ def report(tmp_path_factory: pytest.TempPathFactory):
         optimizer_tensors=(2, 32),
     )
     try:
-        yield calibrate(load_platform("cpu"), 2, store, sizes), store
+        yield calibrate(load_platform("cpu"), 2, store, sizes, progress=SAID.append), store
     finally:
         ray.shutdown()
+
+
+SAID: list[str] = []  # the report fixture's progress lines
 
 
 @pytest.mark.integration  # over 10 s here: a whole model or the real CLI end to end
@@ -88,6 +91,21 @@ def test_profile_is_measured_and_stored(report) -> None:
     # the trial's AdamW step: a real per-element cost; the per-tensor one may be lost in noise, never below 0
     assert p.optimizer_ns_per_param is not None and p.optimizer_ns_per_param > 0
     assert p.optimizer_us_per_tensor is not None and p.optimizer_us_per_tensor >= 0
+
+
+def test_calibration_says_each_stage(report) -> None:
+    """Issue 42: `day0 calibrate` printed nothing for minutes; each stage is said as it starts."""
+    expected = [
+        "starting a local Ray",
+        "placing 2 worker(s), each asking Ray for {'num_cpus': 1}",
+        "measuring: host time per op",
+        "measuring: fp32 GEMMs, 2 shapes",
+        "measuring: bf16 GEMMs, 2 shapes",
+        "measuring: fp8 GEMMs, 2 shapes",
+        "measuring: the optimizer step, memory copies",
+        "measuring: collectives over 2 workers (gloo)",
+    ]
+    assert expected == SAID
 
 
 def test_report_sets_calibrated_beside_datasheet(report) -> None:

@@ -41,9 +41,12 @@ NO_INDEX = {"PIP_NO_INDEX": "1", "PIP_FIND_LINKS": "/nonexistent/day0-test-links
 
 
 def _npu_library(library: str) -> str:
+    """An NPU platform with `library`, running steps 1-2 (day0 serves on no NPU: step 6 would be refused)."""
     return (
-        "platform: {name: npu, device_type: npu, hardware: {memory_gib: 64, bf16_tflops: 300, "
-        f"intra_node_bandwidth_gbps: 100, inter_node_bandwidth_gbps: 25}}, operator_library: {library}}}\n"
+        "platform: {name: npu, device_type: npu, resource: huawei.com/Ascend910, hardware: {memory_gib: 64, "
+        "bf16_tflops: 300, intra_node_bandwidth_gbps: 100, inter_node_bandwidth_gbps: 25}, "
+        f"operator_library: {library}}}\n"
+        "steps: [analyze, operators]\n"
     )
 
 

@@ -171,3 +171,20 @@ def test_adapted_in_place_ops_stay_in_place() -> None:
         with platform.mode():
             out = entry.fn(x, [idx], vals)
         assert out is x and x.tolist() == [1.5, 0.0, 2.5, 0.0] and x.dtype == torch.bfloat16, strategy
+
+
+@pytest.mark.integration  # over 10 s here: a whole model or the real CLI end to end
+def test_a_wrong_kernel_adapted_shows_the_platform_as_shipped_beside_the_adapted() -> None:
+    """Issue 42: after step 2 adapted a wrong kernel, its whole-model and training-step checks described
+    the adapted platform only ("first divergent: none"), while a run with the vendor's kernels meets the
+    wrong one. Both are reported, side by side."""
+    platform = faulty_platform("rmsnorm_wrong_eps")
+    result = run_operators(tiny_inventory("fp32"), platform, V, "fp32", whole_model=whole_model(layers=2))
+    assert any(a.strategy and a.cause == "wrong_numbers" for a in result.ops.adaptations)
+    assert result.layers is not None and result.layers.passed, result.to_markdown()
+    live = result.layers_live
+    assert live is not None and live.first_divergent == "layers.0", result.to_markdown()
+    assert result.training_step_live is not None and not result.training_step_live.passed
+    assert result.headline["first divergent layer"] == "as shipped layers.0 (forward); adapted none"
+    assert any(r.startswith("as shipped (wrong kernels live): whole-model check diverges") for r in result.reasons)
+    assert "### As shipped" in result.to_markdown()

@@ -87,6 +87,17 @@ def test_failing_op_fails_with_its_numbers_and_leads_the_table() -> None:
     assert "FAIL" in md.splitlines()[0] and md.index("`aten::zz`") < md.index("`aten::aa`")
 
 
+def test_a_wrong_kernel_worked_around_is_no_pass_in_the_headline() -> None:
+    """Issue 42: FAIL beside "ops 87 of 87 checked pass, 2 adapted"; the headline says what the adaptations hid."""
+    fixed = OpCheck(op="aten::zz", dtype="bf16", status="pass", metrics=_metrics(), reason="re-checked")
+    wrong = Adaptation(op="aten::zz", dtype="bf16", problem="fail: cosine 0.97", cause="wrong_numbers")
+    r = _result(fixed, adaptations=[wrong.model_copy(update={"strategy": "decomposition"})])
+    assert r.verdict == "fail"
+    assert r.headline["ops"] == "1 of 1 checked pass, 1 adapted (1 wrong kernel(s) worked around)"
+    missing = wrong.model_copy(update={"cause": "missing", "strategy": "decomposition"})
+    assert _result(fixed, adaptations=[missing]).headline["ops"] == "1 of 1 checked pass, 1 adapted"
+
+
 def test_faulty_vendor_matmul_fails_step_2() -> None:
     result = run_operators(tiny_inventory("bf16"), faulty_platform("matmul_low_precision"), V64, "bf16", plugins=[])
     assert result.verdict == "fail"
