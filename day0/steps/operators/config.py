@@ -14,7 +14,7 @@ from typing import Literal
 from pydantic import Field
 
 from day0.core.precision import COMPUTE_DTYPES, DEFAULT_TOLERANCES, DType
-from day0.spec.base import UserModel
+from day0.spec.base import Text, UserModel
 
 __all__ = ["DTypeTolerance", "ValidationSpec"]
 
@@ -46,7 +46,7 @@ class ValidationSpec(UserModel):
             "(the standards of msprobe's api_accuracy_checker at msprobe_version, per op)."
         ),
     )
-    msprobe_version: str = Field(
+    msprobe_version: Text = Field(
         "26.2.0",
         pattern=r"^[0-9][0-9A-Za-z.+!-]*$",
         description="The mindstudio-probe release whose standards judge the ops when tolerance is msprobe.",

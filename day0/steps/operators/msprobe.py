@@ -34,8 +34,6 @@ ops it decomposed into, as msprobe would judge those ops; `convolution` is not m
 `conv1d`/`conv2d` (it also serves conv3d and transposed convolutions, which msprobe does not list).
 """
 
-from __future__ import annotations
-
 import ast
 import hashlib
 import re

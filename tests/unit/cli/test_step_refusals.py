@@ -133,6 +133,9 @@ RUN_ONLY_REFUSALS = {
     "day0/steps/trial/data.py": 2,  # the tokenizer's vocabulary and the dataset's token count: tokenized in the run
     "day0/steps/trial/train.py": 1,  # a reference curve's content (and any s3:// one): read in the run
     "day0/steps/parallel/plan.py": 1,  # planner.profile 'calibrated': the store's profile, read when the plan runs
+    # msprobe's standards (validation.msprobe_version): a cached wheel or a snapshot on disk, so not the
+    # spec's alone; validate reads them too (cli/preflight.py's check_tolerance), as run does
+    "day0/steps/operators/msprobe.py": 4,
 }
 
 
