@@ -16,7 +16,8 @@ Cheap and pure: neither torch, transformers nor the serving code is imported.
   `planner.fp8_activation_cache`, each only where the user wrote it) and with the model (recompute
   modules it has, experts for expert parallelism, layers for recompute); each issue names both fields.
 - `check_engine(spec, steps)`: when step 6 is among `steps`, a named `inference.engine` is one day0
-  can start (`day0.steps.inference.config.ENGINES`) on the platform's device type. `auto` is not refused here:
+  can start (`day0.steps.inference.config.ENGINES`) on the platform's device type; SGLang is refused
+  with its reason (`REFUSED_ENGINES`). `auto` is not refused here:
   it picks by platform, and a platform without a serving engine yet (an NPU) is step 6's to report.
 """
 
@@ -30,7 +31,7 @@ from day0.core.typing import HFConfigDict
 from day0.errors import SpecError, SpecIssue
 from day0.model.release import rope_context
 from day0.spec.pipeline import PipelineSpec
-from day0.steps.inference.config import ENGINES
+from day0.steps.inference.config import ENGINES, REFUSED_ENGINES
 
 __all__ = ["check_context_lengths", "check_engine", "check_parallel"]
 
@@ -75,11 +76,10 @@ def check_engine(spec: PipelineSpec, steps: Iterable[str], source: str) -> None:
     if "inference" not in steps:
         return
     engine, device = spec.inference.engine, spec.platform.device_type
+    if engine in REFUSED_ENGINES:
+        raise SpecError(source, [SpecIssue("inference.engine", f"{engine!r}: {REFUSED_ENGINES[engine]}")])
     if engine not in ENGINES:
-        message = (
-            f"{engine!r} is not wired into day0 yet (no CPU build, and its GPU launcher is not built); "
-            f"expected one of {sorted(ENGINES)}"
-        )
+        message = f"{engine!r} is not an engine day0 starts; expected one of {sorted(ENGINES)}"
         raise SpecError(source, [SpecIssue("inference.engine", message)])
     if engine != "auto" and device not in ENGINES[engine]:
         message = f"{engine!r} serves on device types {list(ENGINES[engine])}, not {device!r} (platform.device_type)"
