@@ -153,18 +153,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--platform", default="h100", help="configs/platforms name of the GPU (h100 for an H200 too)")
     parser.add_argument("--dry-run", action="store_true", help="check the wiring on this CPU; run nothing heavy")
     args = parser.parse_args(argv)
-    from day0.spec.pipeline import load_platform, spec_from_dict
+    from cli.preflight import preflight
 
     out: Path = args.out.resolve()
     out.mkdir(parents=True, exist_ok=True)
-    spec = pipeline_spec(args.platform, out / "store")
     spec_path = out / "gpu-check.yaml"
-    spec_path.write_text(yaml.safe_dump(spec, sort_keys=False))
-    spec_from_dict(spec)  # refuses (UsageError) a spec that would not run: the engine on the platform too
-    from day0.spec.checks import check_engine
-
-    check_engine(spec_from_dict(spec), ["inference"], str(spec_path))
-    peak = load_platform(args.platform).hardware.figure("bf16_tflops", args.platform)
+    spec_path.write_text(yaml.safe_dump(pipeline_spec(args.platform, out / "store"), sort_keys=False))
+    spec, _ = preflight(str(spec_path), None, check_store=False)  # `day0 validate`'s checks: vLLM on the platform too
+    peak = spec.platform.hardware.figure("bf16_tflops", args.platform)
     planned = commands(spec_path, args.platform)
     report: dict[str, Any] = {"platform": args.platform, "dry_run": args.dry_run, "commands": planned}
     t0 = time.monotonic()

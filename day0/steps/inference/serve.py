@@ -188,7 +188,7 @@ def _vllm_cache(asked: EngineCache, layout_config: HFConfigDict, device: str) ->
     if (reported.num_blocks, reported.block_size) != (asked.num_blocks, asked.block_size):
         why.append("vLLM sized it itself (its block size or memory limit overrode day0's)")
     else:
-        why.append("the same blocks: day0's bound (max_batch sequences of the longest request) is what vLLM allocated")
+        why.append("the same blocks: vLLM allocated what day0 gave it (inference.cache_blocks, block_size)")
     if dtype != "fp32":
         why.append(
             f"day0's budget counts the served model's fp32 cache ({asked.bytes_per_token:,.0f} bytes/token); vLLM "
