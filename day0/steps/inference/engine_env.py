@@ -136,7 +136,10 @@ def engine_env(recipe: EngineRecipe) -> Path:
     python = target / "bin" / "python"
     if (target / MARKER).exists():
         return python
-    plugins = platform_plugin(*recipe.plugin) if recipe.plugin else {}
+    try:
+        plugins = platform_plugin(*recipe.plugin) if recipe.plugin else {}
+    except UsageError as exc:  # no wheel to read, or one that is no vLLM plugin: nothing to build
+        raise EngineEnvError(f"{recipe.key}: the platform plugin: {exc}") from None
     with _locked(target.with_name(f".{recipe.key}.lock")):
         if (target / MARKER).exists():  # another run built it while this one waited
             return python

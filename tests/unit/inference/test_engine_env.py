@@ -5,6 +5,7 @@ here are served to the real uv from a local folder (UV_NO_INDEX, UV_FIND_LINKS).
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import zipfile
 from pathlib import Path
@@ -99,6 +100,14 @@ def test_a_platform_plugin_is_found_through_its_wheels_entry_points(links: Path)
     assert platform_plugin("demo-plugin", "0.1") == {"demo": "demo_plugin:register"}
     with pytest.raises(UsageError, match=f"demo-other 0.1 declares no {PLUGIN_GROUP} entry point"):
         platform_plugin("demo-other", "0.1")
+
+
+def test_a_plugin_without_a_wheel_stops_the_build_naming_it(links: Path, tmp_path: Path) -> None:
+    _wheel(links, "demo-engine", "1.0")
+    recipe = dataclasses.replace(_recipe(tmp_path, "demo-engine==1.0"), plugin=("demo-plugin", "0.2"))
+    with pytest.raises(EngineEnvError, match=r"demo-1\.0-cpu: the platform plugin: demo-plugin 0\.2 is neither cached"):
+        engine_env(recipe)
+    assert not env_dir(recipe).exists()
 
 
 def test_recipes_cover_the_engines_platforms_and_name_what_they_pin() -> None:
