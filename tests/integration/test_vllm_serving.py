@@ -3,7 +3,7 @@ environment `make engines` builds into DAY0_CACHE (the fixture builds it where i
 the sweep and the SLO verdict; vLLM's own cache is read beside day0's budget, and nothing of the
 engine is left running afterwards.
 
-Its cost is vLLM's start-up on this CPU (several minutes under load): one server for the module."""
+Its cost is mostly vLLM's start-up on this CPU: 87-149 s for the module here (one server)."""
 
 from __future__ import annotations
 
