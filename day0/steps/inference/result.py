@@ -20,7 +20,7 @@ from day0.steps.inference.kv_budget import KVBudget
 from day0.steps.inference.metrics import LoadSummary
 from day0.steps.inference.quality import QualityReport
 from day0.steps.inference.quantize import QuantizationReport
-from day0.steps.inference.server import EngineFinding
+from day0.steps.inference.server import EngineFinding, ReportedCache
 
 if TYPE_CHECKING:
     from day0.plots import Panel
@@ -36,6 +36,8 @@ class EngineCache(BaseModel):
     block_size: int
     bytes_per_token: float = Field(description="Per token, all layers, at the served model's fp32 (see kv_budget).")
     continuous_batching: bool
+    reported: ReportedCache | None = Field(None, description="The cache the engine says it built (vLLM).")
+    difference: str = Field("", description="The engine's cache beside day0's request, and why they differ.")
 
     @property
     def max_tokens(self) -> int:
@@ -199,6 +201,7 @@ class InferenceResult(StepResult):
                     f"{e.bytes_per_token:,.0f} bytes/token"
                     + ("" if e.continuous_batching else " (configured; unused without continuous batching)"),
                 ]
+                lines += [f"\n{e.difference}"] if e.difference else []
         if self.sweep:
             lines += ["", "![latency vs throughput](latency-throughput.png)", "", *_sweep_table(self.sweep)]
         return "\n".join(lines) + "\n"

@@ -30,14 +30,22 @@ from day0.model.kv_cache import kv_bytes_per_token, kv_layout
 from day0.spec.checks import engine_issues
 from day0.spec.cluster import PlatformSpec
 from day0.steps.inference.client import LoadRequest, LoadSettings, run_load
-from day0.steps.inference.config import InferenceSpec
+from day0.steps.inference.config import InferenceSpec, choose_engine
+from day0.steps.inference.engine_env import EngineEnvError, engine_env, recipe_for
 from day0.steps.inference.kv_budget import KVBudget, kv_budget, serving_tensor_parallel
 from day0.steps.inference.metrics import summarize
 from day0.steps.inference.model import ServedModel, build_served_model, held_out_text, load_tokenizer, write_model_dir
 from day0.steps.inference.quality import QualityReport, compare_quality, windows
 from day0.steps.inference.quantize import ExpertCodec, QuantizationReport, quantize_model, state_dict_bytes
 from day0.steps.inference.result import EngineCache, InferenceResult, SweepPoint
-from day0.steps.inference.server import ENGINE, EngineConfig, EngineFinding, Server, ServingError, serve
+from day0.steps.inference.server import (
+    ENGINE_NAMES,
+    EngineConfig,
+    EngineFinding,
+    Server,
+    ServingError,
+    serve,
+)
 
 if TYPE_CHECKING:
     import torch
@@ -82,7 +90,7 @@ def _quantize(
     return model, report, compare_quality(reference, model, batch, request.inference.quality, text)
 
 
-def _budgets(request: InferenceRequest, served_weight_bytes: int) -> tuple[list[KVBudget], EngineCache]:
+def _budgets(request: InferenceRequest, served_weight_bytes: int, engine: str) -> tuple[list[KVBudget], EngineCache]:
     inf, memory = request.inference, request.platform.hardware.figure("memory_gib", request.platform.name) * 2**30
     layout = kv_layout(request.served.config)
     out = [
@@ -112,14 +120,73 @@ def _budgets(request: InferenceRequest, served_weight_bytes: int) -> tuple[list[
                 tensor_parallel=tp,
             )
         )
-    engine = EngineCache(
-        engine=ENGINE,
+    cache = EngineCache(
+        engine=ENGINE_NAMES[engine],
         num_blocks=inf.cache_blocks,
         block_size=inf.block_size,
         bytes_per_token=kv_bytes_per_token(layout, 4),
         continuous_batching=True,
     )
-    return out, engine
+    return out, cache
+
+
+def _engine_config(request: InferenceRequest, engine: str, model_dir: Path, say: Progress) -> EngineConfig:
+    """The engine's launch settings; for vLLM its environment first (built once into the cache)."""
+    inf, device = request.inference, request.platform.device_type
+    config = EngineConfig(
+        model_dir=model_dir,
+        device=device,
+        cache_blocks=inf.cache_blocks,
+        block_size=inf.block_size,
+        max_batch_tokens=inf.max_batch_tokens,
+        startup_timeout_s=inf.startup_timeout_s,
+    )
+    if engine != "vllm":
+        return config
+    recipe = recipe_for(engine, device)
+    say(f"preparing the {recipe.key} environment (built once into the cache)")
+    # The longest sequence vLLM accepts: within the context asked for, the model's positions, and the
+    # cache day0 gives it less the one block vLLM keeps back (it refuses to start otherwise).
+    positions = int(request.served.config.get("max_position_embeddings") or inf.context_len)
+    max_model_len = min(inf.context_len, positions, (inf.cache_blocks - 1) * inf.block_size)
+    return config.model_copy(
+        update={
+            "engine": "vllm",
+            "python": engine_env(recipe),
+            "max_batch": inf.max_batch,
+            "max_model_len": max_model_len,
+            "kv_cache_dtype": "fp8" if inf.quantization == "fp8" else "auto",
+        }
+    )
+
+
+def _vllm_cache(asked: EngineCache, layout_config: HFConfigDict, device: str) -> str:
+    """vLLM's cache beside what day0 asked for, and why they differ."""
+    reported = asked.reported
+    if reported is None:
+        return "vLLM did not report its cache (no vllm:cache_config_info on /metrics)"
+    # "auto" stores the served dtype: the served model's fp32 on cpu, bf16 elsewhere (server.py)
+    dtype = "fp8" if reported.cache_dtype.startswith("fp8") else "fp32" if device == "cpu" else "bf16"
+    per_token = kv_bytes_per_token(kv_layout(layout_config), {"fp8": 1, "bf16": 2, "fp32": 4}[dtype])
+    tokens = reported.num_blocks * reported.block_size
+    line = (
+        f"vLLM's KV cache: {reported.num_blocks} blocks x {reported.block_size} tokens = {tokens:,} tokens "
+        f"({dtype}: {per_token:,.0f} bytes/token, {tokens * per_token / 2**20:.2f} MiB) beside the "
+        f"{asked.num_blocks} x {asked.block_size} = {asked.max_tokens:,} tokens day0 asked for"
+    )
+    why = []
+    if (reported.num_blocks, reported.block_size) != (asked.num_blocks, asked.block_size):
+        why.append("vLLM sized it itself (its block size or memory limit overrode day0's)")
+    else:
+        why.append("the same blocks: vLLM allocated what day0 gave it (inference.cache_blocks, block_size)")
+    if dtype != "fp32":
+        why.append(
+            f"day0's budget counts the served model's fp32 cache ({asked.bytes_per_token:,.0f} bytes/token); vLLM "
+            f"stores {dtype}, {asked.bytes_per_token / per_token:.0f}x less per token"
+        )
+    else:
+        why.append(f"both at fp32, {per_token:,.0f} bytes/token")
+    return f"{line}: {'; '.join(why)}"
 
 
 def _workload(
@@ -177,45 +244,46 @@ def run_inference(
     reference = build_served_model(request.served)
     batch = windows(tokens, QUALITY_SEQ_LEN, QUALITY_WINDOWS)
     model, quantized, quality = _quantize(request, reference, batch, expert_codec, say)
-    kv, engine_cache = _budgets(request, quantized.bytes_after if quantized else state_dict_bytes(model))
-    notes = (
-        []
-        if inf.quantization == "none"
-        else [
-            "the engine serves the quantised values dequantised to fp32 (it loads no per-expert int8 checkpoint): "
-            "served outputs are the quantised model's, the storage saving is measured in-process"
-        ]
-    )
+    engine, why = choose_engine(inf.engine, request.platform.device_type, request.served.config)
+    name = ENGINE_NAMES[engine]
+    kv, engine_cache = _budgets(request, quantized.bytes_after if quantized else state_dict_bytes(model), engine)
+    notes = [f"engine {name}: {why}"]
+    if inf.quantization != "none":
+        notes.append(
+            f"{name} serves the quantised values dequantised (it loads no per-expert int8 checkpoint): served "
+            "outputs are the quantised model's, the storage saving is measured in-process"
+            + ("; its KV cache is fp8" if engine == "vllm" and inf.quantization == "fp8" else "")
+        )
     points: list[SweepPoint] = []
     findings: list[EngineFinding] = []
     error = None
     with tempfile.TemporaryDirectory(prefix="day0-inference-") as tmp:
         work = request.work_dir or Path(tmp)
         model_dir = write_model_dir(model, request.served, work / "model")
-        config = EngineConfig(
-            model_dir=model_dir,
-            device=request.platform.device_type,
-            cache_blocks=inf.cache_blocks,
-            block_size=inf.block_size,
-            max_batch_tokens=inf.max_batch_tokens,
-            startup_timeout_s=inf.startup_timeout_s,
-        )
-        say(f"starting {ENGINE} with continuous batching ({inf.cache_blocks} blocks x {inf.block_size} tokens)")
         try:
+            config = _engine_config(request, engine, model_dir, say)
+            say(f"starting {name} ({inf.cache_blocks} blocks x {inf.block_size} tokens)")
             with serve(config, work) as (server, finding):
                 if finding:
-                    say(f"Day-0 finding: {ENGINE} cannot batch this model ({finding.error}); {finding.fallback}")
+                    say(
+                        f"Day-0 finding: {name} cannot use {finding.feature} here ({finding.error}); {finding.fallback}"
+                    )
                     findings.append(finding)
                 engine_cache.continuous_batching = server.config.continuous_batching
+                if engine == "vllm":
+                    engine_cache.reported = server.reported_cache()
+                    engine_cache.difference = _vllm_cache(
+                        engine_cache, request.served.config, request.platform.device_type
+                    )
                 more_points, sweep_notes = _sweep(server, tokenizer, tokens, inf, say)
                 points += more_points
                 notes += sweep_notes
-        except ServingError as exc:
+        except (ServingError, EngineEnvError) as exc:
             error = str(exc)
     return InferenceResult(
         model=request.model,
         served=request.served.label,
-        engine=ENGINE,
+        engine=name,
         device=request.platform.device_type,
         quantization=inf.quantization,
         quantized=quantized,

