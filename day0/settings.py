@@ -6,18 +6,28 @@ pydantic-settings (asyncio, dotenv, its cloud providers) cost a `day0 plan` proc
 what importing pydantic and yaml costs; every settings class of day0 derives from `EnvSettings`, and a
 model-valued field reads JSON (`Json[...]`). What these classes used of it is kept: a field reads
 `<env_prefix><FIELD>` in any case, arguments win over the environment, values are validated (a bad
-one is a `UsageError` naming the variable).
+one is a `UsageError` naming the variable). A URL setting is parsed at start (`HttpUrlText`), so
+`notaurl` is refused naming its variable instead of failing every call later.
 """
 
 import os
 from pathlib import Path
-from typing import ClassVar
+from typing import Annotated, ClassVar
+from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, ModelWrapValidatorHandler, ValidationError, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ModelWrapValidatorHandler,
+    ValidationError,
+    model_validator,
+)
 
 from day0.errors import UsageError
 
-__all__ = ["EnvSettings", "HubSettings", "LimitsSettings", "RunSettings", "StoreSettings"]
+__all__ = ["EnvSettings", "HttpUrlText", "HubSettings", "LimitsSettings", "RunSettings", "StoreSettings", "http_url"]
 
 
 class EnvSettings(BaseModel):
@@ -40,12 +50,30 @@ class EnvSettings(BaseModel):
             bad = [e for e in exc.errors() if e["loc"] and e["loc"][0] in found]
             if not bad or len(bad) < exc.error_count():  # a bad argument is the caller's bug: pydantic's error
                 raise
-            raise UsageError("; ".join(f"{_where(variables, e['loc'])}: {e['msg']}" for e in bad)) from None
+            raise UsageError(
+                "; ".join(f"{_where(variables, e['loc'])}: {e['msg'].removeprefix('Value error, ')}" for e in bad)
+            ) from None
 
 
 def _where(variables: dict[str, str], loc: tuple[int | str, ...]) -> str:
     """The variable, and inside a JSON value the path to the bad entry (`DAY0_TRIAL_FAULTS.nan_at_stp`)."""
     return ".".join([variables[str(loc[0])], *map(str, loc[1:])])
+
+
+def http_url(value: str) -> str:
+    """`value` if it is an http(s) URL with a host (and a numeric port when one is given), else a
+    `ValueError` saying what was expected (the value is not echoed: it may hold credentials)."""
+    try:
+        parts = urlsplit(value)
+        parts.port  # noqa: B018 - parses the port: a ValueError when it is not a number in range
+    except ValueError as exc:
+        raise ValueError(f"not a URL ({exc}); expected http(s)://host[:port][/path]") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError("expected http(s)://host[:port][/path]")
+    return value
+
+
+HttpUrlText = Annotated[str, AfterValidator(http_url)]
 
 
 class HubSettings(EnvSettings):
@@ -90,7 +118,7 @@ class StoreSettings(EnvSettings):
 
     env_prefix = "DAY0_STORE_"
 
-    endpoint_url: str | None = Field(None, description="S3 endpoint, e.g. http://127.0.0.1:7070.")
+    endpoint_url: HttpUrlText | None = Field(None, description="S3 endpoint, e.g. http://127.0.0.1:7070.")
     region: str = "us-east-1"
     access_key_id: str | None = None
     secret_access_key: str | None = None

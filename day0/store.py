@@ -7,6 +7,7 @@ leaves a half-written result. Keys are '/'-separated paths relative to the store
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
@@ -106,15 +107,27 @@ class FileStore(ArtifactStore):
         return path
 
     def put_bytes(self, key: str, data: bytes, content_type: str = "application/octet-stream") -> str:
-        write_atomically(self._path(key), data)
+        self._write(key, data, replace=True)
         return self.url(key)
 
     def create(self, key: str, data: bytes) -> bool:
         try:
-            write_atomically(self._path(key), data, replace=False)
+            self._write(key, data, replace=False)
         except FileExistsError:
             return False
         return True
+
+    def _write(self, key: str, data: bytes, replace: bool) -> None:
+        """`write_atomically`, a full disk or a read-only folder reported as the store's state (exit 1)."""
+        path = self._path(key)
+        try:
+            write_atomically(path, data, replace=replace)
+        except OSError as exc:
+            if exc.errno not in _STORE_FULL_OR_READ_ONLY:
+                raise
+            raise StoreUnavailable(
+                f"storage {self.uri}: cannot write {path}: {_STORE_FULL_OR_READ_ONLY[exc.errno]} ({exc.strerror})"
+            ) from None
 
     def get_bytes(self, key: str) -> bytes:
         try:
@@ -142,8 +155,32 @@ class FileStore(ArtifactStore):
             self._path(key).unlink(missing_ok=True)
         return len(keys)
 
+    def check(self) -> None:
+        """The root is a directory this process can write, or the nearest folder that exists above it
+        is one (so it can be created)."""
+        existing = self.root
+        while not existing.exists() and existing != existing.parent:
+            existing = existing.parent
+        if not existing.is_dir():
+            what = (
+                "is not a directory" if existing == self.root else f"cannot be created: {existing} is not a directory"
+            )
+            raise StoreUnavailable(f"storage {self.uri}: {self.root} {what}")
+        if not os.access(existing, os.W_OK | os.X_OK):
+            raise StoreUnavailable(f"storage {self.uri}: {existing} is not writable by this process")
+
     def local_path(self, key: str) -> Path:
         return self._path(key)
+
+
+# What a write can meet that is the store's state, not a bug: said in words, without a traceback.
+_STORE_FULL_OR_READ_ONLY = {
+    errno.ENOSPC: "the disk is full",
+    errno.EDQUOT: "the disk quota is used up",
+    errno.EROFS: "the file system is read-only",
+    errno.EACCES: "this process may not write there",
+    errno.EPERM: "this process may not write there",
+}
 
 
 class S3Store(ArtifactStore):

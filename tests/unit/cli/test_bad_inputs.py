@@ -167,6 +167,35 @@ CASES = [
         ["num_experts_per_tok", "above the 8 experts"],
         {"m/config.json": config(num_experts_per_tok=9)},
     ),
+    # --- issue 44: shapes transformers' forward crashed on (a reshape, a top-k, a broadcast) -------------
+    Case(
+        "groups-do-not-split-experts",
+        ["analyze", "{tmp}/m"],
+        2,
+        ["n_group", "3 groups do not split the 8 experts"],
+        {"m/config.json": config(n_group=3)},
+    ),
+    Case(
+        "topk-group-above-groups",
+        ["validate", "{tmp}/s.yaml"],
+        2,
+        ["topk_group", "from 1 to 2"],
+        {"s.yaml": spec(model="{tmp}/m"), "m/config.json": config(topk_group=3)},
+    ),
+    Case(
+        "one-expert-groups",
+        ["analyze", "{tmp}/m"],
+        2,
+        ["n_group", "each needs at least 2"],
+        {"m/config.json": config(n_group=8, topk_group=2)},
+    ),
+    Case(
+        "head-dim-not-rope-width",
+        ["run", "{tmp}/s.yaml"],
+        2,
+        ["head_dim", "differs from qk_rope_head_dim 16"],
+        {"s.yaml": spec(model="{tmp}/m"), "m/config.json": config(head_dim=32)},
+    ),
     Case(
         "billion-layers",
         ["analyze", "{tmp}/m"],
@@ -322,6 +351,24 @@ CASES = [
         ["cannot reach bucket", "DAY0_STORE_ENDPOINT_URL"],
         {"s.yaml": spec(storage="s3://bucket/x")},
         S3_DOWN,
+    ),
+    *(
+        Case(
+            f"store-endpoint-not-a-url-{i}",
+            ["run", "{tmp}/s.yaml"],
+            2,
+            ["DAY0_STORE_ENDPOINT_URL", "http(s)://host"],
+            {"s.yaml": spec(storage="s3://bucket/x")},
+            {**S3_DOWN, "DAY0_STORE_ENDPOINT_URL": url},
+        )
+        for i, url in enumerate(["notaurl", "http://", "ftp://host", "http://[::1", "http://host:99999"])
+    ),
+    Case(
+        "plan-store-is-a-file",
+        ["plan", "{tmp}/s.yaml"],
+        1,
+        ["storage file://", "is not a directory", "--out FILE"],
+        {"s.yaml": spec(storage="file://{tmp}/f"), "f": "x"},
     ),
     # --- arguments -----------------------------------------------------------------------------------
     Case("only-empty", ["run", "{tmp}/s.yaml", "--only", ""], 2, ["--only", "empty selection"], {"s.yaml": spec()}),
