@@ -29,7 +29,7 @@ from prefect.runtime import flow_run
 from pydantic import BaseModel, ConfigDict, Field
 
 from day0.core.typing import JsonObject
-from day0.errors import RunFailed
+from day0.errors import CorruptRecord, RunFailed
 from day0.regression import (
     RegressionStore,
     RegressionTolerance,
@@ -98,7 +98,7 @@ def _rerun(model: WatchedModel, namespace: str) -> tuple[Snapshot, RunSummary]:
         key = f"{summary.prefix}/{step}/result.json"
         if not store.exists(key):  # the step raised: nothing to compare, and never a baseline
             raise RegressionFailed(f"{step} left no result: {'; '.join(summary.failed.get(step, ['not run']))}")
-        return kind.model_validate(store.get_json(key))
+        return store.get_model(key, kind)
 
     ops, trial = read("operators", OperatorsResult), read("trial", TrialResult)
     return Snapshot.from_results(model.name, ops, trial, run=store.url(summary.prefix)), summary
@@ -127,7 +127,11 @@ def regression(watch: str = "configs/regression/watch.yaml", update_baseline: bo
             failures.append(f"{model.name}: rerun failed: {type(exc).__name__}: {' '.join(str(exc).split())}")
             continue
         history.append(snapshot)
-        baseline = history.baseline(model.name)
+        try:
+            baseline = history.baseline(model.name)
+        except CorruptRecord as exc:  # named with its way out; the other models go on
+            failures.append(f"{model.name}: {exc}")
+            continue
         if baseline is None or update_baseline:
             if summary.failed:  # a baseline is what a good run looks like
                 failures.append(f"{model.name}: no baseline recorded: {summary.failure_message()}")

@@ -26,7 +26,7 @@ from prefect.exceptions import MissingContextError
 
 import day0
 from day0.core.result import StepResult
-from day0.errors import Day0Error, RunFailed
+from day0.errors import CorruptRecord, Day0Error, RunFailed
 from day0.provenance import code_digest
 from day0.runs.context import RunContext, StepRecord
 from day0.steps.registry import StepSpec
@@ -107,19 +107,32 @@ def in_prefect_run() -> bool:
     return bool(FlowRunContext.get() or TaskRunContext.get())
 
 
+def _marker(ctx: RunContext, step: str) -> dict[str, object] | None:
+    """The step's `code.json`, None when absent; a corrupt one is named with `--fresh` as the way out."""
+    store, key = ctx.store, ctx.key(step, "code.json")
+    if not store.exists(key):
+        return None
+    try:
+        marker = store.get_json(key)
+    except CorruptRecord as exc:
+        raise exc.with_remedy(f"run again with --fresh to recompute {step} (or delete the step's folder)") from None
+    if not isinstance(marker, dict):
+        raise CorruptRecord(store.url(key), "not a mapping", f"run again with --fresh to recompute {step}")
+    return marker
+
+
 def _reusable(ctx: RunContext, step: str, code: str, variant: str | None) -> bool:
-    store = ctx.store
-    if ctx.fresh or not store.exists(ctx.key(step, "result.json")) or not store.exists(ctx.key(step, "code.json")):
+    if ctx.fresh or not ctx.store.exists(ctx.key(step, "result.json")):  # --fresh: no marker is read
         return False
-    marker = store.get_json(ctx.key(step, "code.json"))
-    return bool(marker.get("digest") == code and marker.get("variant") == variant)
+    marker = _marker(ctx, step)
+    return marker is not None and marker.get("digest") == code and marker.get("variant") == variant
 
 
 def _prepare(ctx: RunContext, step: str, code: str, variant: str | None, log: StepLogger) -> None:
     """Clear what other code (or an earlier attempt under --fresh) left, then claim the folder. A
     different variant alone keeps the folder: its checkpoints came from the same code."""
     store, marker = ctx.store, ctx.key(step, "code.json")
-    previous = store.get_json(marker).get("digest") if store.exists(marker) else None
+    previous = None if ctx.fresh else (_marker(ctx, step) or {}).get("digest")
     if ctx.fresh or (previous is not None and previous != code):
         removed = store.delete_prefix(ctx.key(step))
         why = "--fresh" if ctx.fresh else f"its code changed ({previous} -> {code})"
@@ -183,7 +196,10 @@ def run_step(spec: StepSpec, ctx: RunContext, compute: Callable[[], StepResult])
         )
 
     if _reusable(ctx, step, code, variant):
-        result = result_type.model_validate(store.get_json(key))
+        try:
+            result = store.get_model(key, result_type)
+        except CorruptRecord as exc:
+            raise exc.with_remedy(f"run again with --fresh to recompute {step} (or delete the file)") from None
         log.info(
             "%s: completed earlier by the same code (%s), reusing %s: %s", step, code, store.url(key), result.verdict
         )

@@ -5,20 +5,22 @@ create-if-absent (file: a hard link; S3: a conditional PUT) and deletes it on ex
 is held, `RunLocked` (exit 1: a conflict while running, not bad input) names the holder. A holder
 on this host that is no longer alive (its pid gone, or reused: the start time differs, after
 `kill -9`) is taken over; a holder on another host is honoured, and the message says which object
-to delete if it is stale. Runs of different specs, even in one store, never contend.
+to delete if it is stale. A holder record that is corrupt (not JSON) is moved aside to the run's
+`corrupt/` folder with a note, and the lock taken. Runs of different specs, even in one store, never contend.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import json
+import logging
 import os
 import socket
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from day0.errors import Day0Error
+from day0.errors import CorruptRecord, Day0Error
 from day0.runs.context import RunContext
 
 __all__ = ["RunLocked", "hold_run"]
@@ -52,14 +54,33 @@ def _dead_here(holder: dict[str, object]) -> bool:
     return not isinstance(pid, int) or _start_time(pid) != holder.get("pid_started")
 
 
+def _holder_of(ctx: RunContext, key: str) -> dict[str, object] | None:
+    """The lock's holder record, {} when it vanished meanwhile, None when it was corrupt: then it is
+    moved aside to the run's `corrupt/` folder with a note (no run can be shown to hold the lock)."""
+    store = ctx.store
+    if not store.exists(key):
+        return {}
+    try:
+        holder = store.get_json(key)
+    except CorruptRecord as exc:
+        why = exc.why
+    else:
+        if isinstance(holder, dict):
+            return holder
+        why = f"not a mapping but {type(holder).__name__}"
+    aside = store.move_aside(key, ctx.key("corrupt", f"lock-holder-{dt.datetime.now(dt.UTC):%Y%m%dT%H%M%S%fZ}.json"))
+    logging.getLogger("day0").warning("the run lock %s was corrupt (%s): moved aside to %s", store.url(key), why, aside)
+    return None
+
+
 @contextmanager
 def hold_run(ctx: RunContext) -> Iterator[None]:
     """Hold the run folder's lock for the duration of the block (see the module contract)."""
     store, folder = ctx.store, ctx.key("lock")
     key, mine = f"{folder}/holder.json", json.dumps(_holder()).encode()
     if not store.create(key, mine):
-        holder = store.get_json(key) if store.exists(key) else {}
-        if not _dead_here(holder):
+        holder = _holder_of(ctx, key)
+        if holder is not None and not _dead_here(holder):
             raise RunLocked(
                 f"run {ctx.prefix} of {ctx.spec.metadata.name!r} is already running (pid {holder.get('pid')} on "
                 f"{holder.get('host')}, since {holder.get('started_at')}); wait for it to finish, or delete "
