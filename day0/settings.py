@@ -18,6 +18,7 @@ from urllib.parse import urlsplit
 from pydantic import (
     AfterValidator,
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     ModelWrapValidatorHandler,
@@ -26,6 +27,7 @@ from pydantic import (
 )
 
 from day0.errors import UsageError
+from day0.paths import CONFIGS_DIR
 
 __all__ = ["EnvSettings", "HttpUrlText", "HubSettings", "LimitsSettings", "RunSettings", "StoreSettings", "http_url"]
 
@@ -96,9 +98,15 @@ class LimitsSettings(EnvSettings):
     )
 
 
+def _path_list(value: object) -> object:
+    """A `DAY0_*` list of folders is written as PATH is: separated by os.pathsep."""
+    return [part for part in value.split(os.pathsep) if part] if isinstance(value, str) else value
+
+
 class RunSettings(EnvSettings):
-    """How often a deployed flow run is started again after its process died (`flows.recovery`), and how
-    often a running flow looks for a cancellation requested through Prefect (`flows.adapt`)."""
+    """How often a deployed flow run is started again after its process died (`flows.recovery`), how
+    often a running flow looks for a cancellation requested through Prefect (`flows.adapt`), and where
+    the spec files that flow parameters name may be (`day0.spec.location`)."""
 
     env_prefix = "DAY0_RUN_"
 
@@ -110,6 +118,11 @@ class RunSettings(EnvSettings):
         gt=0,
         le=3600,
         description="Seconds between a flow run's reads of its own state, to stop once it is Cancelling.",
+    )
+    spec_roots: Annotated[list[Path], BeforeValidator(_path_list)] = Field(
+        default_factory=lambda: [CONFIGS_DIR],
+        min_length=1,
+        description="Folders (os.pathsep-separated) holding the spec files a flow parameter may name.",
     )
 
 

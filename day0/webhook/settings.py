@@ -8,8 +8,9 @@ message names DAY0_WEBHOOK_SECRET and never shows the value. Every limit has an 
 typo (`DAY0_WEBHOOK_MAX_BODY_BYTES=100000000000`) is refused at start rather than obeyed.
 `load_watch(path)` reads the watch file and its spec template through `day0.yamlio.read_user_yaml`
 (bounded, duplicate keys refused) and raises `SpecError` (exit 2) naming the file and field for
-anything that is not a usable config, including a template that is not a mapping; the template is
-read once, at start-up.
+anything that is not a usable config, including a template that is not a mapping, or not a YAML file
+beside the watch file or inside DAY0_RUN_SPEC_ROOTS (`day0.spec.location`); the template is read
+once, at start-up.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from day0.core.typing import JsonObject
 from day0.errors import SpecError, SpecIssue
 from day0.paths import CONFIGS_DIR
 from day0.settings import EnvSettings
+from day0.spec.location import spec_file
 from day0.webhook.payload import WatchList
 from day0.yamlio import read_user_yaml
 
@@ -135,5 +137,7 @@ def load_watch(path: Path) -> WatchConfig:
         raise SpecError(str(path), [SpecIssue.from_pydantic(e) for e in exc.errors()]) from None
     if not config.template.is_file():
         raise SpecError(str(path), [SpecIssue("template", f"{config.template} does not exist")])
+    # a YAML spec beside the watch file or inside DAY0_RUN_SPEC_ROOTS, never any file the process can read
+    config.template = spec_file(config.template, f"{path}: template", also=[path.resolve().parent])
     config.template_spec()
     return config

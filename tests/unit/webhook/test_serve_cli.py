@@ -97,3 +97,28 @@ def test_a_secret_file_s_trailing_newline_is_stripped() -> None:
 
     settings = WebhookSettings(secret=SECRET + "\r\n")
     assert settings.secret.get_secret_value() == SECRET
+
+
+@pytest.mark.parametrize(
+    ("template", "expect"),
+    [("/etc/passwd", "expected a YAML spec file"), ("../elsewhere/t.yaml", "outside the folders specs may come from")],
+    ids=["not-yaml", "outside"],
+)
+def test_a_template_must_be_a_yaml_spec_beside_the_watch_file_or_in_the_spec_roots(
+    tmp_path: Path, template: str, expect: str
+) -> None:
+    """Issue 44: the receiver accepted any file as its spec template (`template: /etc/shadow`)."""
+    (tmp_path / "w").mkdir()
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "elsewhere/t.yaml").write_text("SECRET-LINE: x\n")
+    (tmp_path / "w/watch.yaml").write_text(f"watch: {{orgs: [a]}}\ntemplate: {template}\n")
+    roots = str(REPO / "configs")
+    proc = _serve(
+        "--watch",
+        str(tmp_path / "w/watch.yaml"),
+        DAY0_WEBHOOK_SECRET=SECRET,
+        PREFECT_API_URL=PREFECT,
+        DAY0_RUN_SPEC_ROOTS=roots,
+    )
+    assert proc.returncode == 2 and expect in proc.stderr and "template" in proc.stderr, proc.stderr
+    assert "SECRET-LINE" not in proc.stderr and "root:" not in proc.stderr
