@@ -23,6 +23,7 @@ from pydantic import (
     Field,
     ModelWrapValidatorHandler,
     ValidationError,
+    field_validator,
     model_validator,
 )
 
@@ -135,3 +136,9 @@ class StoreSettings(EnvSettings):
     region: str = "us-east-1"
     access_key_id: str | None = None
     secret_access_key: str | None = None
+
+    @field_validator("access_key_id", "secret_access_key")
+    @classmethod
+    def _stripped(cls, value: str | None) -> str | None:
+        """A key from a Secret made `--from-file` ends with the file's newline, and every request was refused."""
+        return value.strip() if value is not None else None

@@ -22,7 +22,7 @@ from typing import Literal, TypeAlias
 from prefect import get_run_logger
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.context import FlowRunContext, TaskRunContext
-from prefect.exceptions import MissingContextError
+from prefect.exceptions import CancelledRun, MissingContextError
 
 import day0
 from day0.core.result import StepResult
@@ -41,8 +41,10 @@ __all__ = [
     "step_logger",
 ]
 
-# Errors a user can act on (bad input, a failed verdict): their message is the whole story.
-EXPECTED_ERRORS: tuple[type[Exception], ...] = (Day0Error, RunFailed)
+# Errors a user can act on (bad input, a failed verdict), and a cancellation: their message is the whole
+# story. A cancelled deployment run's process ends raising CancelledRun, which Prefect's engine logged
+# as 40 lines of "exited with unexpected exception" traceback in the worker's log.
+EXPECTED_ERRORS: tuple[type[Exception], ...] = (Day0Error, RunFailed, CancelledRun)
 # Where Prefect's task engine, flow engine and flow-run process (`python -m prefect.engine`) log.
 ENGINE_LOGGERS = ("prefect.task_runs", "prefect.flow_runs", "prefect.engine")
 _LOGGED = "_day0_logged"

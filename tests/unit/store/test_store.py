@@ -140,3 +140,13 @@ def test_a_corrupt_record_is_named_with_its_path(tmp_path: Path, data: bytes, wh
         store.get_json("runs/a/1/analyze/code.json")
     assert caught.value.url == f"file://{tmp_path}/store/runs/a/1/analyze/code.json"
     assert str(caught.value).startswith(caught.value.url) and len(str(caught.value)) < 400
+
+
+def test_store_keys_from_a_secret_file_lose_its_newline(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 44: a key read from a Secret made `--from-file` kept the file's newline."""
+    from day0.settings import StoreSettings
+
+    monkeypatch.setenv("DAY0_STORE_ACCESS_KEY_ID", "key-id\n")
+    monkeypatch.setenv("DAY0_STORE_SECRET_ACCESS_KEY", " secret-key\r\n")
+    settings = StoreSettings()
+    assert (settings.access_key_id, settings.secret_access_key) == ("key-id", "secret-key")
