@@ -38,6 +38,7 @@ from day0.paths import REPO_ROOT
 from day0.report.write import write_report
 from day0.runs.context import NAMESPACE_PATTERN, RunContext, RunSummary
 from day0.runs.folder import USER_RUNS, reserved_namespace
+from day0.runs.lock import hold_run
 from day0.settings import RunSettings
 from day0.spec.location import read_spec_document
 from day0.spec.pipeline import STEPS, PipelineSpec, load_spec, spec_from_dict
@@ -177,12 +178,20 @@ def adapt(
     store's `namespace` folder (`runs`: users' runs). Returns the run summary (`RunSummary` as a
     dict); raises `RunFailed` (the flow run ends Failed, naming the steps) when a step failed, and
     Prefect's `CancelledRun` (the run ends Cancelled) when it was cancelled through Prefect."""
-    log, start = get_run_logger(), time.perf_counter()
+    start = time.perf_counter()
     check_attempt(flow_run.get_run_count())  # a crashed run is rescheduled (flows/recovery.py), within bounds
     ctx = _context(spec, namespace, flow_run_id=flow_run.get_id(), fresh=fresh)
-    pipeline_spec = ctx.spec
-    check_runnable(pipeline_spec)
-    steps = plan_steps(pipeline_spec, only)
+    check_runnable(ctx.spec)
+    steps = plan_steps(ctx.spec, only)
+    # One run per spec, a deployment run's too, taken before anything is written to the run's folder
+    # (`day0 run` holds it already, from before Prefect started).
+    with hold_run(ctx, reuse_held=True):
+        return _run_steps(ctx, steps, start)
+
+
+def _run_steps(ctx: RunContext, steps: list[str], start: float) -> JsonObject:
+    """The flow's body once the run's lock is held: the steps, then the manifest and the report."""
+    log, pipeline_spec = get_run_logger(), ctx.spec
     ctx.begin_attempt()
     gate, cancel = StepGate(ctx, steps), threading.Event()
     results: dict[str, StepResult | None] = {}

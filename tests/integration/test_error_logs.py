@@ -190,3 +190,31 @@ def test_a_store_folder_of_its_own_is_no_namespace(prefect_server: None, tmp_pat
     assert not (tmp_path / "store").exists(), "nothing was written"
     allowed = adapt(spec=_spec(tmp_path, "ns"), namespace="regression/runs/tiny/20260101T000000Z", return_state=True)
     assert allowed.is_completed(), allowed.message
+
+
+def test_a_flow_run_of_a_spec_that_is_running_refuses_and_writes_nothing(prefect_server: None, tmp_path: Path) -> None:
+    """Issue 44: the run lock held for `day0 run` only; a deployment run of a running spec shared its folder."""
+    import signal
+    import socket
+    import sys
+
+    from day0.runs.context import RunContext
+    from day0.spec.pipeline import spec_from_dict
+    from flows.adapt import adapt
+
+    spec = _spec(tmp_path, "locked")
+    folder = tmp_path / "store" / RunContext.create(spec_from_dict(spec, "spec")).prefix
+    holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    try:
+        started = (Path("/proc") / str(holder.pid) / "stat").read_text().rpartition(")")[2].split()[19]
+        (folder / "lock").mkdir(parents=True)
+        record = {"host": socket.gethostname(), "pid": holder.pid, "pid_started": started, "started_at": "then"}
+        (folder / "lock/holder.json").write_text(json.dumps(record))
+        state = adapt(spec=spec, return_state=True)
+        assert state.is_failed() and "is already running (pid" in (state.message or ""), state.message
+        assert sorted(p.name for p in folder.iterdir()) == ["lock"], "a refused run wrote into the running one's folder"
+    finally:
+        holder.send_signal(signal.SIGKILL)
+        holder.wait()
+    assert adapt(spec=spec, return_state=True).is_completed(), "a dead holder's lock is taken over"
+    assert not (folder / "lock").exists() or not list((folder / "lock").iterdir()), "released at the end"
