@@ -93,9 +93,15 @@ class LimitsSettings(EnvSettings):
 
     env_prefix = "DAY0_LIMITS_"
 
-    max_file_bytes: int = Field(1 << 20, ge=1, description="Largest spec or config file read, bytes.")
+    # Upper bounds too: a typo (a 100 GB limit) would be obeyed until memory ran out.
+    max_file_bytes: int = Field(
+        1 << 20, ge=1, le=1 << 30, description="Largest spec or config file read, bytes (at most 1 GiB)."
+    )
     max_yaml_nodes: int = Field(
-        100_000, ge=1, description="Most YAML nodes a document may expand to (aliases counted at their expanded size)."
+        100_000,
+        ge=1,
+        le=100_000_000,
+        description="Most YAML nodes a document may expand to (aliases counted at their expanded size).",
     )
 
 

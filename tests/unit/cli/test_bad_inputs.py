@@ -364,6 +364,14 @@ CASES = [
         for i, url in enumerate(["notaurl", "http://", "ftp://host", "http://[::1", "http://host:99999"])
     ),
     Case(
+        "file-limit-beyond-its-bound",
+        ["validate", "{tmp}/s.yaml"],
+        2,
+        ["DAY0_LIMITS_MAX_FILE_BYTES", "less than or equal to 1073741824"],
+        {"s.yaml": spec()},
+        {"DAY0_LIMITS_MAX_FILE_BYTES": str(10**11)},
+    ),
+    Case(
         "plan-store-is-a-file",
         ["plan", "{tmp}/s.yaml"],
         1,
