@@ -561,3 +561,17 @@ def test_a_deeply_nested_config_json_is_refused_naming_the_file(command: str, tm
     (tmp_path / "s.yaml").write_text(spec(model=str(tmp_path / "m")))
     proc = day0([command, str(tmp_path / ("s.yaml" if command == "validate" else "m"))], {}, cwd=tmp_path)
     assert proc.returncode == 2 and "config.json" in proc.stderr and "nests deeper" in proc.stderr, proc.stderr
+
+
+def test_a_corrupt_calibrated_profile_is_named_with_its_way_out(tmp_path: Path) -> None:
+    """Issue 44: a corrupt store record was "internal error: JSONDecodeError", naming no file."""
+    from day0.planner.profile import profile_key
+
+    (tmp_path / "s.yaml").write_text(spec().replace("{tmp}", str(tmp_path)))
+    profile = tmp_path / "store" / profile_key("cpu")
+    profile.parent.mkdir(parents=True)
+    profile.write_text('{"platform": "cpu", ')
+    proc = day0(["plan", str(tmp_path / "s.yaml")], {}, cwd=tmp_path)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert f"file://{profile} is corrupt (not JSON" in proc.stderr and "day0 calibrate cpu" in proc.stderr
+    assert "Traceback" not in proc.stderr
