@@ -28,17 +28,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 from pathlib import Path
 
-from day0.errors import StoreUnavailable, UsageError
+from day0.errors import UsageError
 from day0.model.plausible import check_config
 from day0.model.source import resolve_model
 from day0.spec.checks import check_context_lengths, check_parallel, check_steps
 from day0.spec.cluster import PlatformSpec
 from day0.spec.pipeline import STEPS, PipelineSpec, load_spec, load_yaml
 from day0.steps.operators.plan import check_tolerance
-from day0.store import FileStore, open_store
+from day0.store import open_store
 
 __all__ = [
     "PREFECT_MAX_PARAMETER_BYTES",
@@ -141,15 +140,4 @@ def check_store_answers(uri: str) -> None:
     reachable; a file:// root is a directory this process can write, or the nearest folder that
     exists above it is one (so it can be created). `day0 run`, `validate --check-store` and
     `day0 calibrate` make this check before any work."""
-    store = open_store(uri)
-    store.check()
-    if not isinstance(store, FileStore):
-        return
-    existing = store.root
-    while not existing.exists() and existing != existing.parent:
-        existing = existing.parent
-    if not existing.is_dir():
-        what = "is not a directory" if existing == store.root else f"cannot be created: {existing} is not a directory"
-        raise StoreUnavailable(f"storage {uri}: {store.root} {what}")
-    if not os.access(existing, os.W_OK | os.X_OK):
-        raise StoreUnavailable(f"storage {uri}: {existing} is not writable by this process")
+    open_store(uri).check()

@@ -6,7 +6,7 @@
 Every other setting comes from DAY0_WEBHOOK_* (see day0.webhook.settings); runs are triggered on the
 Prefect server at PREFECT_API_URL, which must be set: the receiver never starts a Prefect server of its
 own. Exit 2, naming the setting, when the secret is missing or shorter than 16 bytes, PREFECT_API_URL
-is unset, or the watch config or its spec template is missing or invalid.
+is unset or not an http(s) URL, or the watch config or its spec template is missing or invalid.
 """
 
 from __future__ import annotations
@@ -38,6 +38,7 @@ def cmd_webhook_serve(args: argparse.Namespace) -> int:
 
     import uvicorn
 
+    from day0.settings import http_url
     from day0.webhook import WebhookSettings, create_app, prefect_api_url
 
     # Any: argparse values (str, int, Path), checked by WebhookSettings itself
@@ -47,11 +48,22 @@ def cmd_webhook_serve(args: argparse.Namespace) -> int:
     except ValidationError as exc:
         fields = ", ".join(f"DAY0_WEBHOOK_{'.'.join(map(str, e['loc'])).upper()}: {e['msg']}" for e in exc.errors())
         raise UsageError(f"webhook settings: {fields}") from None
-    if prefect_api_url() is None:
+    try:
+        api_url = prefect_api_url()
+    except ValidationError as exc:  # Prefect's own settings refuse it (an unparsable URL)
+        problems = "; ".join(e["msg"].removeprefix("Value error, ") for e in exc.errors())
+        raise UsageError(
+            f"Prefect's settings: {problems} (check PREFECT_API_URL, e.g. http://prefect:4200/api)"
+        ) from None
+    if api_url is None:
         raise UsageError(
             "PREFECT_API_URL is not set: the receiver triggers runs on an existing Prefect server "
             "(e.g. PREFECT_API_URL=http://prefect:4200/api) and never starts one of its own"
         )
+    try:
+        http_url(api_url)
+    except ValueError as exc:
+        raise UsageError(f"PREFECT_API_URL: {exc} (e.g. http://prefect:4200/api)") from None
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per Prefect API call otherwise
     app = create_app(settings)

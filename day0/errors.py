@@ -11,6 +11,7 @@ if TYPE_CHECKING:
     from day0.core.typing import JsonObject
 
 __all__ = [
+    "CorruptRecord",
     "Day0Error",
     "ModelError",
     "PluginError",
@@ -79,6 +80,18 @@ class ModelError(Day0Error):
 
 class StoreError(Day0Error):
     pass
+
+
+class CorruptRecord(StoreError):
+    """A stored record that is not what day0 wrote there (not JSON, or not the record's shape): named by
+    its URL, with a way out (`remedy`) that the reader who knows the record may replace."""
+
+    def __init__(self, url: str, why: str, remedy: str = "delete it (day0 writes it again)"):
+        self.url, self.why, self.remedy = url, why, remedy
+        super().__init__(f"{url} is corrupt ({why}); {remedy}")
+
+    def with_remedy(self, remedy: str) -> CorruptRecord:
+        return CorruptRecord(self.url, self.why, remedy)
 
 
 class StoreUnavailable(StoreError):

@@ -14,12 +14,14 @@ version is written only when asked, keeping the earlier ones.
 from __future__ import annotations
 
 import datetime as dt
+import logging
 import math
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from day0.core.curves import relative_errors
 from day0.core.typing import JsonObject
+from day0.errors import CorruptRecord
 from day0.steps.operators.result import OperatorsResult
 from day0.steps.trial.result import TrialResult
 from day0.store import ArtifactStore
@@ -230,14 +232,22 @@ class RegressionStore:
                 found.append((int(name[1:-5]), key))
         return sorted(found)
 
+    def _baseline(self, key: str) -> Baseline:
+        try:
+            return self.store.get_model(key, Baseline)
+        except CorruptRecord as exc:
+            raise exc.with_remedy(
+                "delete it (the version before it becomes the baseline), or rerun with --update-baseline"
+            ) from None
+
     def baselines(self, model: str) -> list[Baseline]:
         """Every accepted version, oldest first."""
-        return [Baseline.model_validate(self.store.get_json(key)) for _, key in self._versions(model)]
+        return [self._baseline(key) for _, key in self._versions(model)]
 
     def baseline(self, model: str) -> Baseline | None:
-        """The latest accepted version, or None before the first."""
+        """The latest accepted version, or None before the first; `CorruptRecord` naming it when corrupt."""
         versions = self._versions(model)
-        return Baseline.model_validate(self.store.get_json(versions[-1][1])) if versions else None
+        return self._baseline(versions[-1][1]) if versions else None
 
     def accept(self, snapshot: Snapshot, reason: str) -> Baseline:
         """Write the snapshot as the next version; the earlier versions stay."""
@@ -258,8 +268,14 @@ class RegressionStore:
         self.store.put_json(f"regression/history/{snapshot.model}/{stamp}.json", snapshot.model_dump(mode="json"))
 
     def history(self, model: str) -> list[Snapshot]:
-        keys = self.store.list(f"regression/history/{model}/")
-        return [Snapshot.model_validate(self.store.get_json(k)) for k in keys]
+        """The model's stored snapshots, oldest first; a corrupt one is left out with a warning naming it."""
+        snapshots = []
+        for key in self.store.list(f"regression/history/{model}/"):
+            try:
+                snapshots.append(self.store.get_model(key, Snapshot))
+            except CorruptRecord as exc:
+                logging.getLogger("day0").warning("%s; left out of the trend", exc.with_remedy("delete it"))
+        return snapshots
 
 
 def trend_rows(history: list[Snapshot]) -> list[JsonObject]:

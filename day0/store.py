@@ -2,21 +2,31 @@
 through boto3 against any S3-compatible endpoint (`DAY0_STORE_ENDPOINT_URL`).
 
 Contract: writes are all-or-nothing (file: temp file + rename; S3: single PUT), so a crash never
-leaves a half-written result. Keys are '/'-separated paths relative to the store root.
+leaves a half-written result. Keys are '/'-separated paths relative to the store root. A file store
+follows no symbolic link below its root, inside the root or out of it (a planted link made `--fresh`
+of one run delete another's results): a key through one is refused naming the link. A record that
+does not parse (`get_json`, `get_model`) is a `CorruptRecord` naming its URL, never a bare
+JSONDecodeError.
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
 import tempfile
 from abc import ABC, abstractmethod
 from pathlib import Path
+from typing import TypeVar
+
+from pydantic import BaseModel, ValidationError
 
 from day0.core.typing import Document
-from day0.errors import StoreError, StoreUnavailable
+from day0.errors import CorruptRecord, StoreError, StoreUnavailable, shorten
 from day0.settings import StoreSettings
+
+M = TypeVar("M", bound=BaseModel)
 
 __all__ = ["FILE_MODE", "ArtifactStore", "FileStore", "S3Store", "open_store", "parse_store_uri", "write_atomically"]
 
@@ -77,6 +87,16 @@ class ArtifactStore(ABC):
     def delete_prefix(self, prefix: str) -> int:
         """Delete every object under `prefix/`; return how many were deleted."""
 
+    @abstractmethod
+    def delete(self, key: str) -> None:
+        """Delete the object at `key` (none there is no error)."""
+
+    def move_aside(self, key: str, to: str) -> str:
+        """Move the object at `key` to `to` (a corrupt record kept for a person to read); return its URL."""
+        url = self.put_bytes(to, self.get_bytes(key))
+        self.delete(key)
+        return url
+
     def check(self) -> None:  # noqa: B027 - optional: a store that is always reachable keeps this no-op
         """Raise `StoreUnavailable` when the store cannot be reached (cheap: no listing)."""
 
@@ -91,7 +111,19 @@ class ArtifactStore(ABC):
         return self.put_text(key, json.dumps(obj, indent=2) + "\n", "application/json")
 
     def get_json(self, key: str) -> Document:
-        return json.loads(self.get_bytes(key))
+        try:
+            return json.loads(self.get_bytes(key))
+        except (ValueError, RecursionError) as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+            raise CorruptRecord(self.url(key), f"not JSON: {shorten(str(exc), 80)}") from None
+
+    def get_model(self, key: str, model: type[M]) -> M:
+        """The JSON record at `key` as a `model`; a `CorruptRecord` when it is not one."""
+        try:
+            return model.model_validate(self.get_json(key))
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(map(str, first["loc"])) or "<root>"
+            raise CorruptRecord(self.url(key), f"not a valid {model.__name__}: {where}: {first['msg']}") from None
 
 
 class FileStore(ArtifactStore):
@@ -100,21 +132,42 @@ class FileStore(ArtifactStore):
         self.uri = f"file://{self.root}"
 
     def _path(self, key: str) -> Path:
-        path = (self.root / key).resolve()
-        if self.root not in path.parents and path != self.root:
+        """`key` under the root, refusing `..`, an absolute key, and any symbolic link on the way."""
+        parts = [p for p in key.split("/") if p not in ("", ".")]
+        if ".." in parts or key.startswith("/"):
             raise StoreError(f"key {key!r} escapes the store root {self.root}")
+        path = self.root
+        for part in parts:
+            path = path / part
+            if path.is_symlink():
+                raise StoreError(
+                    f"storage {self.uri}: {path} is a symbolic link; the store follows none (a link could make "
+                    "one run overwrite or delete another's files): replace it with a real folder or file"
+                )
         return path
 
     def put_bytes(self, key: str, data: bytes, content_type: str = "application/octet-stream") -> str:
-        write_atomically(self._path(key), data)
+        self._write(key, data, replace=True)
         return self.url(key)
 
     def create(self, key: str, data: bytes) -> bool:
         try:
-            write_atomically(self._path(key), data, replace=False)
+            self._write(key, data, replace=False)
         except FileExistsError:
             return False
         return True
+
+    def _write(self, key: str, data: bytes, replace: bool) -> None:
+        """`write_atomically`, a full disk or a read-only folder reported as the store's state (exit 1)."""
+        path = self._path(key)
+        try:
+            write_atomically(path, data, replace=replace)
+        except OSError as exc:
+            if exc.errno not in _STORE_FULL_OR_READ_ONLY:
+                raise
+            raise StoreUnavailable(
+                f"storage {self.uri}: cannot write {path}: {_STORE_FULL_OR_READ_ONLY[exc.errno]} ({exc.strerror})"
+            ) from None
 
     def get_bytes(self, key: str) -> bytes:
         try:
@@ -126,24 +179,55 @@ class FileStore(ArtifactStore):
         return self._path(key).is_file()
 
     def list(self, prefix: str = "") -> list[str]:
-        base = self.root / prefix
+        base = self._path(prefix)
         if not base.exists():
             return []
-        return sorted(
-            str(p.relative_to(self.root)) for p in base.rglob("*") if p.is_file() and not p.name.endswith(".tmp")
-        )
+        keys = []
+        for p in base.rglob("*"):  # rglob enters no linked folder; a linked file is listed, and refused when used
+            if (p.is_symlink() or p.is_file()) and not p.name.endswith(".tmp"):
+                keys.append(str(p.relative_to(self.root)))
+        return sorted(keys)
 
     def url(self, key: str) -> str:
         return f"file://{self.root / key}"
 
     def delete_prefix(self, prefix: str) -> int:
         keys = self.list(prefix.rstrip("/") + "/")
+        for key in keys:  # each checked before any is deleted: a link below stops the whole deletion
+            self._path(key)
         for key in keys:
             self._path(key).unlink(missing_ok=True)
         return len(keys)
 
+    def delete(self, key: str) -> None:
+        self._path(key).unlink(missing_ok=True)
+
+    def check(self) -> None:
+        """The root is a directory this process can write, or the nearest folder that exists above it
+        is one (so it can be created)."""
+        existing = self.root
+        while not existing.exists() and existing != existing.parent:
+            existing = existing.parent
+        if not existing.is_dir():
+            what = (
+                "is not a directory" if existing == self.root else f"cannot be created: {existing} is not a directory"
+            )
+            raise StoreUnavailable(f"storage {self.uri}: {self.root} {what}")
+        if not os.access(existing, os.W_OK | os.X_OK):
+            raise StoreUnavailable(f"storage {self.uri}: {existing} is not writable by this process")
+
     def local_path(self, key: str) -> Path:
         return self._path(key)
+
+
+# What a write can meet that is the store's state, not a bug: said in words, without a traceback.
+_STORE_FULL_OR_READ_ONLY = {
+    errno.ENOSPC: "the disk is full",
+    errno.EDQUOT: "the disk quota is used up",
+    errno.EROFS: "the file system is read-only",
+    errno.EACCES: "this process may not write there",
+    errno.EPERM: "this process may not write there",
+}
 
 
 class S3Store(ArtifactStore):
@@ -227,6 +311,14 @@ class S3Store(ArtifactStore):
 
     def url(self, key: str) -> str:
         return f"s3://{self.bucket}/{self._key(key)}"
+
+    def delete(self, key: str) -> None:
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        try:
+            self.client.delete_object(Bucket=self.bucket, Key=self._key(key))
+        except (BotoCoreError, ClientError) as exc:
+            raise StoreError(f"cannot delete {self.url(key)}: {exc}") from None
 
     def delete_prefix(self, prefix: str) -> int:
         keys = self.list(prefix.rstrip("/") + "/")

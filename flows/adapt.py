@@ -37,9 +37,11 @@ from day0.errors import Day0Error, RunFailed, UsageError
 from day0.paths import REPO_ROOT
 from day0.report.write import write_report
 from day0.runs.context import NAMESPACE_PATTERN, RunContext, RunSummary
-from day0.runs.folder import USER_RUNS
+from day0.runs.folder import USER_RUNS, reserved_namespace
+from day0.runs.lock import hold_run
 from day0.settings import RunSettings
 from day0.spec.checks import check_steps
+from day0.spec.location import read_spec_document
 from day0.spec.pipeline import STEPS, PipelineSpec, load_spec, spec_from_dict
 from day0.steps.registry import pods_needed, prerequisites
 from flows._artifacts import publish_report_artifacts
@@ -140,17 +142,22 @@ def _cancel_requested(flow_run_id: str | None) -> bool:
 
 def spec_parameter(spec: JsonObject | str) -> PipelineSpec:
     """The flow's `spec` parameter: an inline mapping, or a spec file's path (relative to the
-    repository, so a deployment's caller need not know the worker's working directory)."""
+    repository, so a deployment's caller need not know the worker's working directory) inside
+    DAY0_RUN_SPEC_ROOTS, whose errors are counted, never quoted (`day0.spec.location`)."""
     if isinstance(spec, dict):
         return spec_from_dict(spec, "spec")
-    path = Path(spec)
-    return load_spec(path if path.is_absolute() else REPO_ROOT / path)
+    path = Path(spec)  # data from whoever started the run: see day0.spec.location
+    return read_spec_document(
+        path if path.is_absolute() else REPO_ROOT / path, "spec", lambda raw: spec_from_dict(raw, spec)
+    )
 
 
 def _context(spec: JsonObject | str, namespace: str, flow_run_id: str | None = None, fresh: bool = False) -> RunContext:
     pipeline_spec = spec_parameter(spec)
     if not re.match(NAMESPACE_PATTERN, namespace):
         raise UsageError(f"namespace {namespace!r}: expected folder names separated by '/', none starting with '.'")
+    if (reserved := reserved_namespace(namespace)) is not None:
+        raise UsageError(f"namespace {namespace!r}: {reserved}/ is the store's own folder, not a place for runs")
     return RunContext.create(pipeline_spec, flow_run_id=flow_run_id, fresh=fresh, namespace=namespace)
 
 
@@ -175,12 +182,20 @@ def adapt(
     store's `namespace` folder (`runs`: users' runs). Returns the run summary (`RunSummary` as a
     dict); raises `RunFailed` (the flow run ends Failed, naming the steps) when a step failed, and
     Prefect's `CancelledRun` (the run ends Cancelled) when it was cancelled through Prefect."""
-    log, start = get_run_logger(), time.perf_counter()
+    start = time.perf_counter()
     check_attempt(flow_run.get_run_count())  # a crashed run is rescheduled (flows/recovery.py), within bounds
     ctx = _context(spec, namespace, flow_run_id=flow_run.get_id(), fresh=fresh)
-    pipeline_spec = ctx.spec
-    steps = plan_steps(pipeline_spec, only)
-    check_runnable(pipeline_spec, steps)
+    steps = plan_steps(ctx.spec, only)
+    check_runnable(ctx.spec, steps)
+    # One run per spec, a deployment run's too, taken before anything is written to the run's folder
+    # (`day0 run` holds it already, from before Prefect started).
+    with hold_run(ctx, reuse_held=True):
+        return _run_steps(ctx, steps, start)
+
+
+def _run_steps(ctx: RunContext, steps: list[str], start: float) -> JsonObject:
+    """The flow's body once the run's lock is held: the steps, then the manifest and the report."""
+    log, pipeline_spec = get_run_logger(), ctx.spec
     ctx.begin_attempt()
     gate, cancel = StepGate(ctx, steps), threading.Event()
     results: dict[str, StepResult | None] = {}

@@ -29,7 +29,7 @@ from prefect.runtime import flow_run
 from pydantic import BaseModel, ConfigDict, Field
 
 from day0.core.typing import JsonObject
-from day0.errors import RunFailed
+from day0.errors import CorruptRecord, RunFailed
 from day0.regression import (
     RegressionStore,
     RegressionTolerance,
@@ -40,7 +40,8 @@ from day0.regression import (
     trend_rows,
 )
 from day0.runs.context import RunSummary
-from day0.spec.pipeline import load_yaml, spec_from_dict
+from day0.spec.location import read_spec_document
+from day0.spec.pipeline import spec_from_dict
 from day0.steps.operators.result import OperatorsResult
 from day0.steps.trial.result import TrialResult
 from day0.store import open_store
@@ -77,20 +78,23 @@ class RegressionFailed(RunFailed):
 
 
 def _load_watch(path: Path) -> RegressionWatch:
-    watch = RegressionWatch.model_validate(load_yaml(path))
-    for m in watch.models:
-        m.spec = (path.parent / m.spec).resolve()
+    watch = read_spec_document(path, "watch", RegressionWatch.model_validate, check="python -m flows.regression")
+    for m in watch.models:  # each checked as it is read (`_rerun`): one bad entry does not stop the others
+        m.spec = path.parent / m.spec
     return watch
 
 
 def _rerun(model: WatchedModel, namespace: str) -> tuple[Snapshot, RunSummary]:
     """Run the model's validation steps in `namespace`; read step 2's and step 5's results from its store."""
-    raw = load_yaml(model.spec)
+    # validated as it is read: adapt's own errors of an inline spec would quote the file
+    spec, raw = read_spec_document(
+        model.spec, f"{model.name}: spec", lambda raw: (spec_from_dict(raw, str(model.spec)), raw)
+    )
     try:
         summary = RunSummary.model_validate(adapt(spec=raw, only=[str(s) for s in model.steps], namespace=namespace))
     except RunFailed as exc:  # a failed verdict still leaves its results: compare them
         summary = RunSummary.model_validate(exc.summary)
-    store = open_store(spec_from_dict(raw, str(model.spec)).storage)
+    store = open_store(spec.storage)
 
     def read(step: str, kind: type[R]) -> R | None:
         if step not in model.steps:
@@ -98,7 +102,7 @@ def _rerun(model: WatchedModel, namespace: str) -> tuple[Snapshot, RunSummary]:
         key = f"{summary.prefix}/{step}/result.json"
         if not store.exists(key):  # the step raised: nothing to compare, and never a baseline
             raise RegressionFailed(f"{step} left no result: {'; '.join(summary.failed.get(step, ['not run']))}")
-        return kind.model_validate(store.get_json(key))
+        return store.get_model(key, kind)
 
     ops, trial = read("operators", OperatorsResult), read("trial", TrialResult)
     return Snapshot.from_results(model.name, ops, trial, run=store.url(summary.prefix)), summary
@@ -127,7 +131,11 @@ def regression(watch: str = "configs/regression/watch.yaml", update_baseline: bo
             failures.append(f"{model.name}: rerun failed: {type(exc).__name__}: {' '.join(str(exc).split())}")
             continue
         history.append(snapshot)
-        baseline = history.baseline(model.name)
+        try:
+            baseline = history.baseline(model.name)
+        except CorruptRecord as exc:  # named with its way out; the other models go on
+            failures.append(f"{model.name}: {exc}")
+            continue
         if baseline is None or update_baseline:
             if summary.failed:  # a baseline is what a good run looks like
                 failures.append(f"{model.name}: no baseline recorded: {summary.failure_message()}")

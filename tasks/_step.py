@@ -22,11 +22,11 @@ from typing import Literal, TypeAlias
 from prefect import get_run_logger
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.context import FlowRunContext, TaskRunContext
-from prefect.exceptions import MissingContextError
+from prefect.exceptions import CancelledRun, MissingContextError
 
 import day0
 from day0.core.result import StepResult
-from day0.errors import Day0Error, RunFailed
+from day0.errors import CorruptRecord, Day0Error, RunFailed
 from day0.provenance import code_digest
 from day0.runs.context import RunContext, StepRecord
 from day0.steps.registry import StepSpec
@@ -41,8 +41,10 @@ __all__ = [
     "step_logger",
 ]
 
-# Errors a user can act on (bad input, a failed verdict): their message is the whole story.
-EXPECTED_ERRORS: tuple[type[Exception], ...] = (Day0Error, RunFailed)
+# Errors a user can act on (bad input, a failed verdict), and a cancellation: their message is the whole
+# story. A cancelled deployment run's process ends raising CancelledRun, which Prefect's engine logged
+# as 40 lines of "exited with unexpected exception" traceback in the worker's log.
+EXPECTED_ERRORS: tuple[type[Exception], ...] = (Day0Error, RunFailed, CancelledRun)
 # Where Prefect's task engine, flow engine and flow-run process (`python -m prefect.engine`) log.
 ENGINE_LOGGERS = ("prefect.task_runs", "prefect.flow_runs", "prefect.engine")
 _LOGGED = "_day0_logged"
@@ -107,19 +109,32 @@ def in_prefect_run() -> bool:
     return bool(FlowRunContext.get() or TaskRunContext.get())
 
 
+def _marker(ctx: RunContext, step: str) -> dict[str, object] | None:
+    """The step's `code.json`, None when absent; a corrupt one is named with `--fresh` as the way out."""
+    store, key = ctx.store, ctx.key(step, "code.json")
+    if not store.exists(key):
+        return None
+    try:
+        marker = store.get_json(key)
+    except CorruptRecord as exc:
+        raise exc.with_remedy(f"run again with --fresh to recompute {step} (or delete the step's folder)") from None
+    if not isinstance(marker, dict):
+        raise CorruptRecord(store.url(key), "not a mapping", f"run again with --fresh to recompute {step}")
+    return marker
+
+
 def _reusable(ctx: RunContext, step: str, code: str, variant: str | None) -> bool:
-    store = ctx.store
-    if ctx.fresh or not store.exists(ctx.key(step, "result.json")) or not store.exists(ctx.key(step, "code.json")):
+    if ctx.fresh or not ctx.store.exists(ctx.key(step, "result.json")):  # --fresh: no marker is read
         return False
-    marker = store.get_json(ctx.key(step, "code.json"))
-    return bool(marker.get("digest") == code and marker.get("variant") == variant)
+    marker = _marker(ctx, step)
+    return marker is not None and marker.get("digest") == code and marker.get("variant") == variant
 
 
 def _prepare(ctx: RunContext, step: str, code: str, variant: str | None, log: StepLogger) -> None:
     """Clear what other code (or an earlier attempt under --fresh) left, then claim the folder. A
     different variant alone keeps the folder: its checkpoints came from the same code."""
     store, marker = ctx.store, ctx.key(step, "code.json")
-    previous = store.get_json(marker).get("digest") if store.exists(marker) else None
+    previous = None if ctx.fresh else (_marker(ctx, step) or {}).get("digest")
     if ctx.fresh or (previous is not None and previous != code):
         removed = store.delete_prefix(ctx.key(step))
         why = "--fresh" if ctx.fresh else f"its code changed ({previous} -> {code})"
@@ -183,7 +198,10 @@ def run_step(spec: StepSpec, ctx: RunContext, compute: Callable[[], StepResult])
         )
 
     if _reusable(ctx, step, code, variant):
-        result = result_type.model_validate(store.get_json(key))
+        try:
+            result = store.get_model(key, result_type)
+        except CorruptRecord as exc:
+            raise exc.with_remedy(f"run again with --fresh to recompute {step} (or delete the file)") from None
         log.info(
             "%s: completed earlier by the same code (%s), reusing %s: %s", step, code, store.url(key), result.verdict
         )

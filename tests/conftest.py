@@ -24,6 +24,11 @@ os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+# Spec files that flow parameters name (day0.spec.location): the repository's configs and the tests' temp files.
+os.environ.setdefault(
+    "DAY0_RUN_SPEC_ROOTS",
+    os.pathsep.join([str(Path(__file__).resolve().parent.parent / "configs"), tempfile.gettempdir()]),
+)
 
 REPO = Path(__file__).resolve().parent.parent
 # A test that uses a real service is an integration test whatever its module says, so

@@ -7,6 +7,9 @@ microseconds instead of building forever or crashing inside transformers. The bo
 together as every attention implementation needs: heads split the hidden size evenly (unless the
 config gives `head_dim`, or uses MLA's own widths), K/V heads split the attention heads evenly; a
 dtype is one torch has; `rope_scaling`/`rope_parameters`/`text_config` are mappings when present.
+Group-limited routing (`n_group`, `topk_group`) splits the experts into equal groups and picks among
+them, and a DeepSeek-style MLA config's `head_dim` is its rotary width, `qk_rope_head_dim`: both
+crashed inside transformers' forward otherwise (a reshape, a top-k, a broadcast).
 """
 
 from __future__ import annotations
@@ -61,6 +64,8 @@ def check_config(source: str, config: HFConfigDict) -> None:
             raise ModelError(source, key, f"top-k {config[key]} is above the {most} experts ({experts[0]})")
         _integer(source, key, config[key], 1, most)
     _check_shapes(source, config)
+    if experts is not None:
+        _check_groups(source, config, experts)
     for key in ("torch_dtype", "dtype"):
         value = config.get(key)
         if value is not None and (not isinstance(value, str) or value not in DTYPE_NAMES):
@@ -85,3 +90,37 @@ def _check_shapes(source: str, config: HFConfigDict) -> None:
         )
     if isinstance(heads, int) and isinstance(kv, int) and heads % kv:
         raise ModelError(source, "num_key_value_heads", f"{kv} K/V heads do not split the {heads} attention heads")
+    head_dim, rope = config.get("head_dim"), config.get("qk_rope_head_dim")
+    if config.get("model_type") in _ROPE_WIDTH_IS_HEAD_DIM and head_dim is not None and head_dim != rope:
+        raise ModelError(
+            source,
+            "head_dim",
+            f"{shorten(head_dim, 40)} differs from qk_rope_head_dim {shorten(rope, 40)}: "
+            f"{config['model_type']} rotates keys and queries over head_dim (drop head_dim or make them equal)",
+        )
+
+
+# MLA architectures whose transformers config sets head_dim = qk_rope_head_dim (Mistral 4's is the whole
+# query width instead, so it is not here).
+_ROPE_WIDTH_IS_HEAD_DIM = frozenset({"deepseek_v2", "deepseek_v3", "deepseek_v32", "kimi_linear"})
+# Routers that sum each group's two best scores (DeepSeek-V3's noaux_tc): a group needs two experts.
+_TOP_TWO_PER_GROUP = frozenset({"deepseek_v3", "deepseek_v32"})
+
+
+def _check_groups(source: str, config: HFConfigDict, experts: tuple[str, int]) -> None:
+    """`n_group` splits the experts evenly and `topk_group` picks at most all groups (bounds checked)."""
+    key, count = experts
+    if config.get("n_group") is None:
+        return
+    groups = _integer(source, "n_group", config["n_group"], 1, count)
+    if count % groups:
+        raise ModelError(source, "n_group", f"{groups} groups do not split the {count} experts ({key}) evenly")
+    if config.get("model_type") in _TOP_TWO_PER_GROUP and count // groups < 2:
+        raise ModelError(
+            source,
+            "n_group",
+            f"{groups} groups of the {count} experts ({key}) hold {count // groups} each; "
+            f"{config['model_type']}'s router scores a group by its two best experts, so each needs at least 2",
+        )
+    if config.get("topk_group") is not None:
+        _integer(source, "topk_group", config["topk_group"], 1, groups)

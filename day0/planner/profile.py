@@ -13,6 +13,7 @@ per dispatched op and the foreach optimizer's costs measured. The datasheet stay
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from day0.errors import CorruptRecord
 from day0.planner.inputs import PlannerOptions
 from day0.spec.cluster import HardwareSpec
 from day0.store import ArtifactStore
@@ -131,4 +132,7 @@ def load_profile(store: ArtifactStore, platform: str) -> CalibratedProfile | Non
     key = profile_key(platform)
     if not store.exists(key):
         return None
-    return CalibratedProfile.model_validate(store.get_json(key))
+    try:
+        return store.get_model(key, CalibratedProfile)
+    except CorruptRecord as exc:
+        raise exc.with_remedy(f"delete it, or run `day0 calibrate {platform}` again to replace it") from None

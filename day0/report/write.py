@@ -56,7 +56,7 @@ def _results(
         if (result := held.get(r.step)) is not None:
             out[r.step] = result
         elif store.exists(key := ctx.key(r.step, "result.json")):
-            out[r.step] = REGISTRY[r.step].result.model_validate(store.get_json(key))
+            out[r.step] = store.get_model(key, REGISTRY[r.step].result)
     return out
 
 

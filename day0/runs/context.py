@@ -15,16 +15,18 @@ run's folder safely: every record is its own object, written once, inside its at
 """
 
 import datetime as dt
+import logging
 import time
 import uuid
 from typing import Literal
 
-from pydantic import BaseModel, Field, PrivateAttr
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
 
 import day0
 from day0.backends.base import Backend
 from day0.backends.local.backend import LocalBackend
 from day0.core.result import Verdict
+from day0.errors import CorruptRecord
 from day0.runs.folder import USER_RUNS, run_folder, run_id
 from day0.spec.pipeline import PipelineSpec
 from day0.store import ArtifactStore, open_store
@@ -32,6 +34,8 @@ from day0.store import ArtifactStore, open_store
 __all__ = ["NAMESPACE_PATTERN", "USER_RUNS", "RunContext", "RunManifest", "RunSummary", "StepRecord"]
 
 _ATTEMPTS, _BEGIN, _STARTED = "attempts", "begin.json", ".started.json"
+# Where corrupt records of a run are moved aside (never listed with the attempts).
+_CORRUPT = "corrupt"
 # A started step with no record after its marker: killed too hard to record anything.
 _UNFINISHED = "no result recorded: the run stopped while this step ran (killed), or it is still running"
 # Slash-separated folder names; no segment starts with a dot, so none is `..`.
@@ -55,6 +59,14 @@ class StepRecord(BaseModel):
     reasons: list[str] = Field(default=[])
     code: str | None = Field(None, description="Digest of the code that computed the result.")
     error: str | None = None
+
+
+class _StartedMarker(BaseModel):
+    """What `step_started` writes."""
+
+    model_config = ConfigDict(extra="forbid")
+    step: str
+    started_at: dt.datetime
 
 
 class RunManifest(BaseModel):
@@ -131,10 +143,17 @@ class RunContext(BaseModel):
         for key in store.list(self.key(_ATTEMPTS) + "/"):
             attempt, _, name = key.removeprefix(self.key(_ATTEMPTS) + "/").partition("/")
             records = attempts.setdefault(attempt, [])
-            if name.endswith(_STARTED):
-                records.append(StepRecord(status="interrupted", seconds=0.0, error=_UNFINISHED, **store.get_json(key)))
-            elif name != _BEGIN:
-                record = StepRecord.model_validate(store.get_json(key))
+            if name == _BEGIN:
+                continue
+            try:
+                started = _StartedMarker.model_validate(store.get_json(key)) if name.endswith(_STARTED) else None
+                record = StepRecord.model_validate(store.get_json(key)) if started is None else None
+            except (CorruptRecord, ValidationError) as exc:
+                self._move_aside(key, exc)
+                continue
+            if started is not None:
+                records.append(StepRecord(status="interrupted", seconds=0.0, error=_UNFINISHED, **started.model_dump()))
+            elif record is not None:
                 records[:] = [r for r in records if not (r.step == record.step and r.error == _UNFINISHED)]
                 records.append(record)
         ordered = [attempts[a] for a in sorted(attempts)]
@@ -144,6 +163,22 @@ class RunContext(BaseModel):
             day0_version=day0.__version__,
             attempts=ordered,
             attempt_ids=sorted(attempts),
+        )
+
+    def _move_aside(self, key: str, exc: Exception) -> None:
+        """A corrupt attempt record goes to the run's `corrupt/` folder, with a note: the run goes on
+        without it (the manifest lists what it can read), and a person can still read it there."""
+        if isinstance(exc, CorruptRecord):
+            why = exc.why
+        else:
+            first = exc.errors()[0] if isinstance(exc, ValidationError) else None
+            why = f"not a record: {first['loc']}: {first['msg']}" if first else str(exc)
+        aside = self.store.move_aside(key, self.key(_CORRUPT, key.removeprefix(self.prefix + "/")))
+        logging.getLogger("day0").warning(
+            "%s was corrupt (%s): moved aside to %s; the run's manifest goes on without it",
+            self.store.url(key),
+            why,
+            aside,
         )
 
     def begin_attempt(self) -> None:

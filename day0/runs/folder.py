@@ -10,9 +10,23 @@ import hashlib
 import day0
 from day0.spec.pipeline import PipelineSpec
 
-__all__ = ["USER_RUNS", "run_folder", "run_id"]
+__all__ = ["USER_RUNS", "reserved_namespace", "run_folder", "run_id"]
 
 USER_RUNS = "runs"
+# The store's own folders, beside the runs': the receiver's claims and queue, `day0 plan`'s structure
+# cache, calibrated profiles, and the regression's baselines, history and reports. A run whose namespace
+# lay in one would have its files read as claims, queue entries or baselines (the receiver turned a
+# run's files into releases). The regression's own runs live in `regression/runs/<model>/<time>`.
+_RESERVED = ("webhook", "structures", "calibration", "regression")
+_REGRESSION_RUNS = "regression/runs/"
+
+
+def reserved_namespace(namespace: str) -> str | None:
+    """The store folder of its own that `namespace` would write into, or None when it is a run's."""
+    top = namespace.split("/", 1)[0]
+    if top not in _RESERVED or (namespace.startswith(_REGRESSION_RUNS) and namespace != _REGRESSION_RUNS):
+        return None
+    return top
 
 
 def run_id(spec: PipelineSpec, namespace: str = USER_RUNS) -> str:

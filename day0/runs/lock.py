@@ -1,24 +1,30 @@
-"""One running `day0 run` per run folder: a second run of the same spec refuses with a clear message.
+"""One running run per run folder, from every entry point (`day0 run`, a deployment run, the regression's
+runs): a second run of the same spec refuses with a clear message.
 
 Contract: `hold_run(ctx)` creates `<run prefix>/lock/holder.json` with the store's atomic
 create-if-absent (file: a hard link; S3: a conditional PUT) and deletes it on exit. When the lock
 is held, `RunLocked` (exit 1: a conflict while running, not bad input) names the holder. A holder
 on this host that is no longer alive (its pid gone, or reused: the start time differs, after
 `kill -9`) is taken over; a holder on another host is honoured, and the message says which object
-to delete if it is stale. Runs of different specs, even in one store, never contend.
+to delete if it is stale. A holder record that is corrupt (not JSON) is moved aside to the run's
+`corrupt/` folder with a note, and the lock taken. A holder that is an earlier attempt of the same
+Prefect flow run (rescheduled after it crashed, maybe on another host) is taken over. With
+`reuse_held=True`, a lock this process already holds is used as it is (the flow inside `day0 run`,
+which took it before starting Prefect). Runs of different specs, even in one store, never contend.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import json
+import logging
 import os
 import socket
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from day0.errors import Day0Error
+from day0.errors import CorruptRecord, Day0Error
 from day0.runs.context import RunContext
 
 __all__ = ["RunLocked", "hold_run"]
@@ -36,8 +42,13 @@ def _start_time(pid: int) -> str | None:
         return None
 
 
-def _holder() -> dict[str, object]:
+# The run prefixes this process holds the lock of (`reuse_held`).
+_HELD: set[str] = set()
+
+
+def _holder(flow_run_id: str | None) -> dict[str, object]:
     return {
+        "flow_run_id": flow_run_id,
         "host": socket.gethostname(),
         "pid": os.getpid(),
         "pid_started": _start_time(os.getpid()),
@@ -52,14 +63,39 @@ def _dead_here(holder: dict[str, object]) -> bool:
     return not isinstance(pid, int) or _start_time(pid) != holder.get("pid_started")
 
 
+def _holder_of(ctx: RunContext, key: str) -> dict[str, object] | None:
+    """The lock's holder record, {} when it vanished meanwhile, None when it was corrupt: then it is
+    moved aside to the run's `corrupt/` folder with a note (no run can be shown to hold the lock)."""
+    store = ctx.store
+    if not store.exists(key):
+        return {}
+    try:
+        holder = store.get_json(key)
+    except CorruptRecord as exc:
+        why = exc.why
+    else:
+        if isinstance(holder, dict):
+            return holder
+        why = f"not a mapping but {type(holder).__name__}"
+    aside = store.move_aside(key, ctx.key("corrupt", f"lock-holder-{dt.datetime.now(dt.UTC):%Y%m%dT%H%M%S%fZ}.json"))
+    logging.getLogger("day0").warning("the run lock %s was corrupt (%s): moved aside to %s", store.url(key), why, aside)
+    return None
+
+
 @contextmanager
-def hold_run(ctx: RunContext) -> Iterator[None]:
+def hold_run(ctx: RunContext, reuse_held: bool = False) -> Iterator[None]:
     """Hold the run folder's lock for the duration of the block (see the module contract)."""
+    if reuse_held and ctx.prefix in _HELD:
+        yield
+        return
     store, folder = ctx.store, ctx.key("lock")
-    key, mine = f"{folder}/holder.json", json.dumps(_holder()).encode()
+    key, mine = f"{folder}/holder.json", json.dumps(_holder(ctx.flow_run_id)).encode()
     if not store.create(key, mine):
-        holder = store.get_json(key) if store.exists(key) else {}
-        if not _dead_here(holder):
+        holder = _holder_of(ctx, key)
+        same_flow_run = (
+            holder is not None and ctx.flow_run_id is not None and holder.get("flow_run_id") == ctx.flow_run_id
+        )
+        if holder is not None and not same_flow_run and not _dead_here(holder):
             raise RunLocked(
                 f"run {ctx.prefix} of {ctx.spec.metadata.name!r} is already running (pid {holder.get('pid')} on "
                 f"{holder.get('host')}, since {holder.get('started_at')}); wait for it to finish, or delete "
@@ -68,8 +104,10 @@ def hold_run(ctx: RunContext) -> Iterator[None]:
         store.delete_prefix(folder)  # its holder died without releasing it
         if not store.create(key, mine):
             raise RunLocked(f"run {ctx.prefix}: another run took the lock at the same moment; try again")
+    _HELD.add(ctx.prefix)
     try:
         yield
     finally:
+        _HELD.discard(ctx.prefix)
         if store.exists(key) and store.get_bytes(key) == mine:
             store.delete_prefix(folder)

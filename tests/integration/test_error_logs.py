@@ -149,3 +149,72 @@ def test_a_deployment_run_with_bad_input_logs_one_line_in_the_worker(prefect_ser
     messages = _logs(run.id)
     assert not [m for m in messages if TRACEBACK in m], messages
     assert len(_about(messages, UNKNOWN_ARCH)) == 1, messages
+
+
+def test_a_spec_path_is_data_and_no_file_s_contents_reach_prefect(
+    prefect_server: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 44: a deployment run with `spec=/etc/shadow` failed echoing the file's lines into its state
+    message and logs. A spec path must name a YAML file inside DAY0_RUN_SPEC_ROOTS (links resolved
+    first), and a file there that is no spec is refused by its error count, quoting none of it."""
+    from flows.adapt import adapt
+
+    specs, outside = tmp_path / "specs", tmp_path / "outside"
+    specs.mkdir(), outside.mkdir()
+    monkeypatch.setenv("DAY0_RUN_SPEC_ROOTS", str(specs))
+    (outside / "creds.yaml").write_text("SECRET-LINE-1: hunter2\n")
+    (specs / "link.yaml").symlink_to(outside / "creds.yaml")
+    (specs / "notaspec.yaml").write_text("SECRET-LINE-2: [1]\nmetadata: {name: SECRET-LINE-3}\n")
+    secret = str(Path("/etc/shadow").read_text().splitlines()[0]) if Path("/etc/shadow").is_file() else "root:"
+    cases = [
+        ("/etc/shadow", "spec /etc/shadow: expected a YAML spec file"),
+        (str(specs / "link.yaml"), "outside the folders specs may come from"),
+        (str(specs / "notaspec.yaml"), "error(s), not quoted here"),
+    ]
+    for spec, words in cases:
+        state = adapt(spec=spec, return_state=True)
+        assert state.is_failed() and words in (state.message or ""), state.message
+        assert state.state_details.flow_run_id is not None
+        shown = [state.message or "", *_logs(state.state_details.flow_run_id)]
+        assert not [m for m in shown if "SECRET-LINE" in m or secret in m or "hunter2" in m], shown
+
+
+def test_a_store_folder_of_its_own_is_no_namespace(prefect_server: None, tmp_path: Path) -> None:
+    """Issue 44: `namespace: webhook/queue` put a run's files where the receiver reads its queue, and the
+    receiver turned them into releases."""
+    from flows.adapt import adapt
+
+    for namespace in ("webhook/queue", "webhook", "structures", "calibration/x", "regression/baselines"):
+        state = adapt(spec=_spec(tmp_path, "ns"), namespace=namespace, return_state=True)
+        assert state.is_failed() and "is the store's own folder" in (state.message or ""), state.message
+    assert not (tmp_path / "store").exists(), "nothing was written"
+    allowed = adapt(spec=_spec(tmp_path, "ns"), namespace="regression/runs/tiny/20260101T000000Z", return_state=True)
+    assert allowed.is_completed(), allowed.message
+
+
+def test_a_flow_run_of_a_spec_that_is_running_refuses_and_writes_nothing(prefect_server: None, tmp_path: Path) -> None:
+    """Issue 44: the run lock held for `day0 run` only; a deployment run of a running spec shared its folder."""
+    import signal
+    import socket
+    import sys
+
+    from day0.runs.context import RunContext
+    from day0.spec.pipeline import spec_from_dict
+    from flows.adapt import adapt
+
+    spec = _spec(tmp_path, "locked")
+    folder = tmp_path / "store" / RunContext.create(spec_from_dict(spec, "spec")).prefix
+    holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    try:
+        started = (Path("/proc") / str(holder.pid) / "stat").read_text().rpartition(")")[2].split()[19]
+        (folder / "lock").mkdir(parents=True)
+        record = {"host": socket.gethostname(), "pid": holder.pid, "pid_started": started, "started_at": "then"}
+        (folder / "lock/holder.json").write_text(json.dumps(record))
+        state = adapt(spec=spec, return_state=True)
+        assert state.is_failed() and "is already running (pid" in (state.message or ""), state.message
+        assert sorted(p.name for p in folder.iterdir()) == ["lock"], "a refused run wrote into the running one's folder"
+    finally:
+        holder.send_signal(signal.SIGKILL)
+        holder.wait()
+    assert adapt(spec=spec, return_state=True).is_completed(), "a dead holder's lock is taken over"
+    assert not (folder / "lock").exists() or not list((folder / "lock").iterdir()), "released at the end"

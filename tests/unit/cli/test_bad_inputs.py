@@ -167,6 +167,35 @@ CASES = [
         ["num_experts_per_tok", "above the 8 experts"],
         {"m/config.json": config(num_experts_per_tok=9)},
     ),
+    # --- issue 44: shapes transformers' forward crashed on (a reshape, a top-k, a broadcast) -------------
+    Case(
+        "groups-do-not-split-experts",
+        ["analyze", "{tmp}/m"],
+        2,
+        ["n_group", "3 groups do not split the 8 experts"],
+        {"m/config.json": config(n_group=3)},
+    ),
+    Case(
+        "topk-group-above-groups",
+        ["validate", "{tmp}/s.yaml"],
+        2,
+        ["topk_group", "from 1 to 2"],
+        {"s.yaml": spec(model="{tmp}/m"), "m/config.json": config(topk_group=3)},
+    ),
+    Case(
+        "one-expert-groups",
+        ["analyze", "{tmp}/m"],
+        2,
+        ["n_group", "each needs at least 2"],
+        {"m/config.json": config(n_group=8, topk_group=2)},
+    ),
+    Case(
+        "head-dim-not-rope-width",
+        ["run", "{tmp}/s.yaml"],
+        2,
+        ["head_dim", "differs from qk_rope_head_dim 16"],
+        {"s.yaml": spec(model="{tmp}/m"), "m/config.json": config(head_dim=32)},
+    ),
     Case(
         "billion-layers",
         ["analyze", "{tmp}/m"],
@@ -322,6 +351,32 @@ CASES = [
         ["cannot reach bucket", "DAY0_STORE_ENDPOINT_URL"],
         {"s.yaml": spec(storage="s3://bucket/x")},
         S3_DOWN,
+    ),
+    *(
+        Case(
+            f"store-endpoint-not-a-url-{i}",
+            ["run", "{tmp}/s.yaml"],
+            2,
+            ["DAY0_STORE_ENDPOINT_URL", "http(s)://host"],
+            {"s.yaml": spec(storage="s3://bucket/x")},
+            {**S3_DOWN, "DAY0_STORE_ENDPOINT_URL": url},
+        )
+        for i, url in enumerate(["notaurl", "http://", "ftp://host", "http://[::1", "http://host:99999"])
+    ),
+    Case(
+        "file-limit-beyond-its-bound",
+        ["validate", "{tmp}/s.yaml"],
+        2,
+        ["DAY0_LIMITS_MAX_FILE_BYTES", "less than or equal to 1073741824"],
+        {"s.yaml": spec()},
+        {"DAY0_LIMITS_MAX_FILE_BYTES": str(10**11)},
+    ),
+    Case(
+        "plan-store-is-a-file",
+        ["plan", "{tmp}/s.yaml"],
+        1,
+        ["storage file://", "is not a directory", "--out FILE"],
+        {"s.yaml": spec(storage="file://{tmp}/f"), "f": "x"},
     ),
     # --- arguments -----------------------------------------------------------------------------------
     Case("only-empty", ["run", "{tmp}/s.yaml", "--only", ""], 2, ["--only", "empty selection"], {"s.yaml": spec()}),
@@ -506,3 +561,17 @@ def test_a_deeply_nested_config_json_is_refused_naming_the_file(command: str, tm
     (tmp_path / "s.yaml").write_text(spec(model=str(tmp_path / "m")))
     proc = day0([command, str(tmp_path / ("s.yaml" if command == "validate" else "m"))], {}, cwd=tmp_path)
     assert proc.returncode == 2 and "config.json" in proc.stderr and "nests deeper" in proc.stderr, proc.stderr
+
+
+def test_a_corrupt_calibrated_profile_is_named_with_its_way_out(tmp_path: Path) -> None:
+    """Issue 44: a corrupt store record was "internal error: JSONDecodeError", naming no file."""
+    from day0.planner.profile import profile_key
+
+    (tmp_path / "s.yaml").write_text(spec().replace("{tmp}", str(tmp_path)))
+    profile = tmp_path / "store" / profile_key("cpu")
+    profile.parent.mkdir(parents=True)
+    profile.write_text('{"platform": "cpu", ')
+    proc = day0(["plan", str(tmp_path / "s.yaml")], {}, cwd=tmp_path)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert f"file://{profile} is corrupt (not JSON" in proc.stderr and "day0 calibrate cpu" in proc.stderr
+    assert "Traceback" not in proc.stderr

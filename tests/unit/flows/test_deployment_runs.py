@@ -160,3 +160,8 @@ def test_a_deployment_run_cancelled_mid_trial_ends_cancelled_not_crashed(prefect
     assert after[0] == StateType.CANCELLING and set(after[1:]) == {StateType.CANCELLED}, states
     manifest = json.loads(next((tmp_path / "store").rglob("manifest.json")).read_text())
     assert [(r["step"], r["status"]) for r in manifest["attempts"][-1]][-1] == ("trial", "interrupted"), manifest
+    # issue 44: the flow-run process's end (CancelledRun) was a 40-line traceback in the worker's log
+    output = (tmp_path / "worker.log").read_text()
+    assert "prefect.exceptions.CancelledRun" not in output and "exited with unexpected exception" not in output, output[
+        -3000:
+    ]

@@ -103,3 +103,50 @@ def test_s3_create_only_if_absent(s3_server) -> None:
     assert store.create("lock/holder.json", b"first")
     assert not store.create("lock/holder.json", b"second")
     assert store.get_bytes("lock/holder.json") == b"first"
+
+
+def test_file_store_refuses_links_inside_its_root_and_deletes_nothing_through_them(tmp_path: Path) -> None:
+    """Issue 44: a link planted in one run's folder to another's made `--fresh` of the first delete and
+    overwrite the second's results (the link resolved inside the root, so it passed)."""
+    store = open_store(f"file://{tmp_path}/store")
+    store.put_json("runs/b/2/analyze/result.json", {"verdict": "pass"})
+    store.put_json("runs/a/1/operators/result.json", {"verdict": "pass"})
+    (tmp_path / "store/runs/a/1/analyze").symlink_to(tmp_path / "store/runs/b/2/analyze")
+    (tmp_path / "store/runs/a/1/spec.json").symlink_to(tmp_path / "store/runs/b/2/analyze/result.json")
+    for act in (
+        lambda: store.delete_prefix("runs/a/1"),
+        lambda: store.put_json("runs/a/1/analyze/result.json", {"verdict": "fail"}),
+        lambda: store.get_json("runs/a/1/analyze/result.json"),
+        lambda: store.exists("runs/a/1/spec.json"),
+        lambda: store.list("runs/a/1/analyze"),
+    ):
+        with pytest.raises(StoreError, match=r"runs/a/1/(analyze|spec.json) is a symbolic link"):
+            act()
+    assert store.get_json("runs/b/2/analyze/result.json") == {"verdict": "pass"}
+    assert store.exists("runs/a/1/operators/result.json"), "a refused deletion deleted nothing"
+
+
+@pytest.mark.parametrize(
+    ("data", "why"),
+    [(b"\x00garbage{", "not JSON"), (b'{"a": ' + b"[" * 100_000, "not JSON"), (b"\xff\xfe", "not JSON")],
+    ids=["garbage", "deep", "not-utf8"],
+)
+def test_a_corrupt_record_is_named_with_its_path(tmp_path: Path, data: bytes, why: str) -> None:
+    from day0.errors import CorruptRecord
+
+    store = open_store(f"file://{tmp_path}/store")
+    store.put_bytes("runs/a/1/analyze/code.json", data)
+    with pytest.raises(CorruptRecord, match=why) as caught:
+        store.get_json("runs/a/1/analyze/code.json")
+    assert caught.value.url == f"file://{tmp_path}/store/runs/a/1/analyze/code.json"
+    assert str(caught.value).startswith(caught.value.url) and len(str(caught.value)) < 400
+
+
+def test_store_keys_from_a_secret_file_lose_its_newline(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 44: a key read from a Secret made `--from-file` kept the file's newline."""
+    from day0.settings import StoreSettings
+
+    monkeypatch.setenv("DAY0_STORE_ACCESS_KEY_ID", "key-id\n")
+    monkeypatch.setenv("DAY0_STORE_SECRET_ACCESS_KEY", " secret-key\r\n")
+    settings = StoreSettings()
+    assert (settings.access_key_id, settings.secret_access_key) == ("key-id", "secret-key")

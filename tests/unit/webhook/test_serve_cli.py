@@ -68,3 +68,57 @@ def test_a_bad_watch_file_or_template_exits_2(tmp_path: Path, watch: str | None,
     proc = _serve("--watch", str(tmp_path / "watch.yaml"), DAY0_WEBHOOK_SECRET=SECRET, PREFECT_API_URL=PREFECT)
     assert proc.returncode == 2 and expect in proc.stderr, proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize(
+    ("env", "expect"),
+    [
+        ({"PREFECT_API_URL": "notaurl"}, "PREFECT_API_URL: expected http(s)://host"),
+        ({"PREFECT_API_URL": "http://[::1/api"}, "Invalid IPv6 URL (check PREFECT_API_URL"),
+        ({"DAY0_WEBHOOK_MAX_BODY_BYTES": "1e11"}, "DAY0_WEBHOOK_MAX_BODY_BYTES"),
+        ({"DAY0_WEBHOOK_MAX_BODY_BYTES": str(10**11)}, "DAY0_WEBHOOK_MAX_BODY_BYTES: Input should be less than"),
+        ({"DAY0_WEBHOOK_STORE_THREADS": "100000"}, "DAY0_WEBHOOK_STORE_THREADS"),
+        ({"DAY0_WEBHOOK_SECRET": "a-secret-of\n24-bytes-xyz"}, "DAY0_WEBHOOK_SECRET: holds a control character"),
+        ({"DAY0_WEBHOOK_SECRET": "fifteen-bytes!!\n"}, "DAY0_WEBHOOK_SECRET: must be at least 16 bytes"),
+    ],
+    ids=["url-no-scheme", "url-unparsable", "body-float", "body-100-gb", "threads", "secret-inner-newline", "short"],
+)
+def test_settings_that_can_never_work_are_refused_at_start(env: dict[str, str], expect: str) -> None:
+    """Issue 44: these started and then failed every delivery (401, 503) or obeyed a typo'd limit."""
+    proc = _serve(**({"DAY0_WEBHOOK_SECRET": SECRET, "PREFECT_API_URL": PREFECT} | env))
+    assert proc.returncode == 2 and expect in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr and "24-bytes" not in proc.stderr
+
+
+def test_a_secret_file_s_trailing_newline_is_stripped() -> None:
+    """A Secret made `kubectl create secret --from-file` ends with the file's newline; no HTTP header can
+    carry one, so the receiver compares what the hub can send."""
+    from day0.webhook import WebhookSettings
+
+    settings = WebhookSettings(secret=SECRET + "\r\n")
+    assert settings.secret.get_secret_value() == SECRET
+
+
+@pytest.mark.parametrize(
+    ("template", "expect"),
+    [("/etc/passwd", "expected a YAML spec file"), ("../elsewhere/t.yaml", "outside the folders specs may come from")],
+    ids=["not-yaml", "outside"],
+)
+def test_a_template_must_be_a_yaml_spec_beside_the_watch_file_or_in_the_spec_roots(
+    tmp_path: Path, template: str, expect: str
+) -> None:
+    """Issue 44: the receiver accepted any file as its spec template (`template: /etc/shadow`)."""
+    (tmp_path / "w").mkdir()
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "elsewhere/t.yaml").write_text("SECRET-LINE: x\n")
+    (tmp_path / "w/watch.yaml").write_text(f"watch: {{orgs: [a]}}\ntemplate: {template}\n")
+    roots = str(REPO / "configs")
+    proc = _serve(
+        "--watch",
+        str(tmp_path / "w/watch.yaml"),
+        DAY0_WEBHOOK_SECRET=SECRET,
+        PREFECT_API_URL=PREFECT,
+        DAY0_RUN_SPEC_ROOTS=roots,
+    )
+    assert proc.returncode == 2 and expect in proc.stderr and "template" in proc.stderr, proc.stderr
+    assert "SECRET-LINE" not in proc.stderr and "root:" not in proc.stderr
