@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import dataclasses
 import subprocess
-import zipfile
 from pathlib import Path
 
 import pytest
@@ -23,21 +22,13 @@ from day0.steps.inference.engine_env import (
     platform_plugin,
     recipe_for,
 )
+from tests.fixtures.wheels import write_wheel
 
 
 def _wheel(folder: Path, name: str, version: str, *, requires: tuple[str, ...] = (), entry_points: str = "") -> Path:
     module = name.replace("-", "_")
-    dist = f"{module}-{version}"
-    path = folder / f"{dist}-py3-none-any.whl"
-    metadata = f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n"
-    metadata += "".join(f"Requires-Dist: {r}\n" for r in requires)
-    with zipfile.ZipFile(path, "w") as z:
-        z.writestr(f"{module}/__init__.py", f"VERSION = {version!r}\n")
-        z.writestr(f"{dist}.dist-info/METADATA", metadata)
-        z.writestr(f"{dist}.dist-info/entry_points.txt", entry_points)
-        z.writestr(f"{dist}.dist-info/WHEEL", "Wheel-Version: 1.0\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
-        z.writestr(f"{dist}.dist-info/RECORD", "")
-    return path
+    members = {f"{module}/__init__.py": f"VERSION = {version!r}\n"}
+    return write_wheel(folder, name, version, members, requires=requires, entry_points=entry_points)
 
 
 @pytest.fixture

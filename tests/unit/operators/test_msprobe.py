@@ -6,7 +6,6 @@ platform whose kernel is off by a known number of ULPs."""
 from __future__ import annotations
 
 import hashlib
-import zipfile
 from pathlib import Path
 
 import pytest
@@ -36,6 +35,7 @@ from day0.steps.operators.op_policy import msprobe_standards, remember_standards
 from day0.steps.operators.opcheck import check_inventory, check_op
 from day0.steps.operators.result import OperatorsResult
 from tests.fixtures.numerics import cpu_spec, faulty_platform, tiny_inventory
+from tests.fixtures.wheels import write_wheel
 
 STANDARD_YAML = """\
 AbsoluteThreshStandard:
@@ -92,17 +92,9 @@ LISTS_VERSION, FLOATS_VERSION = "0.1.0", "0.2.0"  # never a real release: the op
 
 
 def _wheel(directory: Path, version: str, registry: str) -> Path:
-    """A minimal mindstudio-probe wheel: the two YAML files, the registry's source and its dist-info."""
-    path = directory / f"mindstudio_probe-{version}-py3-none-any.whl"
-    info = f"mindstudio_probe-{version}.dist-info"
-    with zipfile.ZipFile(path, "w") as z:
-        z.writestr(STANDARD_MEMBER, STANDARD_YAML)
-        z.writestr(THRESHOLD_MEMBER, THRESHOLD_YAML)
-        z.writestr(REGISTRY_MEMBER, registry)
-        z.writestr(f"{info}/METADATA", f"Metadata-Version: 2.1\nName: mindstudio-probe\nVersion: {version}\n")
-        z.writestr(f"{info}/WHEEL", "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
-        z.writestr(f"{info}/RECORD", "")
-    return path
+    """A minimal mindstudio-probe wheel: the two YAML files and the registry's source."""
+    members = {STANDARD_MEMBER: STANDARD_YAML, THRESHOLD_MEMBER: THRESHOLD_YAML, REGISTRY_MEMBER: registry}
+    return write_wheel(directory, "mindstudio-probe", version, members)
 
 
 @pytest.fixture(scope="module")

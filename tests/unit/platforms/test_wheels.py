@@ -3,26 +3,17 @@ being installed: served here from a local find-links folder, so the real pip pat
 
 from __future__ import annotations
 
-import zipfile
 from pathlib import Path
 
 import pytest
 
 from day0.platforms.wheels import WheelError, WheelUnavailable, cached_wheel, fetch_wheel, wheel_dir
+from tests.fixtures.wheels import write_wheel
 
 
 def _wheel(folder: Path, name: str, version: str, files: dict[str, str]) -> Path:
-    dist = f"{name.replace('-', '_')}-{version}"
-    path = folder / f"{dist}-py3-none-any.whl"
-    metadata = f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\nRequires-Dist: torch==2.14.0.*\n"
-    with zipfile.ZipFile(path, "w") as z:
-        for member, text in files.items():
-            z.writestr(member, text)
-        z.writestr(f"{dist}.dist-info/METADATA", metadata)
-        z.writestr(f"{dist}.dist-info/entry_points.txt", "[torch.backends]\ndemo = demo:_autoload\n")
-        z.writestr(f"{dist}.dist-info/WHEEL", "Wheel-Version: 1.0\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
-        z.writestr(f"{dist}.dist-info/RECORD", "")
-    return path
+    entry_points = "[torch.backends]\ndemo = demo:_autoload\n"
+    return write_wheel(folder, name, version, files, requires=["torch==2.14.0.*"], entry_points=entry_points)
 
 
 @pytest.fixture
