@@ -21,9 +21,11 @@ import re
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 import yaml
+from pydantic import BaseModel
+from pydantic_core import to_jsonable_python
 
 from day0.settings import EnvSettings
 
@@ -101,11 +103,40 @@ def _refs(schema: object) -> list[str]:
     return []
 
 
-def _fields_table(model: dict[str, Any]) -> list[str]:
+def _models(cls: type[BaseModel], found: dict[str, type[BaseModel]] | None = None) -> dict[str, type[BaseModel]]:
+    """Every pydantic model a model's fields hold, by class name (the schema's `$defs` keys)."""
+    found = {} if found is None else found
+    found[cls.__name__] = cls
+
+    def visit(annotation: object) -> None:
+        model = isinstance(annotation, type) and issubclass(annotation, BaseModel)
+        if model and annotation.__name__ not in found:
+            _models(annotation, found)
+        for arg in get_args(annotation):
+            visit(arg)
+
+    for info in cls.model_fields.values():
+        visit(info.annotation)
+    return found
+
+
+def _default(schema: dict[str, Any], field: str, required: bool, cls: type[BaseModel] | None) -> str:
+    """The schema's default; else a factory's value (the schema leaves those out); else `required`."""
+    if "default" in schema:
+        return _code(schema["default"])
+    if required:
+        return "required"
+    if cls is None or field not in cls.model_fields:
+        return ""
+    value = cls.model_fields[field].get_default(call_default_factory=True)
+    return "its fields' defaults" if isinstance(value, BaseModel) else _code(to_jsonable_python(value))
+
+
+def _fields_table(model: dict[str, Any], cls: type[BaseModel] | None) -> list[str]:
     required = set(model.get("required", []))
     rows = ["| field | type | default | bounds | description |", "|---|---|---|---|---|"]
     for field, schema in model.get("properties", {}).items():
-        default = _code(schema["default"]) if "default" in schema else ("required" if field in required else "")
+        default = _default(schema, field, field in required, cls)
         rows.append(
             f"| `{field}` | {_cell(_type(schema))} | {_cell(default)} | {_cell(_bounds(schema))} "
             f"| {_cell(schema.get('description', ''))} |"
@@ -118,6 +149,7 @@ def spec_page() -> str:
 
     schema = PipelineSpec.model_json_schema()
     defs: dict[str, Any] = schema.get("$defs", {})
+    classes = _models(PipelineSpec)
     order: list[str] = []
     queue = _refs(schema.get("properties", {}))
     while queue:  # each section after the one that first names it, so the page reads top-down
@@ -136,7 +168,7 @@ def spec_page() -> str:
         "",
         "## PipelineSpec",
         "",
-        *_fields_table(schema),
+        *_fields_table(schema, PipelineSpec),
     ]
     for name in order + sorted(set(defs) - set(order)):
         definition = defs[name]
@@ -144,7 +176,7 @@ def spec_page() -> str:
         if description := definition.get("description"):
             lines += [" ".join(description.split()), ""]
         if "properties" in definition:
-            lines += _fields_table(definition)
+            lines += _fields_table(definition, classes.get(name))
         else:
             lines.append(f"Type: {_type(definition)}.")
     return "\n".join(lines) + "\n"
