@@ -10,7 +10,7 @@ export HF_HUB_OFFLINE ?= 1
 export RAY_AUTH_MODE ?= disabled
 
 .PHONY: setup lock run lint test test-fast drill deploy bench clean browser platform-libraries tolerance-snapshots \
-	engines gpu-check
+	engines gpu-check docs docs-gen docs-images
 
 setup: $(STAMP)
 
@@ -19,13 +19,13 @@ setup: $(STAMP)
 $(STAMP): pyproject.toml requirements.lock Makefile
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip uv
-	$(BIN)/uv pip install --compile-bytecode --python $(BIN)/python -c requirements.lock -e '.[dev,k8s]'
+	$(BIN)/uv pip install --compile-bytecode --python $(BIN)/python -c requirements.lock -e '.[dev,k8s,docs]'
 	touch $(STAMP)
 
 # Move the lock to the newest releases within pyproject.toml's ranges, on purpose: then `make test`.
 lock:
 	test -x $(BIN)/uv || { $(PY) -m venv $(VENV) && $(BIN)/pip install -q --upgrade pip uv; }
-	$(BIN)/uv pip compile pyproject.toml --extra dev --extra k8s --universal --python-version 3.11 \
+	$(BIN)/uv pip compile pyproject.toml --extra dev --extra k8s --extra docs --universal --python-version 3.11 \
 		--upgrade --custom-compile-command "make lock" -q -o requirements.lock
 
 run: setup
@@ -42,8 +42,23 @@ lint: setup
 # is spent waiting (servers, Ray, subprocesses), so TEST_WORKERS pytest-xdist workers run modules side
 # by side; tests/conftest.py's scheduler keeps each module on one worker and the e2e tests together.
 TEST_WORKERS ?= 2
-test: setup lint e2e-build browser engines
+test: setup lint docs e2e-build browser engines
 	$(BIN)/python -m pytest -q -ra --durations=40 -m "not drill" -n $(TEST_WORKERS) tests
+
+# The documentation site: the generated reference pages checked against the code (scripts/gen_docs.py),
+# then mkdocs-material's strict build (every link and anchor resolved) into build/site/. Seconds.
+docs: setup
+	$(BIN)/python -m scripts.gen_docs --check
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet --site-dir build/site
+
+# Rewrite docs/reference/ from the code (spec models, CLI parser, settings, values.yaml, results.json).
+docs-gen: setup
+	$(BIN)/python -m scripts.gen_docs
+
+# The pictures in docs/images/, made by the product on the tiny CPU model (a plan-only run's report, the
+# trial's loss plot, a coverage table, `day0 plan`); needs `make browser`. Not in `make test`: about a minute.
+docs-images: setup browser
+	$(BIN)/python -m scripts.docs_images
 
 # Serving engines' own environments (step 6, `inference.engine: vllm`), built once with uv into
 # $(DAY0_CACHE)/engines/<engine>-<version>-<platform>/ from day0/steps/inference/engines/*.txt, never into

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Build and smoke-test the day0 container image (k8s/image/Dockerfile) with podman: no Docker
-# engine, and no container registry needed. See k8s/image/README.md.
+# engine, and no container registry needed. See docs/operations/image.md.
 #   scripts/image.sh build   # `make image`: the image IMAGE (default day0:<version from pyproject.toml>)
 #   scripts/image.sh test    # `make image-test`: its checks as uid 10001 on a read-only root filesystem
 #   scripts/image.sh base    # only the debootstrap base (what `build` uses when BASE is empty)

@@ -6,7 +6,7 @@ plain manifests in k8s/install/ equal to the chart, install (pod specs and RBAC 
 least privilege checked by impersonating the service accounts), upgrade (a pool size reaches the
 cluster-spec ConfigMap and the RayCluster built from it, nothing restarts), uninstall (nothing
 left), and the work pool's base job template and deployments on a real Prefect server.
-kwok pods run no processes: what runs inside them is covered where it can run (see the README).
+kwok pods run no processes: what runs inside them is covered where it can run (see docs/development/testing.md).
 """
 
 from __future__ import annotations

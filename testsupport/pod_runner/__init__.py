@@ -2,7 +2,7 @@
 
 kwok's pods run nothing; `PodRunner` registers Nodes of its own beside kwok's and runs the pods
 bound to them (KubeRay's `ray start`, init containers, probes, the autoscaler) as process trees
-under `unshare`, so e2e tests exercise real Ray on a real API server. See k8s/README.md,
+under `unshare`, so e2e tests exercise real Ray on a real API server. See docs/development/testing.md,
 "The pod runner", for what it emulates and what it does not.
 
     from testsupport.pod_runner import PodRunner, Pool

@@ -1,5 +1,5 @@
-"""The import rules the architecture rests on (the README's Layout states the same), checked on the
-source, no imports executed:
+"""The import rules the architecture rests on (the Layout of docs/development/architecture.md states the
+same), checked on the source, no imports executed:
 
 1. `benchmarks -> cli -> flows -> tasks -> day0`, never backwards.
 2. Inside `day0`, tiers: the foundation (`core` < `errors`, `paths`, `settings`, `yamlio`, `store`,
@@ -123,7 +123,7 @@ def test_layers_point_one_way() -> None:
 
 def test_day0_tiers_point_down() -> None:
     untiered = sorted({p for m in MODULES if (p := _part(m)) and p not in TIERS})
-    assert not untiered, f"packages with no tier (add them to TIERS and the README): {untiered}"
+    assert not untiered, f"packages with no tier (add them to TIERS and docs/development/architecture.md): {untiered}"
     wrong = []
     for m, p in MODULES.items():
         if (own := _part(m)) is None:

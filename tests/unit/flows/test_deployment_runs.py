@@ -1,4 +1,4 @@
-"""`adapt/release` as the README calls it: `prefect deployment run` with a spec path and with an
+"""`adapt/release` as docs/operations/triggers.md calls it: `prefect deployment run` with a spec path and with an
 inline spec mapping, executed by a real process worker (`prefect worker start --run-once`) against
 the session's Prefect server; each flow run ends Completed and publishes a link artifact to its
 report and the scorecard as a Markdown artifact."""

@@ -80,8 +80,8 @@ def test_each_scorecard_row_is_a_short_glance_with_named_worst_and_labelled_cost
     cost = re.search(r"cost model step time: ([^;|]*(?:;[^;|]*)?)", convergence)
     assert cost, convergence
     # the default spec calibrates before step 3 (planner.calibrate), so a `make run`'s figure is calibrated,
-    # and the recorded run's prediction came within 25% of its measurement (make bench's trial entry and
-    # the README track it on fresh runs)
+    # and the recorded run's prediction came within 25% of its measurement (make bench's trial entry, shown
+    # in docs/reference/benchmarks.md, tracks it on fresh runs)
     assert ", calibrated " in cost[1] and "datasheet" not in cost[1], cost[1]
     error = re.search(r"\(([+-]\d+)%\)", cost[1])
     assert error and abs(int(error[1])) <= 25, cost[1]
