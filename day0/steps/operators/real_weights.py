@@ -85,6 +85,12 @@ def check_real_weights(
     else:
         check.not_run = f"the release has no weights here (config only): neither {INDEX_FILE} nor {SINGLE_FILE}"
         return check
+    shards = sorted(set(weight_map.values()))
+    if not any((directory / f).is_file() for f in shards):  # a hub source is fetched without its weights
+        check.not_run = (
+            f"the release has no weights here: none of the {len(shards)} shards in {INDEX_FILE} is in {directory}"
+        )
+        return check
     layer = whole.keep_layers[-1]
     check.layer = layer
     cfg = load_hf_config(resolved)

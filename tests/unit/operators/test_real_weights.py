@@ -166,3 +166,14 @@ def test_a_missing_shard_names_it_and_a_tensor_it_holds(fp8: Path) -> None:
     (fp8 / index[Q_A]).unlink()
     problems = run(fp8).problems
     assert len(problems) == 1 and problems[0].startswith(f"{index[Q_A]}: holds ") and "is not in" in problems[0]
+
+
+def test_an_index_without_its_shards_is_not_run(fp8: Path) -> None:
+    """What a hub cache holds for a release fetched without weights: config and index."""
+    for shard in fp8.glob("*.safetensors"):
+        shard.unlink()
+    check = run(fp8)
+    assert check.problems == [] and check.layers is None and not check.passed
+    assert check.not_run == (
+        f"the release has no weights here: none of the 3 shards in model.safetensors.index.json is in {fp8}"
+    )
