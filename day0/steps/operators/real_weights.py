@@ -5,10 +5,11 @@ FP8 block-scaled weights dequantised, run forward and backward against the refer
 kernels meet in production; random ones do not.
 
 Contract:
-- `check_real_weights(whole, platform, compute_dtype, validation)` -> `RealWeightsCheck`; never
-  raises for the release: a missing shard, a tensor of the wrong shape, a scale tensor that is missing,
-  misshaped or not finite and positive are `problems` naming the file and tensor. A release without
-  weights (config only) is `not_run`, never a pass.
+- `check_real_weights(whole, platform, compute_dtype, validation)` -> `RealWeightsCheck`: a missing
+  shard, a tensor of the wrong shape, a scale tensor that is missing, misshaped or not finite and
+  positive are `problems` naming the file and tensor (a shard whose header is corrupt raises
+  `ModelError` naming the file, as step 1 does). A release without weights here (config only, or a
+  hub source's index without its shards) is `not_run`, never a pass. Against fp64 always.
 - Only the tensors the layer needs are read (safetensors `safe_open`, row slices for the embedding,
   head and router), and only when the estimate fits `budget_bytes`; fewer experts are kept until it does.
 - The layer kept is the last of `whole.keep_layers` (the first of each distinct kind: the first MoE
@@ -121,7 +122,7 @@ def check_real_weights(
     # against fp64 whatever the spec's reference: real weights' error is what is being measured
     fp64 = (validation or ValidationSpec()).model_copy(update={"reference_dtype": "fp64"})
     report = compare_layers(model, platform, compute_dtype, fp64, name=f"{source} layer {layer} (real weights)")
-    inner = f"layers.{0}"
+    inner = "layers.0"  # the trimmed model's one decoder layer
     for row in report.rows:  # the release's own numbering
         row.module = f"layers.{layer}" if row.module == inner else row.module
     if report.first_divergent == inner:
