@@ -17,6 +17,7 @@ from day0.steps.operators.layers import WholeModel
 from day0.steps.operators.real_weights import check_real_weights, dequantize_fp8
 from day0.steps.operators.result import BYTES_PER_PARAM, OpCheckReport, OperatorsResult, RealWeightsCheck
 from tests.fixtures.release import (
+    add_tokenizer,
     config_of,
     make_fp8_release,
     quantize_fp8_blocks,
@@ -34,6 +35,7 @@ Q_A = f"model.layers.{LAYER}.self_attn.q_a_proj.weight"
 def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     root = tmp_path_factory.mktemp("releases")
     plain = save_model(root / "plain", MODEL)
+    add_tokenizer(plain)
     return plain, make_fp8_release(root / "fp8", plain)
 
 
@@ -177,3 +179,20 @@ def test_an_index_without_its_shards_is_not_run(fp8: Path) -> None:
     assert check.not_run == (
         f"the release has no weights here: none of the 3 shards in model.safetensors.index.json is in {fp8}"
     )
+
+
+def test_step_1s_result_picks_the_first_moe_layer_of_the_release(built: tuple[Path, Path]) -> None:
+    """Step 1 on the FP8 release (its shards, dtypes and tokenizer checked), then step 2's real-weights
+    layer from step 1's result, as `day0 run` chains them."""
+    from day0.spec.pipeline import ModelSpec, load_platform
+    from day0.steps.analyze.run import analyze_model
+
+    analyzed = analyze_model(ModelSpec(source=str(built[1])), load_platform("cpu"), "bf16")
+    release = analyzed.release
+    assert release is not None and release.problems == [] and release.weights is not None
+    assert len(release.weights.shards) == 3 and set(release.weights.bytes_by_dtype) == {"F32", "F8_E4M3"}
+    assert release.not_checked == [] and release.tokenizer is not None and release.tokenizer.round_trip
+    chosen = WholeModel.from_analysis(analyzed)
+    assert chosen.keep_layers == [0, LAYER]  # the dense layer 0, then the first MoE layer
+    check = check_real_weights(chosen, Platform("cpu"), "bf16")
+    assert check.passed and check.layer == LAYER and check.dequantised == 4 + 3 + 4 * 3
