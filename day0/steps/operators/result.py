@@ -264,8 +264,9 @@ class TrainingStepCheck(BaseModel):
 
 
 BUDGET_BYTES = 12 << 30
-"""Host memory the check may use: DeepSeek-V3's MLA attention with the shared and two routed experts
-(about 320M parameters) fits, a whole MoE layer's 256 experts (11B) does not."""
+"""Host memory the real-weights layer check may use. Measured on the meta device: DeepSeek-V3's layer 3
+(MLA attention, the shared and 4 routed experts, 1,024 vocabulary rows: 422M parameters) needs 11.0 GiB,
+Kimi K2's 8.8 GiB, Qwen3-30B-A3B's 1.1 GiB; a whole MoE layer (DeepSeek-V3's 256 experts: 11B) would not fit."""
 BYTES_PER_PARAM = 4 + 8 + 4 + 8 + 4  # fp32 as loaded, the fp64 reference and its gradients, the candidate and its
 
 
