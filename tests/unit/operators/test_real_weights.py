@@ -149,6 +149,8 @@ def test_a_bad_scale_fails_naming_the_file_and_tensor(fp8: Path, value: float) -
     )  # fmt: skip
     judged = result.judge()
     assert judged.verdict == "fail" and judged.reasons[0] == f"real-weights layer: {check.problems[0]}"
+    assert judged.headline["real-weights layer"] == "1 problems in the release's tensors"
+    assert f"- PROBLEM: {check.problems[0]}" in result.to_markdown()
 
 
 def test_a_missing_scale_and_a_wrong_shape_fail_naming_the_file_and_tensor(fp8: Path) -> None:
