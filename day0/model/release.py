@@ -7,6 +7,9 @@ Contract:
   a hub-cache snapshot) holds, compared with `meta_model` (`day0.model.build.build_meta_model`).
   `problems` lists what is wrong with the release, each naming the file and the tensor; `not_checked`
   says which checks the files at hand could not make (a configs/ model has config.json only).
+  With `online`, a hub source whose shards are not in the cache has every shard header read from the
+  hub by range requests (`read_hub_headers`); offline, or when the hub does not answer, `not_checked`
+  says so.
 - A shard that is truncated, a header that is not safetensors JSON, or one that claims other bytes
   than the file holds raises `ModelError` naming the file (and the tensor): nothing is read past a
   header.
@@ -163,22 +166,24 @@ class ShardHeader:
 def read_shard_header(path: Path, source: str) -> ShardHeader:
     """The header of one safetensors file (8-byte little-endian length, then JSON), checked against
     the file's size; `ModelError` naming the file (and tensor) for anything safetensors would refuse."""
-    name = path.name
-
-    def refuse(message: str) -> ModelError:
-        return ModelError(source, name, f"{path}: {message}")
-
     size = path.stat().st_size
     with path.open("rb") as f:
         head = f.read(8)
-        if len(head) < 8:
-            raise refuse(f"truncated: {size} bytes, less than the 8-byte header length")
-        (length,) = struct.unpack("<Q", head)
-        if length > MAX_HEADER_BYTES or 8 + length > size:
-            raise refuse(f"truncated or not safetensors: header claims {length:,} bytes, the file holds {size:,}")
-        raw = f.read(length)
+        length = struct.unpack("<Q", head)[0] if len(head) == 8 else 0
+        rest = f.read(length) if length <= MAX_HEADER_BYTES else b""
+    return _check_header(head + rest, size, path.name, lambda m: ModelError(source, path.name, f"{path}: {m}"))
+
+
+def _check_header(data: bytes, size: int, name: str, refuse: Callable[[str], ModelError]) -> ShardHeader:
+    """The header in `data` (the file's first bytes: at least the length and the JSON) of a safetensors
+    file of `size` bytes, its tensors' spans checked to fill the rest of the file exactly."""
+    if len(data) < 8:
+        raise refuse(f"truncated: {size} bytes, less than the 8-byte header length")
+    (length,) = struct.unpack("<Q", data[:8])
+    if length > MAX_HEADER_BYTES or 8 + length > size or 8 + length > len(data):
+        raise refuse(f"truncated or not safetensors: header claims {length:,} bytes, the file holds {size:,}")
     try:
-        header = json.loads(raw)
+        header = json.loads(data[8 : 8 + length])
     except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
         raise refuse(f"header is not valid safetensors JSON ({exc})") from None
     if not isinstance(header, dict):
@@ -186,11 +191,22 @@ def read_shard_header(path: Path, source: str) -> ShardHeader:
     metadata = header.pop("__metadata__", None) or {}
     if not isinstance(metadata, dict) or not all(isinstance(v, str) for v in metadata.values()):
         raise refuse("__metadata__ is not a mapping of strings")
+    tensors, by_dtype, end = _header_entries(header, name, refuse)
     data_bytes = size - 8 - length
+    if end != data_bytes:
+        what = "more bytes than the file holds (truncated?)" if end > data_bytes else "fewer bytes than the file holds"
+        raise refuse(f"header claims {end:,} bytes of tensor data, {what}: {data_bytes:,} after the header")
+    return ShardHeader(file=name, tensors=tensors, bytes_by_dtype=by_dtype)
+
+
+def _header_entries(
+    header: Mapping[str, object], file: str, refuse: Callable[[str], ModelError]
+) -> tuple[list[TensorEntry], dict[str, int], int]:
+    """(tensors, bytes per dtype, end of the data) of a parsed header, its spans checked for gaps and overlaps."""
     tensors, spans = [], []
     by_dtype: dict[str, int] = defaultdict(int)
     for tensor, info in header.items():
-        entry, span = _tensor_entry(tensor, info, name, refuse)
+        entry, span = _tensor_entry(tensor, info, file, refuse)
         tensors.append(entry)
         spans.append((span, tensor))
         by_dtype[entry.dtype or ""] += span[1] - span[0]
@@ -199,10 +215,7 @@ def read_shard_header(path: Path, source: str) -> ShardHeader:
         if begin != end:
             raise refuse(f"tensor {tensor!r} starts at byte {begin:,} of the data, expected {end:,} (gap or overlap)")
         end = stop
-    if end != data_bytes:
-        what = "more bytes than the file holds (truncated?)" if end > data_bytes else "fewer bytes than the file holds"
-        raise refuse(f"header claims {end:,} bytes of tensor data, {what}: {data_bytes:,} after the header")
-    return ShardHeader(file=name, tensors=tensors, bytes_by_dtype=dict(by_dtype))
+    return tensors, dict(by_dtype), end
 
 
 def _tensor_entry(
@@ -228,6 +241,47 @@ def _tensor_entry(
             f"tensor {tensor!r}: {dtype} {shape} is {nbytes:,} bytes, its data_offsets span {offsets[1] - offsets[0]:,}"
         )
     return TensorEntry(name=tensor, file=file, dtype=dtype, shape=shape), (offsets[0], offsets[1])
+
+
+HUB_HEAD_BYTES = 100_000  # as huggingface_hub's parse_safetensors_file_metadata: most headers fit
+
+
+def read_hub_headers(resolved: "ResolvedModel", files: Iterable[str]) -> list[ShardHeader]:
+    """The header of each of `files` in `resolved`'s hub repo at its commit, by HTTP range requests
+    (the first 100 kB, then the rest of a longer header; never the weight data), checked as a local
+    one is against the file's size from `Content-Range`. (huggingface_hub's `get_safetensors_metadata`
+    reads the same bytes but gives neither the header's length nor the file's size.) Network errors
+    propagate: the caller says which checks it could not make."""
+    from huggingface_hub import constants, hf_hub_url
+    from huggingface_hub.errors import RemoteEntryNotFoundError
+    from huggingface_hub.utils import build_hf_headers, get_session, hf_raise_for_status
+
+    assert resolved.repo_id is not None
+    revision = resolved.commit or resolved.revision
+    headers, out = build_hf_headers(), []
+    for file in files:
+        url = hf_hub_url(resolved.repo_id, file, revision=revision)
+
+        def get(begin: int, end: int, url: str = url) -> tuple[bytes, int]:
+            response = get_session().get(
+                url, headers={**headers, "Range": f"bytes={begin}-{end}"}, timeout=constants.HF_HUB_DOWNLOAD_TIMEOUT
+            )
+            hf_raise_for_status(response)
+            total = response.headers.get("Content-Range", "").rpartition("/")[2]
+            return response.content[: end - begin + 1], int(total) if total.isdigit() else len(response.content)
+
+        def refuse(message: str, file: str = file) -> ModelError:
+            return ModelError(resolved.source, file, f"{resolved.repo_id}@{revision}/{file}: {message}")
+
+        try:
+            data, size = get(0, HUB_HEAD_BYTES - 1)
+        except RemoteEntryNotFoundError:
+            raise refuse(f"listed in {INDEX_FILE} but not in the repo") from None
+        length = struct.unpack("<Q", data[:8])[0] if len(data) >= 8 else 0
+        if len(data) < 8 + length <= min(size, 8 + MAX_HEADER_BYTES):
+            data = data[:8] + get(8, 7 + length)[0]
+        out.append(_check_header(data, size, file, refuse))
+    return out
 
 
 def read_index(path: Path, source: str) -> tuple[dict[str, str], int | None]:
@@ -349,6 +403,12 @@ def _fp8_formats(
     block = list(block_cfg) if isinstance(block_cfg, list) and len(block_cfg) == 2 else [128, 128]
     schemes: dict[tuple[FP8Scheme, str, str], int] = defaultdict(int)
     scales: set[str] = {n for n in found if n.endswith((".input_scale", ".activation_scale"))}
+    # names only (an index without its shards): a scale beside its weight is one, whatever the dtypes
+    scales |= {
+        n
+        for n, e in found.items()
+        if e.dtype is None and any(n.endswith(s) and n.removesuffix(s) in found for s in ("_scale_inv", "_scale"))
+    }
     problems = []
     for name, entry in found.items():
         if entry.dtype not in FP8_DTYPES:
@@ -548,8 +608,9 @@ def _tokenizer_needs_code(directory: Path) -> bool:
     return isinstance(auto_map, dict) and "AutoTokenizer" in auto_map
 
 
-def check_release(resolved: "ResolvedModel", model: "PreTrainedModel") -> ReleaseCheck:
-    """Check the files of `resolved.directory` against `model` (the architecture on the meta device)."""
+def check_release(resolved: "ResolvedModel", model: "PreTrainedModel", online: bool = False) -> ReleaseCheck:
+    """Check the files of `resolved.directory` against `model` (the architecture on the meta device);
+    `online`: a hub source whose shards are not in the cache has their headers read from the hub."""
     quant = resolved.config.get("quantization_config")
     check = ReleaseCheck(
         directory=resolved.directory,
@@ -557,7 +618,7 @@ def check_release(resolved: "ResolvedModel", model: "PreTrainedModel") -> Releas
         quantization_config=quant if isinstance(quant, dict) else None,
     )
     _check_tokenizer_files(check, resolved)
-    _check_weights(check, resolved, model)
+    _check_weights(check, resolved, model, online)
     return check
 
 
@@ -576,13 +637,36 @@ def _check_tokenizer_files(check: ReleaseCheck, resolved: "ResolvedModel") -> No
         check.problems += problems
 
 
-def _check_weights(check: ReleaseCheck, resolved: "ResolvedModel", model: "PreTrainedModel") -> None:
+def _hub_headers(check: ReleaseCheck, resolved: "ResolvedModel", files: list[str]) -> list[ShardHeader] | None:
+    """`read_hub_headers`, or None with the reason in `check.not_checked` when the hub does not answer."""
+    import httpx2  # huggingface_hub's transport: its connection errors are not OSErrors
+    from huggingface_hub.errors import HfHubHTTPError
+
+    try:
+        found = read_hub_headers(resolved, files)
+    except (HfHubHTTPError, OSError, httpx2.HTTPError) as exc:
+        reason = " ".join(str(exc).split())[:200]
+        check.not_checked.append(
+            f"shard headers (shapes, dtypes, bytes, FP8 scales): the hub did not answer for {resolved.repo_id} "
+            f"({type(exc).__name__}: {reason}); tensor names compared from the index only"
+        )
+        return None
+    check.notes.append(
+        f"{len(found)} shard headers of {resolved.repo_id} read from the hub by HTTP range requests "
+        "(no weight data downloaded)"
+    )
+    return found
+
+
+def _check_weights(
+    check: ReleaseCheck, resolved: "ResolvedModel", model: "PreTrainedModel", online: bool = False
+) -> None:
     directory, source, config = resolved.directory, resolved.source, resolved.config
     # Where the missing files would come from: a hub source is fetched without weights.
     hint = (
-        f" (day0 fetches no weights from the hub: download the shards of {resolved.repo_id} into the hub cache "
-        "to check their headers)"
-        if resolved.repo_id
+        f" (the hub is offline (HF_HUB_OFFLINE, DAY0_HUB_OFFLINE): go online to read the shard headers of "
+        f"{resolved.repo_id} by range requests, or download its shards into the hub cache)"
+        if resolved.repo_id and not online
         else ""
     )
     weight_map, total = None, None
@@ -590,15 +674,19 @@ def _check_weights(check: ReleaseCheck, resolved: "ResolvedModel", model: "PreTr
         weight_map, total = read_index(directory / INDEX_FILE, source)
     elif (directory / SINGLE_FILE).is_file():
         weight_map = {}  # one unsharded file: its header is the whole map
+    by_file: dict[str, list[str]] = defaultdict(list)
+    for tensor, file in (weight_map or {}).items():
+        by_file[file].append(tensor)
+    files = sorted(by_file) or [SINGLE_FILE]
+    present = [f for f in files if (directory / f).is_file()] if weight_map is not None else []
+    headers = [read_shard_header(directory / f, source) for f in present]
+    if weight_map and not present and resolved.repo_id and online:
+        hub = _hub_headers(check, resolved, files)
+        if hub is not None:
+            headers, present = hub, files
     if weight_map is None:
         check.not_checked.append(f"weights: neither {INDEX_FILE} nor {SINGLE_FILE} in {directory}{hint}")
         return
-    by_file: dict[str, list[str]] = defaultdict(list)
-    for tensor, file in weight_map.items():
-        by_file[file].append(tensor)
-    files = sorted(by_file) or [SINGLE_FILE]
-    present = [f for f in files if (directory / f).is_file()]
-    headers = [read_shard_header(directory / f, source) for f in present]
     entries = [t for h in headers for t in h.tensors]
     if not present:  # a hub cache of config and tokenizer files: names from the index only
         check.not_checked.append(

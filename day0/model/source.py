@@ -91,7 +91,8 @@ class ResolvedModel(BaseModel):
         return self.repo_id.split("/")[0] if self.repo_id and "/" in self.repo_id else None
 
 
-def _hub_offline(settings: HubSettings) -> bool:
+def hub_offline(settings: HubSettings) -> bool:
+    """Whether the hub is off limits: `DAY0_HUB_OFFLINE`, else huggingface_hub's HF_HUB_OFFLINE."""
     if settings.offline is not None:
         return settings.offline
     return os.environ.get("HF_HUB_OFFLINE", "0").lower() in ("1", "true", "yes", "on")
@@ -113,7 +114,7 @@ def _from_hub(source: str, settings: HubSettings) -> tuple[Path, str, str]:
 
     try:
         try:
-            path = snapshot(settings.cache_dir, _hub_offline(settings))
+            path = snapshot(settings.cache_dir, hub_offline(settings))
         except LocalEntryNotFoundError:  # not cached, and the hub is offline or did not answer
             path = snapshot(BUNDLED_HUB_CACHE, True)
     except LocalEntryNotFoundError:

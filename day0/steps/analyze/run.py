@@ -14,10 +14,11 @@ from day0.core.precision import host_compute_dtype
 from day0.core.result import Progress
 from day0.model.build import build_meta_model, load_hf_config
 from day0.model.release import check_release
-from day0.model.source import resolve_model
+from day0.model.source import hub_offline, resolve_model
 from day0.model.structure import analyze_structure
 from day0.platforms.libraries.resolve import resolve_library
 from day0.runs.context import RunContext
+from day0.settings import HubSettings
 from day0.spec.cluster import PlatformSpec
 from day0.spec.pipeline import ModelSpec
 from day0.steps.analyze.coverage import diff_library
@@ -41,7 +42,7 @@ def analyze_model(
     meta = build_meta_model(hf_config, model.source, compute_dtype, trust_remote_code=resolved.trust_remote_code)
     structure = analyze_structure(meta, model.source)
     say("checking the release's files (tokenizer, shard headers)")
-    release = check_release(resolved, meta)
+    release = check_release(resolved, meta, online=not hub_offline(HubSettings()))
     library = None if platform.operator_library == "probe" else resolve_library(platform.operator_library)
     say("capturing operators (forward + backward)")
     # the device runs whole the decomposable ops its backend overrides: capture them whole

@@ -193,9 +193,16 @@ def run_operators(
             live_layers, live_step = _whole_model(
                 whole_model, shipped, dtype, validation, report, [], say, max_model_params, None
             )
+    real = None
+    if whole_model is not None:
+        from day0.steps.operators.real_weights import check_real_weights
+
+        say("a layer of the release's real weights (streamed from its shards)")
+        real = check_real_weights(whole_model, plat, dtype, validation)
     return OperatorsResult(
         ops=report,
         layers=layer_report,
+        real_weights=real,
         training_step=training_step,
         layers_live=live_layers,
         training_step_live=live_step,

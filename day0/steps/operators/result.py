@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
+from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
@@ -21,6 +22,7 @@ __all__ = [
     "OpCheck",
     "OpCheckReport",
     "OperatorsResult",
+    "RealWeightsCheck",
     "TrainingStepCheck",
     "TrainingStepRow",
 ]
@@ -261,6 +263,111 @@ class TrainingStepCheck(BaseModel):
         return "\n".join(lines)
 
 
+BUDGET_BYTES = 12 << 30
+"""Host memory the real-weights layer check may use. Measured on the meta device: DeepSeek-V3's layer 3
+(MLA attention, the shared and 4 routed experts, 1,024 vocabulary rows: 422M parameters) needs 11.0 GiB,
+Kimi K2's 8.8 GiB, Qwen3-30B-A3B's 1.1 GiB; a whole MoE layer (DeepSeek-V3's 256 experts: 11B) would not fit."""
+BYTES_PER_PARAM = 4 + 8 + 4 + 8 + 4  # fp32 as loaded, the fp64 reference and its gradients, the candidate and its
+
+
+class RealWeightsCheck(BaseModel):
+    """What the real-weights layer check read and how the layer compared."""
+
+    directory: Path
+    not_run: str | None = Field(None, description="Why the check did not run (no weights, over budget).")
+    layer: int | None = Field(None, description="Decoder layer of the release that ran.")
+    experts: str | None = Field(None, description="Routed experts kept, for an MoE layer.")
+    vocab_rows: int | None = None
+    files: list[str] = Field(default_factory=list, description="Shards read from.")
+    tensors: int = Field(0, description="Tensors read (scales included).")
+    bytes_read: int = 0
+    dequantised: int = Field(0, description="FP8 tensors dequantised with their scales.")
+    params: int = 0
+    estimate_bytes: int = Field(0, description=f"Host memory the check needs: {BYTES_PER_PARAM} bytes a parameter.")
+    budget_bytes: int = BUDGET_BYTES
+    problems: list[str] = Field(default_factory=list, description="What is wrong, naming the file and tensor.")
+    layers: LayerReport | None = None
+
+    @property
+    def passed(self) -> bool:
+        return not self.problems and self.layers is not None and self.layers.passed
+
+    def reasons(self) -> list[str]:
+        """Step 2 fails on these: the release's tensors, or the layer diverging on the platform."""
+        out = [f"real-weights layer: {p}" for p in self.problems]
+        if self.layers is not None and self.layers.error:
+            out.append(f"real-weights layer {self.layer} did not run on the platform: {self.layers.error}")
+        elif self.layers is not None and not self.layers.passed:
+            bad = next(r for r in self.layers.rows if not r.passed)
+            out.append(
+                f"real-weights layer diverges first at {bad.module} ({bad.phase}), {self.layers.compute_dtype} vs "
+                f"{self.layers.reference_dtype}: RMS error {bad.metrics.rel_rmse:.3g}, cosine "
+                f"{bad.metrics.cosine:.6f}: {bad.reason}"
+            )
+        return out
+
+    def headline(self) -> str:
+        if self.not_run:
+            return f"not run: {self.not_run[:80]}"
+        if self.problems:
+            return f"{len(self.problems)} problems in the release's tensors"
+        if self.layers is None:
+            return "not run"
+        verdict = "within tolerance" if self.layers.passed else "OUT of tolerance"
+        return f"layer {self.layer} {verdict}" + (
+            f" ({self.dequantised} FP8 tensors dequantised)" * bool(self.dequantised)
+        )
+
+    def to_markdown(self, random: LayerReport | None) -> str:
+        """The read, then each module's error on real weights beside the random-weight check's."""
+        head = "### A layer of the real weights: "
+        if self.not_run:
+            return head + f"not run\n\n{self.not_run}"
+        gib = 1 << 30
+        lines = [
+            head + ("PROBLEMS" if self.problems else "within tolerance" if self.passed else "OUT of tolerance"),
+            "",
+            f"Decoder layer {self.layer} of `{self.directory}`"
+            + (f", {self.experts}" if self.experts else "")
+            + f", the first {self.vocab_rows} rows of the embedding and head: {self.tensors} tensors, "
+            f"{self.bytes_read / 2**20:,.1f} MiB read from {len(self.files)} shard(s); {self.dequantised} FP8 tensors "
+            f"dequantised (weight x weight_scale_inv per block); {self.params / 1e6:,.1f}M parameters, "
+            f"estimated {self.estimate_bytes / gib:.2f} GiB within the budget of {self.budget_bytes / gib:.0f} GiB.",
+        ]
+        lines += [f"- PROBLEM: {p}" for p in self.problems]
+        if (r := self.layers) is None:
+            return "\n".join(lines)
+        lines += [
+            "",
+            f"{r.compute_dtype} vs {r.reference_dtype}: loss reference {r.loss_reference:.6f}, platform "
+            f"{r.loss_platform:.6f}; {r.seconds:.1f} s" + (f"; run failed: {r.error}" if r.error else ""),
+            *(f"- note: {n}" for n in r.notes),
+            "",
+            "| module | phase | real: rel RMSE | real: cosine | real: max abs | random weights"
+            + (f" (vs {random.reference_dtype})" if random else "")
+            + ": rel RMSE | random: cosine | verdict |",
+            "|---|---|---|---|---|---|---|---|",
+        ]
+        for row in r.rows:
+            m, twin = row.metrics, _random_twin(row, random, self.layer)
+            lines.append(
+                f"| {row.module} | {row.phase} | {m.rel_rmse:.3g} | {m.cosine:.6f} | {m.max_abs:.3g} | "
+                + (f"{twin.metrics.rel_rmse:.3g} | {twin.metrics.cosine:.6f}" if twin else "- | -")
+                + f" | {'ok' if row.passed else '**' + row.reason + '**'} |"
+            )
+        return "\n".join(lines)
+
+
+def _random_twin(row: LayerRow, random: LayerReport | None, layer: int | None) -> LayerRow | None:
+    """The random-weight check's row for the same module: its last decoder layer is the one kept here."""
+    if random is None:
+        return None
+    module = row.module
+    if layer is not None and module == f"layers.{layer}":
+        module = f"layers.{random.layers - 1}"
+    return next((r for r in random.rows if r.module == module and r.phase == row.phase), None)
+
+
 class OperatorsResult(StepResult):
     """Step 2's result: per-op checks (with adaptations), the whole-model layer comparison and the
     training step. Verdict: `fail` when an op is left failing, erroring or without a kernel after adaptation, the
@@ -273,6 +380,9 @@ class OperatorsResult(StepResult):
     ops: OpCheckReport
     layers: LayerReport | None = None
     training_step: TrainingStepCheck | None = None
+    real_weights: RealWeightsCheck | None = Field(
+        None, description="One layer of the release's own weights (day0.steps.operators.real_weights)."
+    )
     layers_live: LayerReport | None = Field(
         None, description="The whole-model check on the platform as shipped, when a wrong kernel was adapted."
     )
@@ -294,6 +404,7 @@ class OperatorsResult(StepResult):
         wrong = [a for a in adapted if a.cause == "wrong_numbers"]
         reasons = [_op_reason(c) for c in failed + missing] + _layer_reasons(self.layers)
         reasons += self.training_step.reasons() if self.training_step else []
+        reasons += self.real_weights.reasons() if self.real_weights else []
         reasons += [f"as shipped (wrong kernels live): {r}" for r in _layer_reasons(self.layers_live)]
         reasons += [f"as shipped: {r}" for r in (self.training_step_live.reasons() if self.training_step_live else [])]
         reasons += [
@@ -341,6 +452,7 @@ class OperatorsResult(StepResult):
             "adapted": str(len(adapted)),
             "not checked": f"{len(unchecked)} ops, {len(grads_unchecked)} gradients",
             "first divergent layer": layer,
+            "real-weights layer": self.real_weights.headline() if self.real_weights else "not run",
             "judged by": f"{self.ops.tolerance}: "
             + ", ".join(f"{n} {p}" for p, n in Counter(c.policy for c in checks).most_common()),
         }
@@ -391,6 +503,8 @@ class OperatorsResult(StepResult):
             parts.append(self.layers.to_markdown())
             if self._plot_layers():
                 parts.append("![per-module error](layers.png)")
+        if self.real_weights is not None:
+            parts.append(self.real_weights.to_markdown(self.layers))
         if self.training_step is not None:
             parts.append(self.training_step.to_markdown())
         if self.layers_live is not None or self.training_step_live is not None:
