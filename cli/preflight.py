@@ -11,7 +11,7 @@ when they run, so a run never gets minutes in to refuse what validate let throug
 policy step 2 is to judge by (msprobe's standards cached or snapshotted, when asked for), the backend's
 preconditions (kuberay needs an s3:// store and a node pool), the model source (resolves, offline
 when the hub is, to a plausible config, and the context lengths the spec writes fit the model's
-positions), the store answers
+positions, and the engine step 6 is to start loads it), the store answers
 (`check_store`; run always checks it, validate with `--check-store`; a file:// store must be a
 directory this process can write, or one it can create), the platform's operator library resolves
 (each package known, its version cached, snapshotted or served, its wheel holding the registry), and
@@ -33,7 +33,7 @@ from pathlib import Path
 from day0.errors import UsageError
 from day0.model.plausible import check_config
 from day0.model.source import resolve_model
-from day0.spec.checks import check_context_lengths, check_parallel, check_steps
+from day0.spec.checks import check_context_lengths, check_parallel, check_serving, check_steps
 from day0.spec.cluster import PlatformSpec
 from day0.spec.pipeline import STEPS, PipelineSpec, load_spec, load_yaml
 from day0.steps.operators.plan import check_tolerance
@@ -131,6 +131,7 @@ def check_spec(spec: PipelineSpec, check_store: bool, source: str = "<spec>") ->
     check_config(spec.model.source, resolved.config)
     check_context_lengths(spec, resolved.config, source)
     check_parallel(spec, resolved.config, source)
+    check_serving(spec, resolved.config, source)
     if check_store:
         check_store_answers(spec.storage)
 

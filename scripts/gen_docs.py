@@ -428,6 +428,12 @@ HEADLINES: dict[str, list[tuple[str, Callable[[dict[str, Any]], str]]]] = {
         ("best served rate (tiny Qwen3-MoE, transformers serve)", lambda r: f"{r['best_served_req_s']} req/s"),
         ("load client headroom over it", lambda r: f"{r['client_headroom_x']}x"),
     ],
+    "engines": [
+        (
+            "start-up, vLLM / transformers serve (tiny Qwen3-MoE, tiny DeepSeek-V3 MLA)",
+            lambda r: " / ".join(f"{m['startup_s']}x" for m in r["ratios_vllm_over_transformers"].values()),
+        ),
+    ],
     "webhook": [
         ("300 releases, 20 in flight: answer p99", lambda r: f"{r['burst_a']['latency_p99_ms']:.0f} ms"),
         ("2,000 deliveries, 50 in flight: all answered in", lambda r: f"{r['burst_b']['wall_s']} s"),
@@ -504,6 +510,8 @@ def benchmarks_page() -> str:
             lines += ["", "Target: " + "; ".join(dict.fromkeys(targets)) + "."]
         if bench == "faults" and "table" in results:
             lines += ["", results["table"].strip()]
+        if bench == "engines" and "table" in results:  # both engines over one sweep, ratios vLLM / transformers
+            lines += ["", *results["table"]]
         if bench == "serving":
             lines += ["", "![served throughput and p99 latency by concurrency](../images/bench-serving.png)"]
     return "\n".join(lines) + "\n"

@@ -26,6 +26,9 @@ Cheap and pure: neither torch, transformers nor the serving code is imported.
     its reason (`REFUSED_ENGINES`);
   - step 5: a `trial.dataset` or `trial.reference` that is a local path names a readable file
     (store URIs are read when the step runs).
+- `check_serving(spec, config, source)`: the engine step 6 is to start loads the model it serves
+  (`config` scaled as `trial.scale` says): vLLM's MLA kernels take only some latent widths
+  (`VLLM_MLA_CACHE_WIDTHS`, per device type). Step 6 checks the model it actually serves the same way.
 """
 
 from __future__ import annotations
@@ -40,13 +43,14 @@ from day0.core.typing import HFConfigDict
 from day0.errors import SpecError, SpecIssue
 from day0.model.release import rope_context
 from day0.spec.pipeline import PipelineSpec
-from day0.steps.inference.config import ENGINES, REFUSED_ENGINES
+from day0.steps.inference.config import ENGINES, REFUSED_ENGINES, vllm_mla_refusal
 from day0.steps.parallel.config import SOFTWARE_PROFILES
 from day0.steps.trial.config import CPU_REFERENCE, DEFAULT_DATASET
 
 __all__ = [
     "check_context_lengths",
     "check_parallel",
+    "check_serving",
     "check_steps",
     "dataset_issues",
     "engine_issues",
@@ -101,9 +105,22 @@ def check_steps(spec: PipelineSpec, steps: Iterable[str], source: str) -> None:
         raise SpecError(source, issues)
 
 
-def engine_issues(engine: str, device_type: str) -> list[SpecIssue]:
+def check_serving(spec: PipelineSpec, config: HFConfigDict, source: str) -> None:
+    """Refuse an engine that cannot load the model step 6 serves: `config` scaled as `trial.scale` says
+    (an MLA latent shrinks with the hidden size), at a width vLLM's MLA kernels lack."""
+    if "inference" not in spec.steps or not config.get("kv_lora_rank"):
+        return
+    rank, hidden = int(config["kv_lora_rank"]), config.get("hidden_size")
+    rank = spec.trial.scale.scaled_width(rank, int(hidden)) if hidden else rank
+    if issues := engine_issues(spec.inference.engine, spec.platform.device_type, {**config, "kv_lora_rank": rank}):
+        raise SpecError(source, issues)
+
+
+def engine_issues(engine: str, device_type: str, served: HFConfigDict | None = None) -> list[SpecIssue]:
     """Step 6 cannot start `engine` on `device_type`: refused with its reason, unknown, or not on that
-    device type."""
+    device type; or, given the served model's config, vLLM cannot load its MLA latent width."""
+    if engine == "vllm" and served and (refusal := vllm_mla_refusal(device_type, served)):
+        return [SpecIssue("inference.engine", f"'vllm': {refusal}; use 'transformers'")]
     if engine in REFUSED_ENGINES:
         return [SpecIssue("inference.engine", f"{engine!r}: {REFUSED_ENGINES[engine]}")]
     if engine not in ENGINES:

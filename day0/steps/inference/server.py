@@ -77,6 +77,7 @@ class EngineConfig(BaseModel):
     max_batch: int = Field(8, ge=1, description="vLLM's --max-num-seqs")
     max_model_len: int | None = Field(None, ge=1, description="vLLM's --max-model-len (None: the model's)")
     kv_cache_dtype: Literal["auto", "fp8"] = Field("auto", description="vLLM's --kv-cache-dtype")
+    attention_backend: str | None = Field(None, description="vLLM's --attention-backend (None: its choice)")
     startup_timeout_s: float = 300.0
 
     @property
@@ -110,6 +111,7 @@ class Server:
         self.model = str(config.model_dir)
         self.log_path = log_dir / f"engine-{self.port}.log"
         self.process: subprocess.Popen[bytes] | None = None
+        self.startup_s: float | None = None  # launch to the first 200 on /health
 
     def command(self) -> list[str]:
         c = self.config
@@ -132,6 +134,7 @@ class Server:
         cmd += ["--block-size", str(c.block_size), "--num-gpu-blocks-override", str(c.cache_blocks)]
         cmd += ["--max-num-seqs", str(c.max_batch), "--max-num-batched-tokens", str(c.max_batch_tokens)]
         cmd += ["--kv-cache-dtype", c.kv_cache_dtype, "--enforce-eager", "--enable-prefix-caching"]
+        cmd += ["--attention-backend", c.attention_backend] if c.attention_backend else []
         return cmd + (["--max-model-len", str(c.max_model_len)] if c.max_model_len else [])
 
     def _environment(self) -> dict[str, str]:
@@ -150,13 +153,15 @@ class Server:
             self.process = subprocess.Popen(
                 self.command(), stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
             )
-        deadline = time.monotonic() + self.config.startup_timeout_s
+        started = time.monotonic()
+        deadline = started + self.config.startup_timeout_s
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
                 raise ServingError(
                     f"{self.config.name} exited with {self.process.returncode} on start-up: {self.last_error()}"
                 )
             if self.health()[0] == 200:
+                self.startup_s = time.monotonic() - started
                 return
             time.sleep(0.5)
         raise ServingError(f"{self.config.name} did not answer /health within {self.config.startup_timeout_s:.0f} s")

