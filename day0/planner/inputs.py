@@ -148,7 +148,11 @@ class PlannerOptions(_Model, SearchChoices):
         "blockwise", description="The FP8 scaling recipe with fp8 compute (what the framework configs name)."
     )
     fp8_format: Literal["e4m3", "hybrid"] = Field("hybrid", description="FP8 format: e4m3, or e5m2 for gradients.")
-    micro_batches: list[int] = Field(default_factory=lambda: [1, 2, 4, 8], description="Micro-batch sizes searched.")
+    micro_batches: list[int] | None = Field(
+        None,
+        description="Micro-batch sizes searched; None: every size the global batch allows at each data-parallel "
+        "degree (issue 39: a published recipe's micro-batch of 16 was never tried under [1, 2, 4, 8]).",
+    )
     zero_stages: list[int] = Field(default_factory=lambda: [0, 1, 2, 3])
     recompute: list[Recompute] = Field(default_factory=lambda: list(get_args(Recompute)))
     recompute_method: Literal["uniform", "block"] = Field(

@@ -23,7 +23,7 @@ from day0.planner.inputs import GIB, ClusterFigures, PlannerOptions, costs_for
 from day0.planner.memory import param_bytes, usable_bytes
 from day0.planner.model import ModelCosts
 from day0.planner.results import MEMORY_TERMS, Infeasibility, Plan, PlanSearch, make_plan
-from day0.planner.space import enumerate_degrees, knob_settings
+from day0.planner.space import enumerate_degrees, knob_settings, with_step4_techniques
 from day0.planner.values import OFFLOADS, RECOMPUTES, Degrees, MemoryEstimate, MemoryKnobs
 from day0.spec.pipeline import TrainingSpec
 from day0.steps.parallel.config import ParallelConstraints
@@ -85,7 +85,10 @@ def plan_parallelism(
 ) -> PlanSearch:
     """Ranked feasible plans (best per degree tuple) or, if none fits, why and the accelerators needed."""
     t0 = time.perf_counter()
-    options, cons = options or PlannerOptions(), _constraints(constraints)
+    options, cons = (
+        with_step4_techniques(options or PlannerOptions(), training.precision.compute),
+        _constraints(constraints),
+    )
     costs = costs_for(structure, options, training.precision.compute)
     rejected: Counter[str] = Counter()
     knobs = knob_settings(options)
@@ -175,7 +178,10 @@ def brute_force(
 ) -> PlanSearch:
     """Every (degree tuple, knob setting) evaluated in full: the reference the pruned search must match."""
     t0 = time.perf_counter()
-    options, cons = options or PlannerOptions(), _constraints(constraints)
+    options, cons = (
+        with_step4_techniques(options or PlannerOptions(), training.precision.compute),
+        _constraints(constraints),
+    )
     costs = costs_for(structure, options, training.precision.compute)
     rejected: Counter[str] = Counter()
     knobs, ranked, evaluated, tuples, min_mem = knob_settings(options), [], 0, 0, math.inf
@@ -206,7 +212,7 @@ def min_accelerators(
     """(smallest whole-node accelerator count with a feasible plan, or None up to 2^18; model-state bytes
     with every state sharded). Doubles from the model-state floor to the first count that fits, then scans
     the whole-node counts below it (feasibility is not monotone: batch and layer divisibility)."""
-    options = options or PlannerOptions()
+    options = with_step4_techniques(options or PlannerOptions(), training.precision.compute)
     costs = costs_for(structure, options, training.precision.compute)
     cons = _constraints(constraints).model_copy(update={"accelerators": None})
     prec = training.precision

@@ -56,6 +56,10 @@ def planner_inputs(
         searched = {"zero_stages": list(sw.zero_stages), "software_overlaps": list(sw.overlaps)}
         options = options.model_copy(update=unwritten | searched)
     options = pin_options(spec, options)
+    if "fp8_activation_cache" in p.model_fields_set and "fp8_activation_cache" not in options.pinned:
+        # written, it is kept as a pin is: the search does not switch the cache on (space.with_step4_techniques)
+        pins = {**options.pinned, "fp8_activation_cache": "planner.fp8_activation_cache"}
+        options = options.model_copy(update={"pinned": pins})
     if p.profile == "calibrated" and profile is None:
         raise UsageError(
             f"planner.profile: 'calibrated' but the store has no profile for platform {spec.platform.name!r}; "
