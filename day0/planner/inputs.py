@@ -129,6 +129,11 @@ class PlannerOptions(_Model, SearchChoices):
         description="Communication overlaps the training software has: step 4 switches on only these "
         "(`planner.software` sets them; default: Megatron-Core's, all three).",
     )
+    software_dualpipe: bool = Field(
+        True,
+        description="The training software has DeepSeek's DualPipe schedule (deepseek-ai/DualPipe): the search tries "
+        "it beside 1F1B where PP is even, unless `dualpipe` is pinned (`planner.software` sets it; default true).",
+    )
     fused_optimizer: bool = Field(
         True,
         description="Adam is one fused pass over its states (Megatron, DeepSpeed); false: torch's foreach AdamW, "

@@ -105,8 +105,7 @@ def enumerate_degrees(
                 if rest % pp or pp > L or pp > (c.max_pipeline_parallel or L):
                     rejected["PP does not divide the accelerators, exceeds the layers or max_pipeline_parallel"] += 1
                     continue
-                dualpipe_odd = "dualpipe" in options.pinned and options.dualpipe and pp % 2 == 1
-                if ((pinned_vpp or 1) > 1 and pp == 1) or dualpipe_odd:
+                if ((pinned_vpp or 1) > 1 and pp == 1) or (options.dualpipe and pp % 2 == 1):
                     rejected["PP 1 (or odd, with DualPipe) under pinned virtual stages or DualPipe"] += 1
                     continue
                 dp = rest // pp
@@ -144,9 +143,13 @@ def _inner(
             rejected["global batch not divisible by DP x micro-batch"] += 1
             continue
         m = training.global_batch // (dp * mb)
+        if options.dualpipe and (m % 2 or m < 2 * pp):  # deepseek-ai/DualPipe dualpipe.py, DualPipe.step's assert
+            rejected["DualPipe needs an even number of micro-batches, at least twice PP"] += 1
+            continue
         vpps = [
             v
             for v in _fixed(c.virtual_pipeline_stages, list(range(1, options.max_virtual_stages + 1)))
+            if not (options.dualpipe and v > 1)  # DualPipe is its own schedule
             if v == 1 or (pp > 1 and pp * v <= costs.num_layers and m % pp == 0)
         ]
         if not vpps:
