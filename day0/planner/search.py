@@ -127,7 +127,24 @@ def _search(
     # re-queued with the static bound when it first reaches the front; a tuple is evaluated when its
     # static bound reaches the front, and the search stops when any bound is above the kept plans
     degrees = list(enumerate_degrees(costs, cluster, training, cons, options, rejected))
-    queue = [(bound_of.quick(d), 0, _key(d, knobs[0], 0.0)[1:], i) for i, d in enumerate(degrees)]
+    # ties broken on the degrees in `_key`'s order (its knob part is the same for every tuple here)
+    queue = [
+        (
+            bound_of.quick(d),
+            0,
+            (
+                d.tensor_parallel,
+                d.pipeline_parallel,
+                d.virtual_pipeline_stages,
+                d.context_parallel,
+                d.expert_parallel,
+                d.expert_tensor_parallel,
+                d.micro_batch,
+            ),
+            i,
+        )
+        for i, d in enumerate(degrees)
+    ]
     heapq.heapify(queue)
     min_mem, evaluated, visited, leanest = math.inf, 0, 0, None
     kept: list[tuple] = []  # heap of negated keys: kept[0] is the worst kept plan
