@@ -145,6 +145,8 @@ def _search(
         )
         for i, d in enumerate(degrees)
     ]
+    if cutoff < math.inf:  # a tuple whose bound reaches the cutoff is never evaluated: not queued
+        queue = [q for q in queue if q[0] < cutoff]
     heapq.heapify(queue)
     min_mem, evaluated, visited, leanest = math.inf, 0, 0, None
     kept: list[tuple] = []  # heap of negated keys: kept[0] is the worst kept plan
