@@ -80,9 +80,9 @@ class SearchChoices(BaseModel):
 class SoftwareProfile(BaseModel):
     """What a framework generation brings to the cost model, each figure with the source it is read from:
     the gradient buffer it keeps, whether its attention stores the scores, the fraction of the bf16 peak its
-    attention kernels reach, the ZeRO stages and the communication overlaps it has. `planner.software` selects
-    one; a figure the spec writes in `planner:` wins over it, and a calibrated profile's measurements over both
-    (`planner_inputs`)."""
+    attention kernels reach, the ZeRO stages, the communication overlaps and DualPipe if it has them.
+    `planner.software` selects one; a figure the spec writes in `planner:` wins over it, and a calibrated
+    profile's measurements over both (`planner_inputs`)."""
 
     framework: str
     grad_dtype: Literal["fp32", "bf16"]
