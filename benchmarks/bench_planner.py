@@ -85,6 +85,7 @@ def published_errors() -> dict:
             "mfu": round(p.mfu or 0, 4),
             "miss": raw.get("miss"),
             "software": run.software,
+            "source": run.source,
         }
     errors = [abs(r["error"]) for r in rows.values() if r["error"] is not None]
     within = [abs(r["error"]) for r in rows.values() if r["error"] is not None and not r["miss"]]
@@ -95,6 +96,43 @@ def published_errors() -> dict:
         "max_abs_error": round(max(errors), 4),
         "within_bound": {"runs": len(within), "mean_abs_error": round(sum(within) / len(within), 4)},
         "target": "every run <= 20%, mean <= 8% (issue 25); runs marked miss: say why",
+    }
+
+
+def leave_one_source_out(published: dict) -> dict:
+    """Issue 39 item 6: accuracy as a user meets it, each source's runs predicted with nothing fitted on that
+    source. No constant of the cost model is fitted on the table (each is cited: a datasheet, a paper, a
+    framework's default), so a held-out source's errors are its runs' errors as they stand; what the table
+    does set is the step-time band (`uncertainty`), so each source's runs are checked against the band taken
+    from the other sources' runs only. Target: mean |error| <= 15%, worst <= 35%."""
+    from day0.planner.uncertainty import COVERAGE, central_errors
+
+    runs = [r for r in published["runs"].values() if r["error"] is not None]
+    sources: dict[str, dict] = {}
+    inside = 0
+    for source in sorted({r["source"] for r in runs}):
+        held = [r["error"] for r in runs if r["source"] == source]
+        low, high = central_errors([r["error"] for r in runs if r["source"] != source])
+        hits = sum(low <= e <= high for e in held)
+        inside += hits
+        sources[" ".join(source.split())[:80]] = {
+            "runs": len(held),
+            "mean_abs_error": round(sum(abs(e) for e in held) / len(held), 4),
+            "worst_error": round(max(held, key=abs), 4),
+            "inside_band_of_the_others": hits,
+        }
+    errors = [abs(r["error"]) for r in runs]
+    mean, worst = sum(errors) / len(errors), max(errors)
+    return {
+        "runs": len(runs),
+        "mean_abs_error": round(mean, 4),
+        "median_abs_error": round(statistics.median(errors), 4),
+        "max_abs_error": round(worst, 4),
+        "band_coverage": round(inside / len(runs), 3),
+        "band_coverage_target": COVERAGE,
+        "sources": sources,
+        "target": "mean |error| <= 15%, worst <= 35% (issue 39 item 6)",
+        "met": mean <= 0.15 and worst <= 0.35,
     }
 
 
@@ -187,7 +225,7 @@ def run(brute: bool = True) -> dict:
     from day0.spec.cluster import PlatformSpec
     from day0.spec.pipeline import TrainingSpec, load_yaml
 
-    results = {}
+    results, published = {}, published_errors()
     for name, model, platform, n, seq, gb, target in CASES:
         s = _structure(model)
         hw = PlatformSpec.model_validate(load_yaml(CONFIGS_DIR / "platforms" / f"{platform}.yaml")).hardware
@@ -228,7 +266,8 @@ def run(brute: bool = True) -> dict:
         results[name] = row
     return {
         "cases": results,
-        "published": published_errors(),
+        "published": published,
+        "leave_one_source_out": leave_one_source_out(published),
         "startup": startup_ratio(),
         "target": "full search for Kimi K2 (1.03T MoE) on 2048 and on 16384 accelerators <= 0.5 s of CPU",
         "note": "wall time depends on other load on the shared 2-core machine; process CPU time is the "

@@ -405,6 +405,10 @@ HEADLINES: dict[str, list[tuple[str, Callable[[dict[str, Any]], str]]]] = {
         ),
         ("Kimi K2 on 16,384: full search, CPU", lambda r: f"{r['cases']['kimi-k2-16384']['search_cpu_s']} s"),
         ("published runs: mean / median / worst step-time error", lambda r: _published(r["published"])),
+        (
+            "leave-one-source-out: mean / median / worst error, band coverage",
+            lambda r: _published(r["leave_one_source_out"]) + f", {r['leave_one_source_out']['band_coverage']:.0%}",
+        ),
         ("`day0 plan` start-up / `import pydantic, yaml`: median (worst)", lambda r: _startup(r["startup"])),
     ],
     "operators": [

@@ -129,6 +129,11 @@ class PlannerOptions(_Model, SearchChoices):
         description="Communication overlaps the training software has: step 4 switches on only these "
         "(`planner.software` sets them; default: Megatron-Core's, all three).",
     )
+    software_dualpipe: bool = Field(
+        True,
+        description="The training software has DeepSeek's DualPipe schedule (deepseek-ai/DualPipe): the search tries "
+        "it beside 1F1B where PP is even, unless `dualpipe` is pinned (`planner.software` sets it; default true).",
+    )
     fused_optimizer: bool = Field(
         True,
         description="Adam is one fused pass over its states (Megatron, DeepSpeed); false: torch's foreach AdamW, "
@@ -148,7 +153,11 @@ class PlannerOptions(_Model, SearchChoices):
         "blockwise", description="The FP8 scaling recipe with fp8 compute (what the framework configs name)."
     )
     fp8_format: Literal["e4m3", "hybrid"] = Field("hybrid", description="FP8 format: e4m3, or e5m2 for gradients.")
-    micro_batches: list[int] = Field(default_factory=lambda: [1, 2, 4, 8], description="Micro-batch sizes searched.")
+    micro_batches: list[int] | None = Field(
+        None,
+        description="Micro-batch sizes searched; None: every size the global batch allows at each data-parallel "
+        "degree (issue 39: a published recipe's micro-batch of 16 was never tried under [1, 2, 4, 8]).",
+    )
     zero_stages: list[int] = Field(default_factory=lambda: [0, 1, 2, 3])
     recompute: list[Recompute] = Field(default_factory=lambda: list(get_args(Recompute)))
     recompute_method: Literal["uniform", "block"] = Field(

@@ -1,9 +1,12 @@
 """Step 4: memory and communication techniques for a chosen plan, each with its estimated effect.
 
-Contract: `choose_optimizations` is pure. For the plan's parallel degrees it (1) turns on, in turn, each
-communication technique that shortens the step (overlaps; bf16 gradient reduction when it saves >1% of
-the step; fp8 MoE dispatch only when training already computes in fp8, as DeepSeek-V3 sec. 3.3 does),
-then (2) re-picks recompute / ZeRO stage / offload for the fastest setting that fits. A knob the spec
+Contract: `choose_optimizations` is pure. Step 3 ranks plans with the techniques switched on that step 4
+would take (`space.with_step4_techniques`: the software's overlaps; fp8 dispatch and activation caching with
+fp8 compute). For the plan's parallel degrees step 4 then (1) turns on, in turn, each communication technique
+that shortens the step (overlaps; bf16 gradient reduction when it saves >1% of the step; fp8 MoE dispatch only
+when training already computes in fp8, as DeepSeek-V3 sec. 3.3 does) and switches a lossy one step 3 ranked
+with back off where it saves under 1%, then (2) re-picks recompute / ZeRO stage / offload for the fastest
+setting that fits, and repeats (1) and (2) until the knobs settle. A knob the spec
 pins (`options.pinned`) is never changed. The result's `sequence` is step 3's plan and the plan after
 each change, in order, so the changes add up to the saving; `techniques` reports every alternative
 against the final choice (memory saved, time cost). The chosen plan comes with its Megatron-LM and
@@ -82,49 +85,26 @@ def choose_optimizations(
     options: PlannerOptions | None = None,
 ) -> Optimization:
     options = options or PlannerOptions()
-    d, base_knobs, pinned = plan.parallel, plan.memory_knobs, options.pinned
+    d, base_knobs = plan.parallel, plan.memory_knobs
     base = _ctx(structure, cluster, training, d, options, options.comm)
     before_t, before_m = base.step_seconds(base_knobs), base.memory(base_knobs).total_bytes
     sequence = [SequenceStep(after="step 3's plan", step_s=before_t, delta_s=0.0, memory_bytes=before_m)]
-    comm, reasons, t_prev = options.comm, {}, before_t
-    for technique, value, update in _comm_candidates(d, options, structure.moe is not None):
-        field = next(iter(update))
-        if field in pinned:
-            reasons[technique] = f"pinned by {pinned[field]}"
-            continue
-        if field.endswith("_overlap") and field.removesuffix("_overlap") not in options.software_overlaps:
-            reasons[technique] = "kept off: the training software has no such overlap (planner.software)"
-            continue
-        if getattr(comm, field) == update[field]:
-            reasons[technique] = "on in step 3's plan already"
-            continue
-        trial = comm.model_copy(update=update)
-        t_new = _ctx(structure, cluster, training, d, options, trial).step_seconds(base_knobs)
-        lossy = technique in ("dispatch dtype", "gradient reduce dtype")
-        if technique == "dispatch dtype" and training.precision.compute != "fp8":
-            reasons[technique] = "kept bf16: fp8 dispatch only with fp8 training (accuracy)"
-        elif t_new < t_prev * (1 - _MIN_GAIN if lossy else 1):
-            comm, reasons[technique] = trial, f"saves {t_prev - t_new:.3f} s per step (in the sequence above)"
-            sequence.append(
-                SequenceStep(after=f"{technique} {value}", step_s=t_new, delta_s=t_new - t_prev, memory_bytes=before_m)
-            )
-            t_prev = t_new
-        else:
-            reasons[technique] = "no measurable gain for this plan"
+    comm, knobs = _applicable(options.comm, d, options, structure.moe is not None), base_knobs
+    reasons: dict[str, str] = {}
+    # a technique's gain depends on the memory knobs and the knobs' pick on the techniques: the techniques
+    # are judged again after each re-pick until the knobs settle (issue 39: fp8 dispatch was declined
+    # against the knobs before the re-pick, which its own table then showed saving 12%)
+    for _ in range(4):
+        comm = _techniques(structure, cluster, training, d, options, comm, knobs, reasons, sequence)
+        ctx = _ctx(structure, cluster, training, d, options, comm)
+        found = best_knobs(ctx, knob_settings(options))
+        if found is None or found[1] == knobs:
+            break
+        change, knobs = _knob_change(knobs, found[1]), found[1]
+        memory = ctx.memory(knobs).total_bytes
+        sequence.append(_row(change, ctx.step_seconds(knobs), sequence[-1].step_s, memory))
     ctx = _ctx(structure, cluster, training, d, options, comm)
-    found = best_knobs(ctx, knob_settings(options))
-    knobs = found[1] if found else base_knobs
     final = make_plan(ctx, knobs, ctx.memory(knobs), ctx.time(knobs)).model_copy(update={"rank": plan.rank})
-    if knobs != base_knobs:
-        after = final.time.step_s
-        sequence.append(
-            SequenceStep(
-                after=_knob_change(base_knobs, knobs),
-                step_s=after,
-                delta_s=after - t_prev,
-                memory_bytes=final.memory.total_bytes,
-            )
-        )
     techniques = _memory_choices(ctx, knobs, options) + _comm_choices(
         structure, cluster, training, d, options, comm, knobs, reasons
     )
@@ -141,6 +121,68 @@ def choose_optimizations(
         sequence=sequence,
         frameworks=framework_configs(final, setup),
     )
+
+
+def _techniques(
+    structure: ModelStructure,
+    cluster: ClusterFigures,
+    training: TrainingSpec,
+    d: Degrees,
+    options: PlannerOptions,
+    comm: CommSettings,
+    knobs: MemoryKnobs,
+    reasons: dict[str, str],
+    sequence: list[SequenceStep],
+) -> CommSettings:
+    """One pass over the communication techniques under `knobs`: each switched on where it shortens the
+    step (a lossy one by over 1%), a lossy one step 3 ranked with switched back off where it saves less;
+    `reasons` and `sequence` record what changed."""
+    t_prev = sequence[-1].step_s
+    memory = sequence[-1].memory_bytes
+    for technique, value, update in _comm_candidates(d, options, structure.moe is not None):
+        field = next(iter(update))
+        lossy = technique in ("dispatch dtype", "gradient reduce dtype")
+        if field in options.pinned:
+            reasons[technique] = f"pinned by {options.pinned[field]}"
+            continue
+        if field.endswith("_overlap") and field.removesuffix("_overlap") not in options.software_overlaps:
+            reasons[technique] = "kept off: the training software has no such overlap (planner.software)"
+            continue
+        if technique == "dispatch dtype" and training.precision.compute != "fp8":
+            reasons[technique] = "kept bf16: fp8 dispatch only with fp8 training (accuracy)"
+            continue
+        on = getattr(comm, field) == update[field]
+        if on and not lossy:
+            reasons.setdefault(technique, "on in step 3's plan (the search ranks plans with it)")
+            continue
+        trial = comm.model_copy(update={field: _OFF[field]} if on else update)
+        t_new = _ctx(structure, cluster, training, d, options, trial).step_seconds(knobs)
+        if on:  # a lossy technique step 3 ranked with: kept only where it saves over 1%
+            if t_prev >= t_new * (1 - _MIN_GAIN):
+                comm, reasons[technique] = trial, "switched back off: saves under 1% of the step for this plan"
+                sequence.append(_row(f"{technique} off", t_new, t_prev, memory))
+                t_prev = t_new
+            else:
+                reasons.setdefault(technique, f"on in step 3's plan: saves {t_new - t_prev:.3f} s per step")
+        elif t_new < t_prev * (1 - _MIN_GAIN if lossy else 1):
+            comm, reasons[technique] = trial, f"saves {t_prev - t_new:.3f} s per step (in the sequence above)"
+            sequence.append(_row(f"{technique} {value}", t_new, t_prev, memory))
+            t_prev = t_new
+        else:
+            reasons[technique] = "no measurable gain for this plan"
+    return comm
+
+
+def _applicable(comm: CommSettings, d: Degrees, options: PlannerOptions, moe: bool) -> CommSettings:
+    """`comm` without the techniques step 3 ranked every plan with that have nothing to act on in these
+    degrees (TP overlap at TP 1, MoE dispatch techniques without EP), unless pinned: the plan names none."""
+    listed = {next(iter(u)) for _t, _v, u in _comm_candidates(d, options, moe)}
+    unused = ("tp_overlap", "ep_overlap", "dispatch_dtype")
+    return comm.model_copy(update={f: _OFF[f] for f in unused if f not in listed and f not in options.pinned})
+
+
+def _row(after: str, step: float, before: float, memory: float) -> SequenceStep:
+    return SequenceStep(after=after, step_s=step, delta_s=step - before, memory_bytes=memory)
 
 
 def _option(ctx: PlanContext, value: str, k: MemoryKnobs, ref_m: float, ref_t: float) -> TechniqueOption:

@@ -81,6 +81,7 @@ def pin_options(spec: PipelineSpec, options: PlannerOptions) -> PlannerOptions:
         pinned["fp8_recipe"] = f + "fp8"
         if p.fp8.activation_cache is not None:
             update["fp8_activation_cache"] = p.fp8.activation_cache
+            pinned["fp8_activation_cache"] = f + "fp8.activation_cache"
         if p.fp8.dispatch is not None:
             comm["dispatch_dtype"] = "fp8" if p.fp8.dispatch else "bf16"
             pinned["dispatch_dtype"] = f + "fp8.dispatch"

@@ -137,6 +137,10 @@ def run_options(run: PublishedRun, hw: PublishedHardware) -> PlannerOptions:
     opts["offload"] = [run.offload or "none"]
     if run.sequence_parallel is not None:
         opts["sequence_parallel"] = run.sequence_parallel
+    # the published setup's communication and schedule as the table gives them (unstated overlaps off, 1F1B):
+    # what the run did, not what steps 3-4 would switch on
+    fixed = ("tp_overlap", "ep_overlap", "dp_overlap", "dispatch_dtype", "fp8_activation_cache", "dualpipe")
+    opts["pinned"] = dict.fromkeys(fixed, "the published run")
     return PlannerOptions.model_validate(opts)
 
 

@@ -23,7 +23,7 @@ from day0.planner.inputs import GIB, ClusterFigures, PlannerOptions, costs_for
 from day0.planner.memory import param_bytes, usable_bytes
 from day0.planner.model import ModelCosts
 from day0.planner.results import MEMORY_TERMS, Infeasibility, Plan, PlanSearch, make_plan
-from day0.planner.space import enumerate_degrees, knob_settings
+from day0.planner.space import enumerate_degrees, knob_settings, with_step4_techniques
 from day0.planner.values import OFFLOADS, RECOMPUTES, Degrees, MemoryEstimate, MemoryKnobs
 from day0.spec.pipeline import TrainingSpec
 from day0.steps.parallel.config import ParallelConstraints
@@ -75,6 +75,20 @@ def _constraints(constraints: ParallelConstraints | None) -> ParallelConstraints
     return constraints or ParallelConstraints()
 
 
+def _schedules(options: PlannerOptions) -> list[PlannerOptions]:
+    """The pipeline schedules searched: the options' own, and DualPipe beside 1F1B where the software has it
+    and the spec neither pins nor writes it (issue 39: a published DualPipe plan beat the planner's own)."""
+    if options.dualpipe or not options.software_dualpipe or "dualpipe" in options.pinned:
+        return [options]
+    return [options, options.model_copy(update={"dualpipe": True})]
+
+
+def _fastest(searches: list[PlanSearch]) -> PlanSearch:
+    """The search whose best plan is fastest (the first when none has a plan, or on a tie)."""
+    feasible = [s for s in searches if s.best is not None]
+    return min(feasible, key=lambda s: s.plans[0].time.step_s) if feasible else searches[0]
+
+
 def plan_parallelism(
     structure: ModelStructure,
     cluster: ClusterFigures,
@@ -83,9 +97,28 @@ def plan_parallelism(
     options: PlannerOptions | None = None,
     find_min_accelerators: bool = True,
 ) -> PlanSearch:
-    """Ranked feasible plans (best per degree tuple) or, if none fits, why and the accelerators needed."""
+    """Ranked feasible plans (best per degree tuple) or, if none fits, why and the accelerators needed; with
+    two schedules searched (`_schedules`), the plans of the one with the fastest plan."""
+    first, *others = _schedules(with_step4_techniques(options or PlannerOptions(), training.precision.compute))
+    found = _search(structure, cluster, training, constraints, first, find_min_accelerators)
+    if found.best is None:  # DualPipe's tuples are 1F1B's with more memory: none fits either
+        return found
+    cutoff = found.best.time.step_s  # only a faster plan changes the answer
+    return _fastest([found, *(_search(structure, cluster, training, constraints, o, False, cutoff) for o in others)])
+
+
+def _search(
+    structure: ModelStructure,
+    cluster: ClusterFigures,
+    training: TrainingSpec,
+    constraints: ParallelConstraints | None,
+    options: PlannerOptions,
+    find_min_accelerators: bool,
+    cutoff: float = math.inf,
+) -> PlanSearch:
+    """The best-first search of one schedule; with a `cutoff`, only tuples whose bound is under it."""
     t0 = time.perf_counter()
-    options, cons = options or PlannerOptions(), _constraints(constraints)
+    cons = _constraints(constraints)
     costs = costs_for(structure, options, training.precision.compute)
     rejected: Counter[str] = Counter()
     knobs = knob_settings(options)
@@ -94,13 +127,32 @@ def plan_parallelism(
     # re-queued with the static bound when it first reaches the front; a tuple is evaluated when its
     # static bound reaches the front, and the search stops when any bound is above the kept plans
     degrees = list(enumerate_degrees(costs, cluster, training, cons, options, rejected))
-    queue = [(bound_of.quick(d), 0, _key(d, knobs[0], 0.0)[1:], i) for i, d in enumerate(degrees)]
+    # ties broken on the degrees in `_key`'s order (its knob part is the same for every tuple here)
+    queue = [
+        (
+            bound_of.quick(d),
+            0,
+            (
+                d.tensor_parallel,
+                d.pipeline_parallel,
+                d.virtual_pipeline_stages,
+                d.context_parallel,
+                d.expert_parallel,
+                d.expert_tensor_parallel,
+                d.micro_batch,
+            ),
+            i,
+        )
+        for i, d in enumerate(degrees)
+    ]
+    if cutoff < math.inf:  # a tuple whose bound reaches the cutoff is never evaluated: not queued
+        queue = [q for q in queue if q[0] < cutoff]
     heapq.heapify(queue)
     min_mem, evaluated, visited, leanest = math.inf, 0, 0, None
     kept: list[tuple] = []  # heap of negated keys: kept[0] is the worst kept plan
     while queue:
         bound, refined, tie, i = heapq.heappop(queue)
-        if len(kept) >= options.keep_plans and bound > -kept[0][0][0]:
+        if (len(kept) >= options.keep_plans and bound > -kept[0][0][0]) or bound >= cutoff:
             break
         d = degrees[i]
         if not refined:
@@ -174,8 +226,19 @@ def brute_force(
     options: PlannerOptions | None = None,
 ) -> PlanSearch:
     """Every (degree tuple, knob setting) evaluated in full: the reference the pruned search must match."""
+    options = with_step4_techniques(options or PlannerOptions(), training.precision.compute)
+    return _fastest([_brute_force(structure, cluster, training, constraints, o) for o in _schedules(options)])
+
+
+def _brute_force(
+    structure: ModelStructure,
+    cluster: ClusterFigures,
+    training: TrainingSpec,
+    constraints: ParallelConstraints | None,
+    options: PlannerOptions,
+) -> PlanSearch:
     t0 = time.perf_counter()
-    options, cons = options or PlannerOptions(), _constraints(constraints)
+    cons = _constraints(constraints)
     costs = costs_for(structure, options, training.precision.compute)
     rejected: Counter[str] = Counter()
     knobs, ranked, evaluated, tuples, min_mem = knob_settings(options), [], 0, 0, math.inf
@@ -206,7 +269,9 @@ def min_accelerators(
     """(smallest whole-node accelerator count with a feasible plan, or None up to 2^18; model-state bytes
     with every state sharded). Doubles from the model-state floor to the first count that fits, then scans
     the whole-node counts below it (feasibility is not monotone: batch and layer divisibility)."""
-    options = options or PlannerOptions()
+    options = with_step4_techniques(options or PlannerOptions(), training.precision.compute)
+    if options.micro_batches is None:  # feasibility only: the least micro-batch is the leanest
+        options = options.model_copy(update={"micro_batches": [1]})
     costs = costs_for(structure, options, training.precision.compute)
     cons = _constraints(constraints).model_copy(update={"accelerators": None})
     prec = training.precision
@@ -319,7 +384,7 @@ def _report(
                 if need
                 else f"; no count up to {_MAX_ACCELERATORS} fits"
             )
-    if structure.moe and "deepseek" in structure.model_type and not options.dualpipe:
+    if structure.moe and "deepseek" in structure.model_type and len(_schedules(options)) == 1 and not options.dualpipe:
         notes.append("1F1B schedule assumed; parallel.dualpipe: true plans DeepSeek-V3's DualPipe (two weight copies)")
     return PlanSearch(
         model=structure.model,

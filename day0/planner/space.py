@@ -6,6 +6,7 @@ clusters with it.
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Iterator
 
@@ -15,11 +16,29 @@ from day0.planner.values import OFFLOADS, RECOMPUTES, Degrees, MemoryKnobs
 from day0.spec.pipeline import TrainingSpec
 from day0.steps.parallel.config import ParallelConstraints
 
-__all__ = ["enumerate_degrees", "knob_settings"]
+__all__ = ["enumerate_degrees", "knob_settings", "micro_batches", "with_step4_techniques"]
 
 
 def _divisors(n: int) -> list[int]:
-    return [i for i in range(1, n + 1) if n % i == 0]
+    small = [i for i in range(1, math.isqrt(n) + 1) if n % i == 0]
+    return sorted({*small, *(n // i for i in small)})
+
+
+def with_step4_techniques(options: PlannerOptions, compute: str) -> PlannerOptions:
+    """`options` with the techniques step 4 would switch on where they pay, so the search ranks complete
+    plans: every communication overlap the training software has, and with fp8 compute fp8 MoE dispatch
+    and fp8 activation caching (Transformer Engine's fp8 linears keep their inputs in fp8; the cache only
+    saves memory in this model), each unless the spec pins it. Issue 39: plans ranked before step 4's
+    overlaps were up to 13.5% slower after them than the published setup after them."""
+    pins = options.pinned
+    comm: dict[str, object] = {f"{o}_overlap": True for o in options.software_overlaps if f"{o}_overlap" not in pins}
+    update: dict[str, object] = {}
+    if compute == "fp8":
+        if "dispatch_dtype" not in pins:
+            comm["dispatch_dtype"] = "fp8"
+        if "fp8_activation_cache" not in pins:
+            update["fp8_activation_cache"] = True
+    return options.model_copy(update={**update, "comm": options.comm.model_copy(update=comm)})
 
 
 def knob_settings(options: PlannerOptions) -> list[MemoryKnobs]:
@@ -32,6 +51,17 @@ def knob_settings(options: PlannerOptions) -> list[MemoryKnobs]:
         for off in OFFLOADS
         if off in options.offload
     ]
+
+
+def micro_batches(training: TrainingSpec, c: ParallelConstraints, options: PlannerOptions, dp: int) -> list[int]:
+    """The micro-batches searched at data-parallel degree `dp`: the pinned one, the listed ones, else every
+    size the global batch allows (the divisors of global batch / DP; the search's memory bound discards
+    those too large to fit)."""
+    if c.micro_batch is not None:
+        return [c.micro_batch]
+    if options.micro_batches is not None:
+        return sorted({*options.micro_batches, training.micro_batch})
+    return _divisors(training.global_batch // dp) if training.global_batch % dp == 0 else [1]
 
 
 def _fixed(value: int | None, candidates: list[int]) -> list[int]:
@@ -64,7 +94,6 @@ def enumerate_degrees(
         for x in _fixed(c.context_parallel, [2**i for i in range(8) if 2**i <= options.max_context_parallel])
         if x == 1 or training.seq_len % (2 * x) == 0
     ]
-    mbs = [c.micro_batch] if c.micro_batch is not None else sorted({*options.micro_batches, training.micro_batch})
     pinned_vpp = c.virtual_pipeline_stages
     for tp in tps:
         for cp in cps:
@@ -76,15 +105,14 @@ def enumerate_degrees(
                 if rest % pp or pp > L or pp > (c.max_pipeline_parallel or L):
                     rejected["PP does not divide the accelerators, exceeds the layers or max_pipeline_parallel"] += 1
                     continue
-                dualpipe_odd = "dualpipe" in options.pinned and options.dualpipe and pp % 2 == 1
-                if ((pinned_vpp or 1) > 1 and pp == 1) or dualpipe_odd:
+                if ((pinned_vpp or 1) > 1 and pp == 1) or (options.dualpipe and pp % 2 == 1):
                     rejected["PP 1 (or odd, with DualPipe) under pinned virtual stages or DualPipe"] += 1
                     continue
                 dp = rest // pp
                 if c.data_parallel is not None and dp != c.data_parallel:
                     rejected["DP differs from the fixed data_parallel"] += 1
                     continue
-                yield from _inner(costs, training, constraints, options, tp, cp, pp, dp, mbs, rejected)
+                yield from _inner(costs, training, constraints, options, tp, cp, pp, dp, rejected)
 
 
 def _inner(
@@ -96,7 +124,6 @@ def _inner(
     cp: int,
     pp: int,
     dp: int,
-    mbs: list[int],
     rejected: Counter[str],
 ) -> Iterator[Degrees]:
     moe = costs.num_experts > 0
@@ -111,14 +138,18 @@ def _inner(
         if not etps:
             rejected[f"expert-TP {c.expert_tensor_parallel} is neither 1 nor TP {tp}"] += 1
             return
-    for mb in mbs:
+    for mb in micro_batches(training, c, options, dp):
         if training.global_batch % (dp * mb):
             rejected["global batch not divisible by DP x micro-batch"] += 1
             continue
         m = training.global_batch // (dp * mb)
+        if options.dualpipe and (m % 2 or m < 2 * pp):  # deepseek-ai/DualPipe dualpipe.py, DualPipe.step's assert
+            rejected["DualPipe needs an even number of micro-batches, at least twice PP"] += 1
+            continue
         vpps = [
             v
             for v in _fixed(c.virtual_pipeline_stages, list(range(1, options.max_virtual_stages + 1)))
+            if not (options.dualpipe and v > 1)  # DualPipe is its own schedule
             if v == 1 or (pp > 1 and pp * v <= costs.num_layers and m % pp == 0)
         ]
         if not vpps:

@@ -14,10 +14,11 @@ says so.
 """
 
 import statistics
+from collections.abc import Sequence
 
 from pydantic import BaseModel, Field
 
-__all__ = ["COVERAGE", "VALIDATION_ERRORS", "StepTimeBand", "step_time_band"]
+__all__ = ["COVERAGE", "VALIDATION_ERRORS", "StepTimeBand", "central_errors", "step_time_band"]
 
 COVERAGE = 0.8  # the central 80% of the validation errors: one run in ten falls outside on each side
 
@@ -203,13 +204,18 @@ class StepTimeBand(BaseModel):
         return f"{step_s:.3g} s ({low:.3g}-{high:.3g} s)"
 
 
+def central_errors(errors: Sequence[float]) -> tuple[float, float]:
+    """The lower and upper quantile of the central `COVERAGE` of `errors`."""
+    tail = (1 - COVERAGE) / 2
+    cuts = statistics.quantiles(errors, n=round(1 / tail), method="inclusive")
+    return cuts[0], cuts[-1]
+
+
 def step_time_band(profile: str, software: str | None = None) -> StepTimeBand:
     """The band of a step time predicted under the hardware `profile` ("datasheet" or "calibrated") and the
     `software` profile (None: not stated)."""
     errors = VALIDATION_ERRORS[software or "all"]
-    tail = (1 - COVERAGE) / 2
-    cuts = statistics.quantiles(errors, n=round(1 / tail), method="inclusive")
-    low_error, high_error = cuts[0], cuts[-1]
+    low_error, high_error = central_errors(errors)
     runs = f"{software} runs" if software else "runs (any software)"
     basis = (
         f"{COVERAGE:.0%} of the {len(errors)} published {runs} the datasheet figures were validated on took "

@@ -245,8 +245,8 @@ def _parallel_issues(spec: PipelineSpec, config: HFConfigDict) -> list[SpecIssue
 
 
 def _software_issues(spec: PipelineSpec) -> list[SpecIssue]:
-    """A `planner.software` profile against the knobs pinned beside it: a ZeRO stage the software lacks, a
-    written attention kind it does not run."""
+    """A `planner.software` profile against the knobs pinned beside it: a ZeRO stage, an overlap or the
+    DualPipe schedule the software lacks, a written attention kind it does not run."""
     name, p = spec.planner.software, spec.parallel
     if name is None:
         return []
@@ -266,6 +266,10 @@ def _software_issues(spec: PipelineSpec) -> list[SpecIssue]:
             field = f"parallel.overlap.{k}" if pinned else f"planner.overlap.{k}"
             why = f"{sw.framework} has overlaps {list(sw.overlaps)} ({sw.sources['overlaps']})"
             issues.append(_clash(field, True, "planner.software", name, why))
+    pinned_dualpipe = p != "auto" and p.dualpipe is True
+    if not sw.dualpipe and (pinned_dualpipe or (_written(spec.planner, "dualpipe") and spec.planner.dualpipe)):
+        field = "parallel.dualpipe" if pinned_dualpipe else "planner.dualpipe"
+        issues.append(_clash(field, True, "planner.software", name, f"{sw.framework}: {sw.sources['dualpipe']}"))
     if _written(spec.planner, "flash_attention") and spec.planner.flash_attention != sw.flash_attention:
         why = f"{sw.framework}: {sw.sources['flash_attention']}"
         issues.append(_clash("planner.flash_attention", spec.planner.flash_attention, "planner.software", name, why))

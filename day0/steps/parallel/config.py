@@ -80,9 +80,9 @@ class SearchChoices(BaseModel):
 class SoftwareProfile(BaseModel):
     """What a framework generation brings to the cost model, each figure with the source it is read from:
     the gradient buffer it keeps, whether its attention stores the scores, the fraction of the bf16 peak its
-    attention kernels reach, the ZeRO stages and the communication overlaps it has. `planner.software` selects
-    one; a figure the spec writes in `planner:` wins over it, and a calibrated profile's measurements over both
-    (`planner_inputs`)."""
+    attention kernels reach, the ZeRO stages, the communication overlaps and DualPipe if it has them.
+    `planner.software` selects one; a figure the spec writes in `planner:` wins over it, and a calibrated
+    profile's measurements over both (`planner_inputs`)."""
 
     framework: str
     grad_dtype: Literal["fp32", "bf16"]
@@ -90,6 +90,7 @@ class SoftwareProfile(BaseModel):
     attention_efficiency: float = Field(gt=0, le=1)
     zero_stages: tuple[int, ...]
     overlaps: tuple[Literal["tp", "ep", "dp"], ...]
+    dualpipe: bool = Field(False, description="Whether it has DeepSeek's DualPipe schedule (searched where it does).")
     sources: dict[str, str] = Field(description="Per figure above, where it is read.")
 
 
@@ -110,6 +111,7 @@ SOFTWARE_PROFILES: dict[str, SoftwareProfile] = {
             "attention_efficiency": "Dao 2023 (FlashAttention-2, arXiv:2307.08691): 50-73% of the A100 peak",
             "zero_stages": "DDP (0), --use-distributed-optimizer (1), Megatron-FSDP optim_grads (2) and "
             "optim_grads_params (3)",
+            "dualpipe": "megatron/core/pipeline_parallel/schedules.py: 1F1B and interleaved 1F1B, no DualPipe",
         },
     ),
     "megatron-lm-2021": SoftwareProfile(
@@ -130,6 +132,7 @@ SOFTWARE_PROFILES: dict[str, SoftwareProfile] = {
             "attention_efficiency": "unused without FlashAttention: the scores' batched GEMMs are timed on the "
             "roofline",
             "zero_stages": "Narayanan et al. 2021: plain data parallelism (gradients all-reduced), no ZeRO",
+            "dualpipe": "DualPipe appeared with DeepSeek-V3 (arXiv:2412.19437, December 2024)",
         },
     ),
     "torchtitan-fsdp2-2024": SoftwareProfile(
@@ -148,6 +151,7 @@ SOFTWARE_PROFILES: dict[str, SoftwareProfile] = {
             "attention_efficiency": "Shah et al. 2024 (FlashAttention-3, arXiv:2407.08608) abstract: FlashAttention-2 "
             "reaches 35% of the H100's peak",
             "zero_stages": "FSDP2 replicate (0), reshard_after_forward never (2) or default (3); no ZeRO-1",
+            "dualpipe": "DualPipe appeared with DeepSeek-V3 (arXiv:2412.19437, December 2024), after these releases",
         },
     ),
 }

@@ -53,9 +53,17 @@ def planner_inputs(
         sw = SOFTWARE_PROFILES[p.software]
         figures = {k: getattr(sw, k) for k in ("grad_dtype", "flash_attention", "attention_efficiency")}
         unwritten = {k: v for k, v in figures.items() if k not in p.model_fields_set}
-        searched = {"zero_stages": list(sw.zero_stages), "software_overlaps": list(sw.overlaps)}
+        searched = {
+            "zero_stages": list(sw.zero_stages),
+            "software_overlaps": list(sw.overlaps),
+            "software_dualpipe": sw.dualpipe,
+        }
         options = options.model_copy(update=unwritten | searched)
     options = pin_options(spec, options)
+    # a written assumption is kept as a pin is: the search does not try the other value (space.with_step4_techniques)
+    written = {name: "planner." + name for name in ("fp8_activation_cache", "dualpipe") if name in p.model_fields_set}
+    if written:
+        options = options.model_copy(update={"pinned": written | options.pinned})
     if p.profile == "calibrated" and profile is None:
         raise UsageError(
             f"planner.profile: 'calibrated' but the store has no profile for platform {spec.platform.name!r}; "

@@ -260,6 +260,7 @@ def test_a_software_profile_sets_the_figures_the_spec_does_not_write() -> None:
             "attention_efficiency",
             "zero_stages",
             "overlaps",
+            "dualpipe",
         }
     assert old.software_overlaps == ["dp"] and default.software_overlaps == ["tp", "ep", "dp"]
     s = spec_from_dict(raw | {"planner": planner | {"software": "torchtitan-fsdp2-2024"}})

@@ -99,6 +99,16 @@ CONTRADICTIONS = [
         "planner.software",
     ),
     (
+        {"parallel": {"dualpipe": True}, "planner": {"software": "megatron-core-2025"}},
+        "parallel.dualpipe",
+        "planner.software",
+    ),
+    (
+        {"planner": {"software": "torchtitan-fsdp2-2024", "dualpipe": True}},
+        "planner.dualpipe",
+        "planner.software",
+    ),
+    (
         {"planner": {"software": "megatron-lm-2021", "flash_attention": True}},
         "planner.flash_attention",
         "planner.software",
