@@ -65,6 +65,10 @@ app.kubernetes.io/component: {{ .component }}
 - name: PREFECT_API_KEY
   valueFrom: {secretKeyRef: {name: {{ . | quote }}, key: {{ $.Values.prefect.apiKeySecret.key | quote }}}}
 {{- end }}
+{{- with .Values.prefect.authSecret.name }}
+- name: PREFECT_API_AUTH_STRING
+  valueFrom: {secretKeyRef: {name: {{ . | quote }}, key: {{ $.Values.prefect.authSecret.key | quote }}}}
+{{- end }}
 - name: PREFECT_HOME
   value: /tmp/prefect
 - name: PREFECT_SERVER_ANALYTICS_ENABLED
@@ -85,6 +89,18 @@ app.kubernetes.io/component: {{ .component }}
 - name: DAY0_STORE_SECRET_ACCESS_KEY
   valueFrom: {secretKeyRef: {name: {{ . | quote }}, key: secret-access-key}}
 {{- end }}
+{{- end -}}
+
+{{/* A file:// store's volume (store.volume) and its mount at the store's path, as dicts: none for s3://. */}}
+{{- define "day0.store.volumes" -}}
+{{- if hasPrefix "file://" .Values.store.uri }}
+{{- list (merge (dict "name" "store") .Values.store.volume) | toYaml }}
+{{- else }}[]{{ end }}
+{{- end -}}
+{{- define "day0.store.volumeMounts" -}}
+{{- if hasPrefix "file://" .Values.store.uri }}
+{{- list (dict "name" "store" "mountPath" (trimPrefix "file://" .Values.store.uri)) | toYaml }}
+{{- else }}[]{{ end }}
 {{- end -}}
 
 {{- define "day0.podSecurity" -}}
