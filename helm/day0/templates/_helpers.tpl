@@ -39,6 +39,7 @@ app.kubernetes.io/component: {{ .component }}
 {{- define "day0.webhook.fullname" -}}{{ include "day0.fullname" . }}-webhook{{- end -}}
 {{- define "day0.worker.fullname" -}}{{ include "day0.fullname" . }}-worker{{- end -}}
 {{- define "day0.runner.fullname" -}}{{ include "day0.fullname" . }}-runner{{- end -}}
+{{- define "day0.ray.fullname" -}}{{ include "day0.fullname" . }}-ray{{- end -}}
 {{- define "day0.prefectServer.fullname" -}}{{ include "day0.fullname" . }}-prefect-server{{- end -}}
 {{- define "day0.clusterSpec.configMapName" -}}{{ include "day0.fullname" . }}-clusters{{- end -}}
 {{- define "day0.workPool.configMapName" -}}{{ include "day0.fullname" . }}-work-pool{{- end -}}

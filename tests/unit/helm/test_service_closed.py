@@ -237,3 +237,20 @@ def test_only_the_charts_pods_reach_the_prefect_api_and_only_the_runs_pods_reach
 
 def test_the_policies_can_be_left_out() -> None:
     assert not [d for d in _docs("--set", "networkPolicy.enabled=false") if d["kind"] == "NetworkPolicy"]
+
+
+# --- the runs' Ray pods' account -----------------------------------------------------------------
+
+
+def test_the_ray_pods_get_an_account_of_their_own_without_a_token() -> None:
+    import yaml
+
+    docs = _docs()
+    account = _one(docs, "ServiceAccount", "-ray")
+    assert (account["metadata"]["namespace"], account["automountServiceAccountToken"]) == ("ops-runs", False)
+    assert not [d for d in docs if d["kind"] == "RoleBinding" and d["subjects"][0]["name"] == "r-day0-ray"]
+    (text,) = _one(docs, "ConfigMap", "-clusters")["data"].values()
+    cluster = ClusterSpec.model_validate(yaml.safe_load(text))
+    assert cluster.service_account == "r-day0-ray"
+    pod = build_raycluster(cluster, "run-1")["spec"]["workerGroupSpecs"][0]["template"]["spec"]
+    assert (pod["serviceAccountName"], pod["automountServiceAccountToken"]) == ("r-day0-ray", False)
