@@ -3,6 +3,7 @@
 #   k8s/render-install.sh          # rewrite k8s/install/day0.yaml from helm/day0 (defaults, release "day0", namespace "day0")
 #   k8s/render-install.sh --stdout # print it instead (tests/e2e/test_helm.py checks the file equals this)
 # Apply with: kubectl create namespace day0; kubectl -n day0 create secret generic day0-webhook --from-literal=secret=...;
+#             kubectl -n day0 create secret generic day0-prefect-auth --from-literal=auth-string=day0:$(openssl rand -hex 24) (and in day0-runs);
 #             kubectl -n day0 apply -f k8s/install/day0.yaml
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/env.sh"

@@ -8,7 +8,7 @@ timeouts), so nonsense is refused by `day0 validate`, never met by a step.
 
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from day0.core.precision import DType
 from day0.errors import UsageError
@@ -286,7 +286,12 @@ class ClusterSpec(UserModel):
     backend: Literal["local", "kuberay"] = Field(
         "local", description="'local' (Ray on this machine) or 'kuberay' (a RayCluster on Kubernetes)."
     )
-    namespace: Text = Field("day0", description="Kubernetes namespace of the run's RayCluster (kuberay).")
+    namespace: Text = Field(
+        "day0",
+        pattern=r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$",
+        description="Kubernetes namespace of the run's RayCluster (kuberay): a namespace of the runs' own, never a "
+        "system one (kube-system, kube-public, kube-node-lease, any kube-*, default).",
+    )
     address: Text | None = Field(None, description="Existing Ray cluster address (local backend).")
     keep_cluster: bool = Field(False, description="Keep the RayCluster after the run (kuberay).")
     node_pools: list[NodePool] = Field(
@@ -330,6 +335,12 @@ class ClusterSpec(UserModel):
         description="Image of the RayCluster's pods (kuberay): it must hold day0, since the steps' jobs run "
         "`python -m day0...` there (default: `day0:<day0's version>`, what `make image` builds).",
     )
+    service_account: Text | None = Field(
+        None,
+        pattern=r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$",
+        description="Kubernetes service account of the Ray pods (kuberay), one with no rights (the Helm chart makes "
+        "one); its token is never mounted. Default: the namespace's default account, no token mounted either.",
+    )
     store_secret: Text | None = Field(
         None,
         pattern=r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$",
@@ -338,6 +349,14 @@ class ClusterSpec(UserModel):
         "in a job's runtime env, metadata or command line; without it the pods use boto3's own chain "
         "(e.g. workload identity).",
     )
+
+    @field_validator("namespace")
+    @classmethod
+    def _not_a_system_namespace(cls, namespace: str) -> str:
+        # The runner gets pod-delete rights where its RayClusters run.
+        if namespace.startswith("kube-") or namespace == "default":
+            raise ValueError(f"{namespace!r} is a system namespace: runs need a namespace of their own")
+        return namespace
 
     @model_validator(mode="after")
     def _plausible_size(self) -> "ClusterSpec":

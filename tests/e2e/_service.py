@@ -32,6 +32,7 @@ MODEL_CONFIG = REPO / "configs" / "models" / "tiny-deepseek-v3" / "config.json"
 ORG = "day0-drill"
 WEBHOOK_SECRET = "s-drill-webhook-secret"
 STORE_SECRET = "day0-drill-s3"
+PREFECT_AUTH = "day0:s-drill-prefect-auth"  # in the chart's default prefect.authSecret, day0-prefect-auth
 ACCEL = {"resource": "day0.io/accel", "per_node": 1, "memory_gib": 16}  # the planner's figure
 TRIAL = {
     "scale": {"layers": 2, "hidden": 64, "experts": 4},
@@ -185,6 +186,8 @@ class Service:
             core.create_namespace({"metadata": {"name": ns}})
             keys = {"access-key-id": self.s3.access_key, "secret-access-key": self.s3.secret_key}
             core.create_namespaced_secret(ns, {"metadata": {"name": STORE_SECRET}, "stringData": keys})
+            auth = {"metadata": {"name": "day0-prefect-auth"}, "stringData": {"auth-string": PREFECT_AUTH}}
+            core.create_namespaced_secret(ns, auth)  # the server and its clients; flow-run pods in the runs namespace
         core.create_namespaced_secret(
             self.namespace, {"metadata": {"name": "day0-drill-webhook"}, "stringData": {"secret": WEBHOOK_SECRET}}
         )
@@ -311,13 +314,13 @@ class Service:
     def flow_runs(self, sha: str | None = None) -> list[Any]:
         """Flow runs of adapt/release on the chart's Prefect server (those pinning `sha` when given)."""
         from prefect.client.orchestration import get_client
-        from prefect.settings import PREFECT_API_URL, temporary_settings
+        from prefect.settings import PREFECT_API_AUTH_STRING, PREFECT_API_URL, temporary_settings
 
         async def read() -> list[Any]:
             async with get_client() as c:
                 return list(await c.read_flow_runs(limit=200))
 
-        with temporary_settings({PREFECT_API_URL: self.prefect_url}):
+        with temporary_settings({PREFECT_API_URL: self.prefect_url, PREFECT_API_AUTH_STRING: PREFECT_AUTH}):
             runs = asyncio.run(read())
         pinned = [r for r in runs if isinstance(r.parameters.get("spec"), dict)]
         return [r for r in pinned if sha is None or r.parameters["spec"]["model"]["source"].endswith("@" + sha)]
@@ -325,7 +328,7 @@ class Service:
     def artifacts(self, flow_run_id: Any) -> list[Any]:
         from prefect.client.orchestration import get_client
         from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId
-        from prefect.settings import PREFECT_API_URL, temporary_settings
+        from prefect.settings import PREFECT_API_AUTH_STRING, PREFECT_API_URL, temporary_settings
 
         async def read() -> list[Any]:
             async with get_client() as c:
@@ -335,7 +338,7 @@ class Service:
                     )
                 )
 
-        with temporary_settings({PREFECT_API_URL: self.prefect_url}):
+        with temporary_settings({PREFECT_API_URL: self.prefect_url, PREFECT_API_AUTH_STRING: PREFECT_AUTH}):
             return asyncio.run(read())
 
     def wait(self, what: str, check: Any, timeout_s: float) -> Any:

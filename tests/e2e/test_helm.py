@@ -194,12 +194,13 @@ def test_runs_get_a_namespace_of_their_own() -> None:
     (ns,) = [d for d in docs if d["kind"] == "Namespace"]
     assert ns["metadata"]["name"] == "ops-runs"
     template = json.loads(find(docs, "ConfigMap", "-work-pool")["data"]["base-job-template.json"])
-    assert template["variables"]["properties"]["namespace"]["default"] == "ops-runs"
+    assert template["job_configuration"]["namespace"] == "ops-runs"  # fixed: no run may choose another
     (text,) = find(docs, "ConfigMap", "-clusters")["data"].values()
     assert yaml.safe_load(text)["namespace"] == "ops-runs"
     for kind in ("Role", "RoleBinding"):
         assert {d["metadata"]["namespace"] for d in docs if d["kind"] == kind} == {"ops-runs"}, kind
     assert find(docs, "ServiceAccount", "-runner")["metadata"]["namespace"] == "ops-runs"
+    assert find(docs, "ServiceAccount", "-ray")["metadata"]["namespace"] == "ops-runs"
     assert "namespace" not in find(docs, "ServiceAccount", "-worker")["metadata"]  # the release namespace
     worker = find(docs, "Deployment", "-worker")["spec"]["template"]["spec"]["containers"][0]
     observed = {e["name"]: e.get("value") for e in worker["env"]}["PREFECT_INTEGRATIONS_KUBERNETES_OBSERVER_NAMESPACES"]
@@ -371,6 +372,8 @@ def test_install_upgrade_uninstall(api: Any, namespace: str, tmp_path: Path, mon
         assert not can_i(namespace, wsa, verb, res, ns=runs), f"worker can {verb} {res}"
     assert not can_i(namespace, wsa, "create", "jobs.batch"), "the worker may create Jobs beside the control pods"
     assert not can_i(namespace, "default", "list", "pods"), "the namespace's default account gained rights"
+    for verb, res in (("get", "pods"), ("list", "secrets"), ("create", "rayclusters.ray.io")):  # Ray pods: no rights
+        assert not can_i(runs, f"{release}-day0-ray", verb, res), f"the Ray pods' account may {verb} {res}"
 
     # Upgrade: a pool size and an elastic maximum reach the ConfigMap and the next RayCluster; nothing restarts.
     uids = {p.metadata.uid for p in pods.values()}
@@ -549,9 +552,8 @@ def test_the_webhook_really_runs_and_answers_through_its_service(api: Any, names
             {
                 "image": {"workdir": str(REPO)},  # the runner runs commands on this machine, not images
                 "prefectServer": {"enabled": False},
-                "prefect": {"apiUrl": "http://127.0.0.1:9/api"},  # /healthz needs no Prefect
-                "store": {"uri": "file:///tmp/day0-store"},
-                "containerSecurityContext": {"readOnlyRootFilesystem": False},  # a file store needs a writable root
+                "prefect": {"apiUrl": "http://127.0.0.1:9/api", "authSecret": {"name": ""}},  # /healthz: no Prefect
+                "store": {"uri": "file:///tmp/day0-store", "volume": {"emptyDir": {}}},  # one receiver: its own volume
                 "worker": {"enabled": False},
                 "webhook": webhook,
             }

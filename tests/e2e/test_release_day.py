@@ -43,7 +43,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.e2e._service import ORG, TRIAL, Service, hub_snapshot
+from tests.e2e._service import ORG, PREFECT_AUTH, TRIAL, Service, hub_snapshot
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(2700)]
 REPO_NAME = f"{ORG}/tiny-deepseek-v3"
@@ -182,13 +182,13 @@ def _states(service: Service, run_id: Any) -> list[str]:
     import asyncio
 
     from prefect.client.orchestration import get_client
-    from prefect.settings import PREFECT_API_URL, temporary_settings
+    from prefect.settings import PREFECT_API_AUTH_STRING, PREFECT_API_URL, temporary_settings
 
     async def read() -> list[str]:
         async with get_client() as c:
             return [s.name for s in await c.read_flow_run_states(run_id)]
 
-    with temporary_settings({PREFECT_API_URL: service.prefect_url}):
+    with temporary_settings({PREFECT_API_URL: service.prefect_url, PREFECT_API_AUTH_STRING: PREFECT_AUTH}):
         return asyncio.run(read())
 
 
@@ -207,6 +207,9 @@ def test_a_release_runs_from_the_webhook_to_a_verdict_on_the_installed_service(s
         ended = time.monotonic()
     assert final.state.is_completed(), f"{final.state}\n{service.logs()}"
     assert len(service.flow_runs(sha)) == 1  # exactly one run for the two deliveries
+    # The chart's Prefect API answers only with the auth string (the receiver, worker and flow-run pod had it).
+    anonymous = httpx.post(f"{service.prefect_url}/flow_runs/filter", json={}, timeout=30)
+    assert anonymous.status_code == 401, anonymous.text
 
     # The worker's Job ran the flow in the runs namespace; the run's RayCluster was made there, then deleted.
     from kubernetes import client

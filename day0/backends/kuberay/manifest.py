@@ -12,6 +12,12 @@ Contracts:
   the pools is a `ClusterError` that names the numbers.
 - The store's credentials reach the Ray containers from a Kubernetes Secret (`cluster.store_secret`,
   secretKeyRef), never from the job's runtime env; the image is the spec's (it must hold day0).
+- Every Ray pod is locked down (`_lock_down`): non-root, read-only root filesystem (an emptyDir on /tmp,
+  where Ray keeps its session directories, and HOME there), no capabilities, no privilege escalation,
+  RuntimeDefault seccomp, the spec's rightless service account (`cluster.service_account`) and no
+  service-account token. The one exception is the in-tree autoscaler's container, which must call the
+  API server: it alone mounts a token, of KubeRay's per-cluster autoscaler account, which is why a
+  head with an autoscaler keeps that account.
 """
 
 from __future__ import annotations
@@ -278,6 +284,7 @@ def build_raycluster(
             "resources": _resources(1, 1),
         }
     _apply_pod_options(spec, cluster)
+    _lock_down(spec, cluster)
     return {
         "apiVersion": f"{GROUP}/{VERSION}",
         "kind": "RayCluster",
@@ -325,6 +332,53 @@ def _apply_pod_options(spec: KubeObject, cluster: ClusterSpec) -> None:
                 container["env"] = [*container.get("env", []), *ray_env]
     if env and "autoscalerOptions" in spec:  # the autoscaler reads no store
         spec["autoscalerOptions"]["env"] = list(env)
+
+
+POD_SECURITY: KubeObject = {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}}
+CONTAINER_SECURITY: KubeObject = {
+    "runAsNonRoot": True,
+    "allowPrivilegeEscalation": False,
+    "readOnlyRootFilesystem": True,
+    "capabilities": {"drop": ["ALL"]},
+    "seccompProfile": {"type": "RuntimeDefault"},
+}
+_TMP = "tmp"
+_AUTOSCALER_TOKEN = "autoscaler-token"
+# What the kubelet mounts for an automounted token, here for the autoscaler's container only.
+_TOKEN_VOLUME: KubeObject = {
+    "name": _AUTOSCALER_TOKEN,
+    "projected": {
+        "sources": [
+            {"serviceAccountToken": {"path": "token", "expirationSeconds": 3607}},
+            {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
+            {"downwardAPI": {"items": [{"path": "namespace", "fieldRef": {"fieldPath": "metadata.namespace"}}]}},
+        ]
+    },
+}
+
+
+def _lock_down(spec: KubeObject, cluster: ClusterSpec) -> None:
+    autoscaled = "autoscalerOptions" in spec
+    own_home = not any(e.name == "HOME" for e in cluster.pod_env)
+    for group in [spec["headGroupSpec"], *spec["workerGroupSpecs"]]:
+        pod = group["template"]["spec"]
+        is_head = group is spec["headGroupSpec"]
+        pod["securityContext"] = dict(POD_SECURITY)
+        pod["automountServiceAccountToken"] = False
+        if cluster.service_account is not None and not (is_head and autoscaled):
+            pod["serviceAccountName"] = cluster.service_account
+        pod["volumes"] = [{"name": _TMP, "emptyDir": {}}, *([_TOKEN_VOLUME] if is_head and autoscaled else [])]
+        for container in pod["containers"]:
+            container["securityContext"] = dict(CONTAINER_SECURITY)
+            container["volumeMounts"] = [{"name": _TMP, "mountPath": "/tmp"}]
+            if own_home:
+                container["env"] = [{"name": "HOME", "value": "/tmp"}, *container.get("env", [])]
+    if autoscaled:
+        spec["autoscalerOptions"]["securityContext"] = dict(CONTAINER_SECURITY)
+        spec["autoscalerOptions"]["volumeMounts"] = [
+            {"name": _TMP, "mountPath": "/tmp"},
+            {"name": _AUTOSCALER_TOKEN, "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount", "readOnly": True},
+        ]
 
 
 def default_image() -> str:

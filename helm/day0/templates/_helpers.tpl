@@ -39,6 +39,7 @@ app.kubernetes.io/component: {{ .component }}
 {{- define "day0.webhook.fullname" -}}{{ include "day0.fullname" . }}-webhook{{- end -}}
 {{- define "day0.worker.fullname" -}}{{ include "day0.fullname" . }}-worker{{- end -}}
 {{- define "day0.runner.fullname" -}}{{ include "day0.fullname" . }}-runner{{- end -}}
+{{- define "day0.ray.fullname" -}}{{ include "day0.fullname" . }}-ray{{- end -}}
 {{- define "day0.prefectServer.fullname" -}}{{ include "day0.fullname" . }}-prefect-server{{- end -}}
 {{- define "day0.clusterSpec.configMapName" -}}{{ include "day0.fullname" . }}-clusters{{- end -}}
 {{- define "day0.workPool.configMapName" -}}{{ include "day0.fullname" . }}-work-pool{{- end -}}
@@ -65,6 +66,10 @@ app.kubernetes.io/component: {{ .component }}
 - name: PREFECT_API_KEY
   valueFrom: {secretKeyRef: {name: {{ . | quote }}, key: {{ $.Values.prefect.apiKeySecret.key | quote }}}}
 {{- end }}
+{{- with .Values.prefect.authSecret.name }}
+- name: PREFECT_API_AUTH_STRING
+  valueFrom: {secretKeyRef: {name: {{ . | quote }}, key: {{ $.Values.prefect.authSecret.key | quote }}}}
+{{- end }}
 - name: PREFECT_HOME
   value: /tmp/prefect
 - name: PREFECT_SERVER_ANALYTICS_ENABLED
@@ -85,6 +90,18 @@ app.kubernetes.io/component: {{ .component }}
 - name: DAY0_STORE_SECRET_ACCESS_KEY
   valueFrom: {secretKeyRef: {name: {{ . | quote }}, key: secret-access-key}}
 {{- end }}
+{{- end -}}
+
+{{/* A file:// store's volume (store.volume) and its mount at the store's path, as dicts: none for s3://. */}}
+{{- define "day0.store.volumes" -}}
+{{- if hasPrefix "file://" .Values.store.uri }}
+{{- list (merge (dict "name" "store") .Values.store.volume) | toYaml }}
+{{- else }}[]{{ end }}
+{{- end -}}
+{{- define "day0.store.volumeMounts" -}}
+{{- if hasPrefix "file://" .Values.store.uri }}
+{{- list (dict "name" "store" "mountPath" (trimPrefix "file://" .Values.store.uri)) | toYaml }}
+{{- else }}[]{{ end }}
 {{- end -}}
 
 {{- define "day0.podSecurity" -}}

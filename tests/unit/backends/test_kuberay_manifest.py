@@ -185,10 +185,12 @@ def test_store_credentials_come_from_the_secret_in_every_ray_container_but_the_a
             "DAY0_STORE_ACCESS_KEY_ID": {"name": "day0-s3", "key": "access-key-id"},
             "DAY0_STORE_SECRET_ACCESS_KEY": {"name": "day0-s3", "key": "secret-access-key"},
         }
-        assert not any("value" in e for e in container["env"])  # no literal credential anywhere
+        # no literal credential anywhere: the one plain value is HOME, on the writable /tmp
+        assert [e for e in container["env"] if "value" in e] == [{"name": "HOME", "value": "/tmp"}]
     assert "env" not in rc["spec"]["autoscalerOptions"]
     bare = build_raycluster(two_pools(), "r")
-    assert all("env" not in g["template"]["spec"]["containers"][0] for g in bare["spec"]["workerGroupSpecs"])
+    for group in bare["spec"]["workerGroupSpecs"]:
+        assert group["template"]["spec"]["containers"][0]["env"] == [{"name": "HOME", "value": "/tmp"}]
     with pytest.raises(ValueError, match="store_secret"):
         two_pools(store_secret="Not A Name")
 
@@ -227,3 +229,62 @@ def test_a_jobs_driver_asks_for_a_workers_driver_slot_and_step_6s_also_for_an_ac
         }
     )
     assert driver_placement(platform, npu, True) == {"entrypoint_resources": {"day0_driver": 1, "Ascend910": 1}}
+
+
+TOKEN_PATH = "/var/run/secrets/kubernetes.io/serviceaccount"
+
+
+@pytest.mark.parametrize("elastic", [True, False], ids=["autoscaled", "fixed"])
+def test_every_ray_pod_is_locked_down_and_holds_no_token(elastic: bool) -> None:
+    """Non-root, read-only root with /tmp writable (Ray's session dirs, HOME), no capabilities, no
+    privilege escalation, RuntimeDefault seccomp, the spec's rightless account, no token mounted."""
+    cluster = two_pools(service_account="r-day0-ray", store_secret="day0-s3")
+    if not elastic:
+        cluster = cluster.model_copy(update={"node_pools": cluster.node_pools[:1]})
+    spec = build_raycluster(cluster, "run-1")["spec"]
+    groups = [spec["headGroupSpec"], *spec["workerGroupSpecs"]]
+    assert len(groups) == (3 if elastic else 2)
+    for group in groups:
+        pod = group["template"]["spec"]
+        is_head = group is spec["headGroupSpec"]
+        assert pod["securityContext"] == {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}}
+        assert pod["automountServiceAccountToken"] is False
+        # an autoscaled head keeps KubeRay's per-cluster autoscaler account (only its autoscaler holds the token)
+        assert pod.get("serviceAccountName") == (None if is_head and elastic else "r-day0-ray")
+        assert {"name": "tmp", "emptyDir": {}} in pod["volumes"]
+        (container,) = pod["containers"]
+        assert container["securityContext"] == {
+            "runAsNonRoot": True,
+            "allowPrivilegeEscalation": False,
+            "readOnlyRootFilesystem": True,
+            "capabilities": {"drop": ["ALL"]},
+            "seccompProfile": {"type": "RuntimeDefault"},
+        }
+        assert container["volumeMounts"] == [{"name": "tmp", "mountPath": "/tmp"}]
+        assert {"name": "HOME", "value": "/tmp"} in container["env"]
+        assert not any(m["mountPath"] == TOKEN_PATH for m in container["volumeMounts"])
+    autoscaler = spec.get("autoscalerOptions")
+    if not elastic:
+        assert autoscaler is None
+        return
+    assert autoscaler["securityContext"]["readOnlyRootFilesystem"] is True
+    assert autoscaler["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+    (token,) = [m for m in autoscaler["volumeMounts"] if m["mountPath"] == TOKEN_PATH]
+    (volume,) = [v for v in spec["headGroupSpec"]["template"]["spec"]["volumes"] if v["name"] == token["name"]]
+    assert {"serviceAccountToken": {"path": "token", "expirationSeconds": 3607}} in volume["projected"]["sources"]
+
+
+def test_a_home_of_the_specs_own_wins_and_no_account_means_none_named() -> None:
+    spec = build_raycluster(two_pools(pod_env=[{"name": "HOME", "value": "/tmp/home"}]), "r")["spec"]
+    for group in [spec["headGroupSpec"], *spec["workerGroupSpecs"]]:
+        pod = group["template"]["spec"]
+        assert [e for e in pod["containers"][0]["env"] if e["name"] == "HOME"] == [
+            {"name": "HOME", "value": "/tmp/home"}
+        ]
+        assert "serviceAccountName" not in pod and pod["automountServiceAccountToken"] is False
+
+
+@pytest.mark.parametrize("namespace", ["kube-system", "kube-public", "kube-node-lease", "default"])
+def test_a_system_namespace_is_refused(namespace: str) -> None:
+    with pytest.raises(ValueError, match=f"'{namespace}' is a system namespace"):
+        two_pools(namespace=namespace)

@@ -61,6 +61,7 @@ def pod_env(*items: dict) -> tuple[str, str]:
 
 
 WRITABLE_ROOT = ("--set", "containerSecurityContext.readOnlyRootFilesystem=false")
+STORE_VOLUME = ("--set-json", 'store.volume={"persistentVolumeClaim": {"claimName": "day0-store"}}')
 
 # (id, helm args, what the error says): each a value the API server, KubeRay, Prefect or
 # day0.spec would refuse later, at install or during a run.
@@ -135,14 +136,15 @@ BAD: list[tuple[str, tuple[str, ...], str]] = [
     ("negative-quantity", ("--set", "webhook.resources.requests.cpu=-1"), "at '/webhook/resources/requests/cpu'"),
     ("quantity-typo", ("--set", "webhook.resources.limits.memory=1GB"), "at '/webhook/resources/limits/memory'"),
     # the store
+    ("file-store-no-volume", ("--set", "store.uri=file:///data/day0"), "at '/store/volume': minProperties"),
     (
-        "file-store-read-only-root",
-        ("--set", "store.uri=file:///data/day0"),
-        "at '/store/uri': 'file:///data/day0' does not match pattern '^s3://'",
+        "file-store-no-volume-writable-root",  # the container's own filesystem: lost with the pod, seen by no other
+        (*WRITABLE_ROOT, "--set", "store.uri=file:///data/day0"),
+        "at '/store/volume': minProperties",
     ),
     (
         "file-store-two-receivers",
-        (*WRITABLE_ROOT, "--set", "store.uri=file:///data/day0,webhook.replicas=2"),
+        (*STORE_VOLUME, "--set", "store.uri=file:///data/day0,webhook.replicas=2"),
         "at '/store/uri': 'file:///data/day0' does not match pattern '^s3://'",
     ),
     ("s3-bucket-uppercase", ("--set", "store.uri=s3://Day0/runs"), "at '/store/uri': 's3://Day0/runs'"),
@@ -200,6 +202,37 @@ BAD: list[tuple[str, tuple[str, ...], str]] = [
     ),
     ("capabilities-added", ("--set", "containerSecurityContext.capabilities.add[0]=NET_ADMIN"), "capabilities/add'"),
     ("root-user", ("--set", "podSecurityContext.runAsUser=0"), "at '/podSecurityContext/runAsUser'"),
+    (
+        "selinux-spc-t",  # super-privileged: no SELinux confinement at all
+        ("--set", "podSecurityContext.seLinuxOptions.type=spc_t"),
+        "at '/podSecurityContext/seLinuxOptions/type': 'not' failed",
+    ),
+    (
+        "container-selinux-unconfined",
+        ("--set", "containerSecurityContext.seLinuxOptions.type=unconfined_t"),
+        "at '/containerSecurityContext/seLinuxOptions/type'",
+    ),
+    # secrets never in values (stored in the release, shown by `helm get values`, copied into every pod spec)
+    ("pod-env-plain-token", pod_env({"name": "HF_TOKEN", "value": "hf_abc"}), "at '/clusterSpec/podEnv/0/value'"),
+    (
+        "pod-env-plain-secret-key",
+        pod_env({"name": "MY_POD_IP", "field_path": "status.podIP"}, {"name": "aws_secret_access_key", "value": "x"}),
+        "at '/clusterSpec/podEnv/1/value'",
+    ),
+    (
+        "job-env-plain-password",
+        ("--set-json", 'workPool.jobDefaults.env={"DB_PASSWORD": "hunter2"}'),
+        "invalid propertyName 'DB_PASSWORD'",
+    ),
+    # where the checkout is, and where runs go
+    ("workdir-root", ("--set", "image.workdir=/"), "at '/image/workdir': '/' does not match"),
+    ("workdir-double-slash", ("--set", "image.workdir=//"), "at '/image/workdir'"),
+    ("runs-in-kube-system", ("--set", "runs.namespace=kube-system"), "at '/runs/namespace': 'not' failed"),
+    ("runs-in-kube-public", ("--set", "runs.namespace=kube-public"), "at '/runs/namespace'"),
+    ("runs-in-kube-node-lease", ("--set", "runs.namespace=kube-node-lease"), "at '/runs/namespace'"),
+    ("runs-in-default", ("--set", "runs.namespace=default"), "at '/runs/namespace'"),
+    # the chart's Prefect server never runs without API authentication
+    ("prefect-server-open", ("--set", "prefect.authSecret.name="), "at '/prefect/authSecret/name': minLength"),
     # labels the API server refuses on a pod (nodeSelector)
     (
         "node-selector-bad-value",
@@ -213,6 +246,8 @@ BAD: list[tuple[str, tuple[str, ...], str]] = [
     ),
     # counts and ports
     ("negative-replicas", ("--set", "worker.replicas=-1"), "at '/worker/replicas'"),
+    ("zero-worker-replicas", ("--set", "worker.replicas=0"), "at '/worker/replicas': minimum: got 0, want 1"),
+    ("zero-webhook-replicas", ("--set", "webhook.replicas=0"), "at '/webhook/replicas': minimum: got 0, want 1"),
     ("service-port-zero", ("--set", "webhook.service.port=0"), "at '/webhook/service/port'"),
 ]
 
@@ -240,7 +275,7 @@ def test_values_at_the_edges_are_accepted() -> None:
     from day0.spec.cluster import ClusterSpec
 
     docs = accepted(
-        *WRITABLE_ROOT,
+        *STORE_VOLUME,
         "--set",
         "store.uri=file:///data/day0,nameOverride=d0,fullnameOverride=",
         "--set",
