@@ -64,6 +64,10 @@ def analyze_model(
     )
 
 
+_PRODUCTION_EXAMPLES = 16
+"""Distinct call shapes kept per op at a production shape: every GEMM of a layer and the LM head's."""
+
+
 def capture_at(
     model: ResolvedModel, compute_dtype: str, batch: int, seq_len: int, keep_whole: Collection[str] = ()
 ) -> OpInventory:
@@ -74,7 +78,13 @@ def capture_at(
     )
     structure = analyze_structure(meta, model.source)
     return capture_operators(
-        meta, structure.attention_kind, compute_dtype, seq_len=seq_len, batch=batch, keep_whole=keep_whole
+        meta,
+        structure.attention_kind,
+        compute_dtype,
+        seq_len=seq_len,
+        batch=batch,
+        keep_whole=keep_whole,
+        max_examples=_PRODUCTION_EXAMPLES,
     )
 
 
