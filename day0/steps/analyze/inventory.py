@@ -65,8 +65,9 @@ first optimizer-step call of an op the model already ran (clipping's fp32 scalar
 
 
 class _Recorder(TorchDispatchMode):
-    def __init__(self) -> None:
+    def __init__(self, max_examples: int = _MAX_EXAMPLES) -> None:
         super().__init__()
+        self.max_examples = max_examples
         self.records: dict[str, OpRecord] = {}
         self.constraints: dict[tuple[str, str], DtypeConstraint] = {}
         self.phase = "forward"
@@ -85,7 +86,7 @@ class _Recorder(TorchDispatchMode):
                 rec.dtypes.append(dtype_name(t.dtype))
         example = describe_call(args, kwargs)
         if example not in rec.examples and (
-            len(rec.examples) < _MAX_EXAMPLES or _new_dtype(rec.examples, example) or first_optimizer_call
+            len(rec.examples) < self.max_examples or _new_dtype(rec.examples, example) or first_optimizer_call
         ):
             rec.examples.append(example)
 
@@ -259,15 +260,18 @@ def capture_operators(
     batch: int = 1,
     learning_rate: float = LEARNING_RATE,
     keep_whole: Collection[str] = (),
+    max_examples: int = _MAX_EXAMPLES,
 ) -> OpInventory:
     """One training step of a reduced-depth meta copy: forward, the trial's loss, backward, then the
     trial's optimizer step. `model` must be a meta model (it is trimmed). The CIA ops named in
-    `keep_whole` ('aten::softmax.int') are recorded whole, as a device with their kernels runs them."""
+    `keep_whole` ('aten::softmax.int') are recorded whole, as a device with their kernels runs them.
+    `max_examples`: distinct call shapes kept per op (more at a production shape, where the largest
+    GEMMs, the LM head's, come after the first few)."""
     start = time.perf_counter()
     kept = reduced_depth(model, attention_kind)
     model.to(DTYPES[compute_dtype])  # type: ignore[arg-type]  # transformers wraps .to in functools.wraps: mypy misses the bound self
     model.config.use_cache = False
-    recorder = _Recorder()
+    recorder = _Recorder(max_examples)
     tokens = torch.zeros(batch, seq_len + 1, dtype=torch.long, device="meta")
     with _kept_whole(recorder, keep_whole) as kept_whole:
         with _meta_counts_as_tracing(), module_scopes(model, recorder, kept), recorder:

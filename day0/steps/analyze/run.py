@@ -9,12 +9,14 @@ is the step for a run: the spec's model on its platform at the training's comput
 from __future__ import annotations
 
 import time
+from collections.abc import Collection
 
+from day0.core.ops import OpInventory
 from day0.core.precision import host_compute_dtype
 from day0.core.result import Progress
 from day0.model.build import build_meta_model, load_hf_config
 from day0.model.release import check_release
-from day0.model.source import hub_offline, resolve_model
+from day0.model.source import ResolvedModel, hub_offline, resolve_model
 from day0.model.structure import analyze_structure
 from day0.platforms.libraries.resolve import resolve_library
 from day0.runs.context import RunContext
@@ -26,7 +28,7 @@ from day0.steps.analyze.inventory import capture_operators
 from day0.steps.analyze.probe import probe_device, whole_ops
 from day0.steps.analyze.result import AnalyzeResult
 
-__all__ = ["analyze_model", "run"]
+__all__ = ["analyze_model", "capture_at", "run"]
 
 
 def analyze_model(
@@ -60,6 +62,30 @@ def analyze_model(
         coverage=coverage,
         seconds=time.perf_counter() - start,
         release=release,
+    )
+
+
+_PRODUCTION_EXAMPLES = 16
+"""Distinct call shapes kept per op at a production shape: every GEMM of a layer and the LM head's."""
+
+
+def capture_at(
+    model: ResolvedModel, compute_dtype: str, batch: int, seq_len: int, keep_whole: Collection[str] = ()
+) -> OpInventory:
+    """The capture of `analyze_model` at `batch` x `seq_len` tokens (on meta tensors, so any shape is
+    cheap): the calls step 2 checks at a production shape."""
+    meta = build_meta_model(
+        load_hf_config(model), model.source, compute_dtype, trust_remote_code=model.trust_remote_code
+    )
+    structure = analyze_structure(meta, model.source)
+    return capture_operators(
+        meta,
+        structure.attention_kind,
+        compute_dtype,
+        seq_len=seq_len,
+        batch=batch,
+        keep_whole=keep_whole,
+        max_examples=_PRODUCTION_EXAMPLES,
     )
 
 

@@ -12,8 +12,9 @@ backend) and inside a Ray task on an accelerator worker (`day0.steps.operators.j
 
 from __future__ import annotations
 
+import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from functools import partial
 from importlib.metadata import EntryPoint
@@ -27,16 +28,16 @@ from day0.platforms.kernels import ENTRY_POINT_GROUP, KernelTable, MissingKernel
 from day0.spec.cluster import PlatformSpec
 from day0.steps.operators.adapt import adapt_op, adapt_report
 from day0.steps.operators.config import ValidationSpec
-from day0.steps.operators.layers import WholeModel, build_whole_model, compare_layers, reduced_params
+from day0.steps.operators.layers import WholeModel, build_whole_model, compare_layers, reduced_params, slice_to
 from day0.steps.operators.opcheck import check_inventory
 from day0.steps.operators.result import LayerReport, OpCheck, OpCheckReport, OperatorsResult, TrainingStepCheck
+from day0.steps.operators.shapes import ShapeInventory, check_shapes
 from day0.steps.operators.training_step import check_training_step
 
-__all__ = ["MAX_MODEL_PARAMS", "run_operators"]
+__all__ = ["run_operators"]
 
-MAX_MODEL_PARAMS = 300_000_000
-"""Largest reduced-depth model the whole-model check builds with real weights (fp32 on the host:
-~1.2 GB of weights plus a copy per side and gradients)."""
+_LEAST_TOKENS = (2, 32)
+"""The whole-model and training-step checks' tokens where no production shape asks for more."""
 
 
 def _adaptation_plugins(vendor: str | None, eps: list[EntryPoint] | None) -> tuple[KernelTable, list[str]]:
@@ -110,25 +111,36 @@ def _whole_model(
     say: Progress,
     max_params: int,
     plugins: KernelTable | None,
+    tokens: tuple[int, int] = _LEAST_TOKENS,
 ) -> tuple[LayerReport | None, TrainingStepCheck | None]:
     """The layer comparison, then one step of the trial's recipe; ops either run needs and the
     platform lacks are adapted as met."""
     n, source = reduced_params(whole), whole.model.source
     depth = f"decoder layers {whole.keep_layers}"
     if n > max_params:
+        whole = slice_to(whole, max_params)
+        cut = ", ".join(f"{field} {value:,}" for field, value in whole.sliced.items())
+        sliced = reduced_params(whole)
         notes.append(
-            f"whole-model check skipped: {depth} at full width hold {n / 1e9:.1f}B parameters "
-            f"(> {max_params / 1e9:.1f}B limit for this worker)"
+            f"whole-model check and training step on a slice: {depth} at full width hold {n / 1e9:.2f}B parameters "
+            f"(> {max_params / 1e9:.2f}B budget, validation.max_model_params); checked with {cut} "
+            f"({sliced / 1e6:.0f}M parameters), every other width as released"
         )
-        return None, None
-    say(f"whole-model check: {depth}, {n / 1e6:.1f}M parameters")
+        n = sliced
+    batch, seq_len = tokens
+    say(f"whole-model check: {depth}, {n / 1e6:.1f}M parameters, {batch} x {seq_len} tokens")
     model = build_whole_model(whole)
     adapting = partial(
         _adapting, plat=plat, dtype=dtype, validation=validation, report=report, say=say, plugins=plugins
     )
-    layers = adapting(lambda: compare_layers(model, plat, dtype, validation, name=source), "whole-model run")
+    layers = adapting(
+        lambda: compare_layers(model, plat, dtype, validation, name=source, batch=batch, seq_len=seq_len),
+        "whole-model run",
+    )
     say(f"training step: the trial's recipe at {dtype} on {plat.name}")
-    step = adapting(lambda: check_training_step(model, plat, dtype, validation), "training step")
+    step = adapting(
+        lambda: check_training_step(model, plat, dtype, validation, batch=batch, seq_len=seq_len), "training step"
+    )
     return layers, step
 
 
@@ -142,10 +154,14 @@ def run_operators(
     adapt: bool = True,
     plugins: list[EntryPoint] | None = None,
     max_elements: int = 1 << 22,
-    max_model_params: int = MAX_MODEL_PARAMS,
+    max_model_params: int | None = None,
+    production: Sequence[ShapeInventory] = (),
     progress: Progress | None = None,
 ) -> OperatorsResult:
-    """Check, adapt, re-check every op; then the layer comparison when `whole_model` is given."""
+    """Check, adapt, re-check every op; then the accumulating ops again at each `production` shape
+    (the trial's first), and the layer comparison and training step when `whole_model` is given, at
+    the trial's tokens (at least `_LEAST_TOKENS`). `max_model_params`: `validation.max_model_params`
+    unless given."""
     start = time.perf_counter()
     say = progress or (lambda _msg: None)
     validation = validation or ValidationSpec()
@@ -174,6 +190,14 @@ def run_operators(
         table, plugin_notes = _adaptation_plugins(vendor, plugins)
         notes += plugin_notes
         report = adapt_report(report, inventory, plat, validation, table)
+    shapes = check_shapes(list(production), plat, dtype, validation, say)
+    max_params = max_model_params or validation.max_model_params
+    trial = production[0].shape if production else None
+    tokens = (
+        (trial.batch, trial.seq_len)
+        if trial and trial.batch * trial.seq_len > math.prod(_LEAST_TOKENS)
+        else _LEAST_TOKENS
+    )
     layer_report = training_step = live_layers = live_step = None
     if whole_model is not None:
         layer_report, training_step = _whole_model(
@@ -184,14 +208,15 @@ def run_operators(
             report,
             notes,
             say,
-            max_model_params,
+            max_params,
             _adaptation_plugins(vendor, plugins)[0] if adapt else None,
+            tokens,
         )
         if any(a.strategy and a.cause == "wrong_numbers" for a in report.adaptations):
             # The adapted platform's checks say nothing of the vendor's kernels as they are: run them too.
             say("whole-model check and training step again, on the platform as shipped (wrong kernels live)")
             live_layers, live_step = _whole_model(
-                whole_model, shipped, dtype, validation, report, [], say, max_model_params, None
+                whole_model, shipped, dtype, validation, report, [], say, max_params, None, tokens
             )
     real = None
     if whole_model is not None:
@@ -206,6 +231,7 @@ def run_operators(
         training_step=training_step,
         layers_live=live_layers,
         training_step_live=live_step,
+        production=shapes,
         notes=notes,
         seconds=time.perf_counter() - start,
     )

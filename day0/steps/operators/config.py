@@ -39,6 +39,41 @@ class ValidationSpec(UserModel):
     min_cosine: float = Field(0.99, gt=0, le=1, description="Least cosine similarity to the reference for a pass.")
     reference_dtype: Literal["fp64", "fp32"] = Field("fp32", description="Dtype of the CPU reference computation.")
     seeds: int = Field(1, ge=1, le=1000, description="Seeded input sets per operator (at most 1000).")
+    control_factor: float = Field(
+        4.0,
+        ge=1,
+        le=100,
+        description=(
+            "An op or check beyond its dtype's tolerances still passes while its error is within this many "
+            "times a control's at the same inputs, dtype and shapes (the host's stock kernel at the platform's "
+            "dtype; for the training step, the host's own step at the compute dtype against fp32): at most 100."
+        ),
+    )
+    max_model_params: int = Field(
+        300_000_000,
+        ge=1_000_000,
+        le=100_000_000_000,
+        description=(
+            "Largest reduced-depth model the whole-model and training-step checks build (parameters; fp32 on "
+            "the host, about 16 bytes each with copies and gradients): a larger one is checked on a slice, "
+            "fewer experts, heads or vocabulary rows at the released widths."
+        ),
+    )
+    production_elements: int = Field(
+        1 << 25,
+        ge=1 << 16,
+        le=1 << 34,
+        description=(
+            "Per-call memory budget of the checks at the trial's and the training's shapes: inputs plus outputs, "
+            "elements (the fp64 reference takes 8 bytes each); a wider call is sliced, token dimensions first."
+        ),
+    )
+    production_seconds: float = Field(
+        300.0,
+        ge=0,
+        le=86_400,
+        description="Time budget of the checks at production shapes, seconds; ops left then are reported unchecked.",
+    )
     tolerance: Literal["torch", "msprobe"] = Field(
         "torch",
         description=(

@@ -7,7 +7,7 @@ Shrinking halves the largest dimension everywhere it appears, keeping shape rela
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 
 import torch
 
@@ -27,9 +27,14 @@ def call_numel(op: str, example: Example) -> int:
     return total + sum(t.numel() for t in torch.utils._pytree.tree_leaves(out) if isinstance(t, torch.Tensor))
 
 
-def shrink_example(example: Example, cap: int, size: Callable[[Example], int] = example_numel) -> Example:
+def shrink_example(
+    example: Example, cap: int, size: Callable[[Example], int] = example_numel, first: Collection[int] = ()
+) -> Example:
     """Halve the largest dimension size everywhere it appears (shapes and equal int args) until
-    `size(example)` is at most `cap`: keeps shape relations (mm's K, split sizes) intact."""
+    `size(example)` is at most `cap`: keeps shape relations (mm's K, split sizes) intact. Sizes in
+    `first` (a production shape's batch, sequence and token counts) are halved before any other, so
+    the widths a kernel sums over stay as released as long as the token dimensions can give."""
+    preferred = {s for s in first if s > 1}
 
     def remap(v: ExampleArg, old: int, new: int) -> ExampleArg:
         if is_tensor_desc(v):
@@ -40,10 +45,12 @@ def shrink_example(example: Example, cap: int, size: Callable[[Example], int] = 
 
     while size(example) > cap:
         dims = [s for v in _tensor_descs(example) for s in v["shape"]] + _size_lists(example)
-        big = max(dims, default=1)
+        big = max([d for d in dims if d in preferred] or dims, default=1)
         if big <= 1:
             break
         example = remap(example, big, big // 2)
+        if big in preferred:
+            preferred = (preferred - {big}) | ({big // 2} if big // 2 > 1 else set())
     return example
 
 

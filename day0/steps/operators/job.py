@@ -23,6 +23,7 @@ from day0.steps.operators.config import ValidationSpec
 from day0.steps.operators.layers import WholeModel
 from day0.steps.operators.msprobe import MsprobeStandards
 from day0.steps.operators.result import OperatorsResult
+from day0.steps.operators.shapes import ShapeInventory
 
 __all__ = ["JOB", "OperatorsRequest", "main", "run_job_request", "run_operators_on_ray", "run_request"]
 
@@ -35,7 +36,12 @@ class OperatorsRequest(BaseModel):
     validation: ValidationSpec = Field(default_factory=ValidationSpec)
     compute_dtype: str | None = None
     whole_model: WholeModel | None = Field(None, description="Step 1's model at reduced depth, for the layer check.")
-    max_model_params: int = Field(300_000_000, description="Largest reduced model the worker builds.")
+    max_model_params: int | None = Field(
+        None, description="Largest reduced model the worker builds (validation.max_model_params unless set)."
+    )
+    production: list[ShapeInventory] = Field(
+        default=[], description="Step 1's capture at the trial's and the training's token shapes."
+    )
     cluster: ClusterSpec | None = Field(None, description="The cluster's pools (for the accelerator resource).")
     msprobe: MsprobeStandards | None = Field(
         None, description="msprobe's standards as the run resolved them (validation.tolerance: msprobe)."
@@ -57,6 +63,7 @@ def run_request(request: OperatorsRequest, progress: Callable[[str], None] | Non
         request.compute_dtype,
         whole_model=request.whole_model,
         max_model_params=request.max_model_params,
+        production=request.production,
         progress=progress,
     )
 

@@ -35,14 +35,19 @@ from day0.steps.operators.result import LayerReport, LayerRow
 if TYPE_CHECKING:
     from transformers import PreTrainedConfig, PreTrainedModel
 
-__all__ = ["WholeModel", "build_whole_model", "compare_layers", "layer_units", "reduced_params"]
+__all__ = ["WholeModel", "build_whole_model", "compare_layers", "layer_units", "reduced_params", "slice_to"]
 
 
 class WholeModel(BaseModel):
-    """What the whole-model check builds: step 1's resolved model, keeping these decoder layers."""
+    """What the whole-model check builds: step 1's resolved model, keeping these decoder layers, sliced
+    (`slice_to`) where they are over the worker's budget."""
 
     model: ResolvedModel
     keep_layers: list[int] = Field(min_length=1, description="Decoder layer indices, ascending.")
+    sliced: dict[str, int] = Field(
+        default_factory=dict,
+        description="Config fields cut to fit the budget (fewer experts, heads, vocabulary rows), by their new values.",
+    )
 
     @classmethod
     def from_analysis(cls, analyzed: AnalyzeResult, layers: int | None = None) -> WholeModel:
@@ -58,8 +63,10 @@ def _keep(structure: ModelStructure, layers: int | None) -> list[int]:
 
 
 def _config(whole: WholeModel) -> PreTrainedConfig:
-    """The config at the depth to build (the last kept layer + 1)."""
+    """The config at the depth to build (the last kept layer + 1), with its slice."""
     cfg = load_hf_config(whole.model)
+    for field, value in whole.sliced.items():
+        setattr(cfg, field, value)
     cfg.num_hidden_layers = whole.keep_layers[-1] + 1
     if getattr(cfg, "layer_types", None):
         cfg.layer_types = cfg.layer_types[: cfg.num_hidden_layers]
@@ -90,6 +97,51 @@ def reduced_params(whole: WholeModel) -> int:
             whole.keep_layers,
         )
     return sum(p.numel() for p in model.parameters())
+
+
+# What a slice cuts, in this order: each halving keeps every width a kernel sums over (hidden size,
+# head dim, an expert's intermediate size) and drops whole experts, heads or vocabulary rows, whose
+# kernels are the same calls, repeated. The dense MLP's intermediate size goes last: it is a GEMM's K.
+_EXPERTS = ("n_routed_experts", "num_local_experts", "num_experts")
+_TOP_K = ("num_experts_per_tok", "moe_topk")
+_SLICEABLE = (*_EXPERTS, "vocab_size", "num_attention_heads", "intermediate_size")
+
+
+def _least(cfg: PreTrainedConfig, field: str) -> int:
+    """The smallest value `field` may be cut to and still build the same kinds of kernels."""
+    if field in _EXPERTS:  # the router picks top_k experts, from groups of at least 2 (DeepSeek's group scores)
+        top_k = max((getattr(cfg, k, None) or 1) for k in _TOP_K)
+        return max(top_k + 1, 2 * (getattr(cfg, "n_group", None) or 1), 2)
+    if field == "num_attention_heads":  # grouped-query attention keeps whole groups
+        return getattr(cfg, "num_key_value_heads", None) or 1
+    if field == "vocab_size":
+        return 1024
+    return 64
+
+
+def slice_to(whole: WholeModel, max_params: int) -> WholeModel:
+    """`whole`, with as few experts, heads, vocabulary rows (then dense intermediate columns) cut as
+    fit `max_params`: each is halved in turn while the model is over it and the field above its least
+    (`_least`). Unchanged if it fits; possibly still over if nothing more can be cut."""
+    cfg = load_hf_config(whole.model)
+    sliced = dict(whole.sliced)
+    experts = next((f for f in _EXPERTS if isinstance(getattr(cfg, f, None), int)), None)  # one name: others alias it
+    for field in (f for f in _SLICEABLE if f not in _EXPERTS or f == experts):
+        while reduced_params(whole.model_copy(update={"sliced": sliced})) > max_params:
+            value = sliced.get(field, getattr(cfg, field, None))
+            if not isinstance(value, int) or value // 2 < _least(cfg, field):
+                break
+            half = value // 2
+            if field == "num_attention_heads":  # whole key/value groups, and the head width kept
+                if getattr(cfg, "head_dim", None) is None:
+                    break
+                kv = getattr(cfg, "num_key_value_heads", None) or half
+                half = max(kv, half - half % kv)
+            n_group = getattr(cfg, "n_group", None)
+            if field in _EXPERTS and n_group and half % n_group:
+                break
+            sliced[field] = half
+    return whole.model_copy(update={"sliced": sliced})
 
 
 def build_whole_model(whole: WholeModel, seed: int = 0) -> PreTrainedModel:

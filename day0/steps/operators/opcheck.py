@@ -11,7 +11,7 @@ per-dtype thresholds.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from functools import partial, reduce
 from typing import Literal
 
@@ -40,10 +40,18 @@ from day0.steps.operators.metrics import (
     Thresholds,
     compare,
     verdict,
+    within_control,
 )
 from day0.steps.operators.msprobe import MsprobeStandards, Standard, api_name
 from day0.steps.operators.msprobe_judge import BENCH_STANDARDS, JUDGED_DTYPES, judge
-from day0.steps.operators.op_policy import classify, msprobe_standards, norm_terms, op_thresholds, thresholds_for
+from day0.steps.operators.op_policy import (
+    accumulates,
+    classify,
+    msprobe_standards,
+    norm_terms,
+    op_thresholds,
+    thresholds_for,
+)
 from day0.steps.operators.result import Kind, OpCheck, OpCheckReport
 
 __all__ = ["ReferenceMode", "check_inventory", "check_op"]
@@ -113,7 +121,34 @@ def _compare_outputs(
 
 Verdict = tuple[bool, str]
 Judged = tuple[ErrorMetrics | None, Thresholds, Verdict | None]
-"""One call's metrics, the thresholds torch's verdict takes, and msprobe's verdict where it judged the call."""
+"""One call's metrics, the thresholds torch's verdict takes, and msprobe's or the control's verdict
+where either judged the call (`_against_control`)."""
+
+STOCK = "the host's stock kernel"
+
+
+def _against_control(
+    op: str,
+    m: ErrorMetrics | None,
+    t: Thresholds,
+    r_res: list[torch.Tensor],
+    kind: Kind,
+    stock: Callable[[], list[torch.Tensor]],
+    factor: float,
+    notes: set[str],
+) -> Verdict | None:
+    """Where torch's fixed tolerances fail a call of an accumulating op, the verdict against the
+    control: the host's stock kernel at the platform's dtype on the same inputs, measured against the
+    same reference (`metrics.within_control`). None where the fixed tolerances pass, the op rounds
+    each element once (its fixed tolerance is scale-free: nothing to scale) or there is no control."""
+    if m is None or not accumulates(op) or verdict(m, t)[0]:
+        return None
+    try:
+        sm = _compare_outputs(stock(), r_res, kind, t)
+    except Exception as exc:  # noqa: BLE001 - no host kernel at this dtype: the fixed tolerances judge
+        notes.add(f"no control ({STOCK} failed: {_first_line(exc)})")
+        return None
+    return within_control(m, sm, factor, STOCK) if sm is not None else None
 
 
 def _bench(func: torch._ops.OpOverload, call: Call) -> list[torch.Tensor]:
@@ -226,10 +261,12 @@ def check_op(
     max_examples: int | None = None,
     max_elements: int = 1 << 22,
     grads: bool = True,
+    shrink_first: Collection[int] = (),
 ) -> OpCheck:
     """Check one op at platform dtype `dtype` over its examples (the first `max_examples`, default
     all the capture kept) and seeds; never raises. Each call is judged by the thresholds of the
-    dtype it ran at: a bf16 model's fp32 router by fp32's, not bf16's.
+    dtype it ran at: a bf16 model's fp32 router by fp32's, not bf16's. A call over `max_elements` is
+    sliced (`inputs.shrink_example`, the sizes in `shrink_first` first).
 
     Gradients (ops the model runs forward, with floating inputs and a derivative) are checked on
     the first example for every seed: the backward ops themselves are inventory ops with their own
@@ -256,7 +293,7 @@ def check_op(
     applied: set[str] = set()
     for index, example in enumerate(record.examples[:max_examples]):
         if example_numel(example) > max_elements or call_numel(record.op, example) > max_elements:
-            example = shrink_example(example, max_elements, lambda ex: call_numel(record.op, ex))
+            example = shrink_example(example, max_elements, lambda ex: call_numel(record.op, ex), shrink_first)
             if call_numel(record.op, example) > max_elements:
                 return _fail(result, "skipped", f"cannot shrink below {max_elements} elements", start)
             notes.add(f"shrunk to {max_elements} elements")
@@ -286,7 +323,9 @@ def check_op(
             ms = (
                 _msprobe(record.op, p_res, r_res, partial(_bench, func, p_call), standards, applied, notes, m)
                 if standards is not None
-                else None
+                else _against_control(
+                    record.op, m, t, r_res, kind, partial(_bench, func, p_call), validation.control_factor, notes
+                )
             )
             if m is not None or ms is not None:
                 judged.append((m, t, ms))
@@ -302,6 +341,10 @@ def check_op(
                     gms = (  # msprobe judges an API's input gradients by the standard of its outputs
                         _msprobe(record.op, *grad_pair, host, standards, applied, notes, gm)
                         if standards and grad_pair
+                        else _against_control(
+                            record.op, gm, _chained(gt), grad_pair[1], kind, host, validation.control_factor, notes
+                        )
+                        if grad_pair
                         else None
                     )
                     grad_judged.append((gm, gt, gms))
@@ -353,6 +396,11 @@ def _grad_check(
     return _compare_outputs(pg, rg, kind, t), None, None, (pg, rg)
 
 
+def _chained(t: Thresholds) -> Thresholds:
+    """A gradient's thresholds: a chain of two rounded ops, so twice the RMS is forgiven."""
+    return t.model_copy(update={"rms_share": min(1.0, 2 * t.rms_share)})
+
+
 def _call_verdict(m: ErrorMetrics | None, t: Thresholds, ms: Verdict | None) -> Verdict:
     if ms is not None:
         return ms
@@ -395,10 +443,7 @@ def _judge(
         result.status, result.reason = ("pass" if ok else "fail"), why
     elif kind == "nondeterministic":
         result.reason = "values not compared: random or uninitialised memory; shape and dtype checked"
-    # a gradient is a chain of two rounded ops: forgive twice the RMS
-    result.grad_metrics, ok, why = _verdict(
-        [(m, t.model_copy(update={"rms_share": min(1.0, 2 * t.rms_share)}), ms) for m, t, ms in grad_judged]
-    )
+    result.grad_metrics, ok, why = _verdict([(m, _chained(t), ms) for m, t, ms in grad_judged])
     if why:
         result.grad_status = "pass" if ok else "fail"
         if not ok:

@@ -23,6 +23,8 @@ __all__ = [
     "OpCheckReport",
     "OperatorsResult",
     "RealWeightsCheck",
+    "ShapeCheck",
+    "TokenShape",
     "TrainingStepCheck",
     "TrainingStepRow",
 ]
@@ -368,6 +370,44 @@ def _random_twin(row: LayerRow, random: LayerReport | None, layer: int | None) -
     return next((r for r in random.rows if r.module == module and r.phase == row.phase), None)
 
 
+class TokenShape(BaseModel):
+    """Tokens one rank's step processes in production: `batch` sequences of `seq_len` tokens."""
+
+    name: str = Field(description="Whose shape: trial or training.")
+    batch: int = Field(ge=1)
+    seq_len: int = Field(ge=1)
+
+    def __str__(self) -> str:
+        return f"the {self.name}'s {self.batch} x {self.seq_len} tokens"
+
+
+class ShapeCheck(BaseModel):
+    """The accumulating ops (GEMMs, grouped GEMMs, reductions, norms, softmax, attention,
+    scatter/index_put) checked again at one production shape, as step 1 captured them at it."""
+
+    shape: TokenShape
+    checks: list[OpCheck] = Field(default=[])
+    not_checked: list[str] = Field(default=[], description="Ops left out: the time budget ran out first.")
+    max_elements: int = Field(description="The per-call budget: wider calls were sliced (tokens first).")
+    seconds: float = 0.0
+
+    @property
+    def failing(self) -> list[OpCheck]:
+        return [c for c in self.checks if not c.ok]
+
+    def to_markdown(self) -> str:
+        sliced = sum("shrunk to" in c.reason for c in self.checks)
+        lines = [
+            f"### At {self.shape}: {len(self.checks) - len(self.failing)} of {len(self.checks)} accumulating ops "
+            f"pass ({sliced} sliced to {self.max_elements:,} elements a call; {self.seconds:.1f} s)",
+            "",
+        ]
+        lines += [f"- **{_op_reason(c)}**" for c in self.failing]
+        if self.not_checked:
+            lines.append(f"- not checked (time budget): {', '.join(self.not_checked)}")
+        return "\n".join(lines).rstrip()
+
+
 class OperatorsResult(StepResult):
     """Step 2's result: per-op checks (with adaptations), the whole-model layer comparison and the
     training step. Verdict: `fail` when an op is left failing, erroring or without a kernel after adaptation, the
@@ -389,6 +429,9 @@ class OperatorsResult(StepResult):
     training_step_live: TrainingStepCheck | None = Field(
         None, description="The training step on the platform as shipped, when a wrong kernel was adapted."
     )
+    production: list[ShapeCheck] = Field(
+        default=[], description="The accumulating ops again at the trial's and the training's token shapes."
+    )
     notes: list[str] = Field(default=[])
     seconds: float = 0.0
 
@@ -407,6 +450,7 @@ class OperatorsResult(StepResult):
         reasons += self.real_weights.reasons() if self.real_weights else []
         reasons += [f"as shipped (wrong kernels live): {r}" for r in _layer_reasons(self.layers_live)]
         reasons += [f"as shipped: {r}" for r in (self.training_step_live.reasons() if self.training_step_live else [])]
+        reasons += [f"at {p.shape}: {_op_reason(c)}" for p in self.production for c in p.failing]
         reasons += [
             f"{a.op} at {a.dtype}: the platform's kernel gives wrong numbers ({a.problem[:120]}); "
             f"{a.strategy} works around it meanwhile"
@@ -418,6 +462,7 @@ class OperatorsResult(StepResult):
                 _listing("op(s) needed adapting", [f"{a.op} at {a.dtype} ({a.strategy})" for a in adapted]),
                 _listing("op(s) not checked", [f"{c.op}: {c.reason[:80]}" for c in skipped]),
                 _listing("gradient(s) not checked", [c.op for c in grads_skipped]),
+                *(_listing(f"op(s) not checked at {p.shape} (time budget)", p.not_checked) for p in self.production),
             )
             if line
         ]
@@ -453,6 +498,12 @@ class OperatorsResult(StepResult):
             "not checked": f"{len(unchecked)} ops, {len(grads_unchecked)} gradients",
             "first divergent layer": layer,
             "real-weights layer": self.real_weights.headline() if self.real_weights else "not run",
+            "production shapes": "; ".join(
+                f"{p.shape.name} {p.shape.batch} x {p.shape.seq_len}: {len(p.checks) - len(p.failing)} of "
+                f"{len(p.checks)} pass"
+                for p in self.production
+            )
+            or "not checked",
             "judged by": f"{self.ops.tolerance}: "
             + ", ".join(f"{n} {p}" for p, n in Counter(c.policy for c in checks).most_common()),
         }
@@ -499,6 +550,7 @@ class OperatorsResult(StepResult):
     def to_markdown(self) -> str:
         head = "## Step 2: operators and numerical alignment: " + self.verdict.upper()
         parts = [head, *(["\n".join(f"- note: {n}" for n in self.notes)] if self.notes else []), self.ops.to_markdown()]
+        parts += [p.to_markdown() for p in self.production]
         if self.layers is not None:
             parts.append(self.layers.to_markdown())
             if self._plot_layers():

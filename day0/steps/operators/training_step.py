@@ -28,7 +28,7 @@ from day0.core.dtypes import DTYPES
 from day0.core.training import LEARNING_RATE, clip_gradients, forward_loss, make_optimizer
 from day0.platforms.kernels import MissingKernelError, Platform
 from day0.steps.operators.config import ValidationSpec
-from day0.steps.operators.metrics import compare, verdict
+from day0.steps.operators.metrics import compare, verdict, within_control
 from day0.steps.operators.op_policy import thresholds_for
 from day0.steps.operators.result import TrainingStepCheck, TrainingStepRow
 
@@ -95,6 +95,12 @@ def check_training_step(
         0, model.config.vocab_size, (batch, seq_len + 1), generator=torch.Generator().manual_seed(seed)
     )
     reference = _step(copy.deepcopy(model).float(), tokens, dtype, contextlib.nullcontext())
+    # the control: how far a correct step at the compute dtype is from the same step at fp32 (none at fp32)
+    control = (
+        _step(copy.deepcopy(model).float(), tokens, torch.float32, contextlib.nullcontext())
+        if dtype != torch.float32
+        else None
+    )
     check = TrainingStepCheck(compute_dtype=compute_dtype, loss_reference=float(reference["loss"]), seconds=0.0)
     mode = platform.mode()
     try:
@@ -121,6 +127,11 @@ def check_training_step(
         t = thresholds_for(at, validation).model_copy(update={"rms_share": 1.0})
         m = compare(measured[what], reference[what], t, DTYPES[at])
         ok, why = verdict(m, t)
+        if not ok and control is not None:
+            spread = compare(reference[what], control[what], t, DTYPES[at])
+            ok, why = within_control(
+                m, spread, validation.control_factor, f"the host's step at {compute_dtype} vs fp32"
+            )
         check.rows.append(TrainingStepRow(quantity=what, metrics=m, passed=ok, reason=why))
     check.seconds = time.perf_counter() - start
     return check
