@@ -19,7 +19,7 @@ from day0.steps.operators.opcheck import check_inventory
 MODELS = ["deepseek-v3", "kimi-k2", "qwen3-235b-a22b", "llama-3.1-405b", "mixtral-8x7b"]
 
 
-@pytest.mark.integration  # about 30-60 s a model on 2 shared cores: the fp64 reference of full-width GEMMs
+@pytest.mark.integration  # 3-8 s a model on 2 cores: the fp64 reference of full-width GEMMs
 @pytest.mark.parametrize("name", MODELS)
 def test_stock_kernels_raise_no_alarm_at_full_width(name: str) -> None:
     model = build_meta_model(load_hf_config(resolve_model_source(name)), name, "bf16")
