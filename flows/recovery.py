@@ -25,8 +25,12 @@ The loop is bounded outside the flow body too: a second automation counts the re
 AttemptsExhausted, so a run that dies before its flow starts (an image that cannot be pulled, a pod killed
 while importing torch; its run count never rises) stops there instead of being rescheduled forever. An
 attempt that does start and is past the bound fails at once too (`check_attempt`); a Failed run triggers
-nothing. An attempt of a run whose cancellation was requested ends Cancelled before it does anything
-(`cancel_requested_earlier`): a cancel is final.
+nothing.
+
+A cancel is final: a run whose cancellation was requested and that then crashed (its process killed
+before it could end Cancelled) is rescheduled by the first automation, which cannot tell; a fourth one,
+armed by the run's Cancelling event, puts any reschedule of it back to Cancelled at once, and an attempt
+that a worker took in between ends Cancelled before it does anything (`cancel_requested_earlier`).
 
 A run whose process died with nothing left to report it (a process worker's machine lost: the worker
 and its flow-run processes all gone) read Running for ever. A flow run's engine sends a heartbeat
@@ -51,10 +55,12 @@ from day0.settings import RunSettings
 __all__ = [
     "AUTOMATION_NAME",
     "BOUND_NAME",
+    "CANCEL_WINS_NAME",
     "TAG",
     "ZOMBIE_NAME",
     "attempts_bound_automation",
     "cancel_requested_earlier",
+    "cancel_wins_automation",
     "check_attempt",
     "ensure_recovery",
     "recovery_automation",
@@ -66,6 +72,7 @@ BOUND_NAME = "day0-stop-rerunning-after-max-attempts"
 TAG = "day0"  # on every deployment of prefect.yaml and of the chart's work pool
 DUPLICATE_CRASH_S = 3  # the reports of one crash come within a second; a rerun takes a worker poll (10 s) at least
 BOUND_WINDOW = dt.timedelta(days=7)  # the reschedules of one flow run are counted over this long
+CANCEL_WINS_NAME = "day0-keep-cancelled-flow-runs-cancelled"
 ZOMBIE_NAME = "day0-crash-flow-runs-without-heartbeat"
 ZOMBIE_BEATS = 2.5  # heartbeats missed before a run is taken for dead (one late beat is not a death)
 FINAL_EVENTS = {f"prefect.flow-run.{s}" for s in ("Completed", "Failed", "Cancelled", "Crashed")}
@@ -117,6 +124,30 @@ def attempts_bound_automation(max_attempts: int) -> AutomationCore:
                     f"day0: the flow run crashed {max_attempts} times (DAY0_RUN_MAX_ATTEMPTS={max_attempts}): "
                     "not rerun again; see the attempts' logs"
                 ),
+            )
+        ],
+    )
+
+
+def cancel_wins_automation() -> AutomationCore:
+    """A reschedule of a `day0` flow run that read Cancelling before goes to Cancelled."""
+    return AutomationCore(
+        name=CANCEL_WINS_NAME,
+        description="day0: a flow run whose cancellation was requested is never rerun (flows/recovery.py).",
+        enabled=True,
+        trigger=EventTrigger(
+            after={"prefect.flow-run.Cancelling"},
+            expect={"prefect.flow-run.AwaitingRetry"},
+            match_related=ResourceSpecification({"prefect.resource.id": f"prefect.tag.{TAG}"}),
+            for_each={"prefect.resource.id"},
+            posture=Posture.Reactive,
+            threshold=1,
+            within=BOUND_WINDOW,
+        ),
+        actions=[
+            ChangeFlowRunState(
+                state=StateType.CANCELLED,
+                message="day0: the flow run's cancellation was requested before it crashed: not rerun",
             )
         ],
     )

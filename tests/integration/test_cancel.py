@@ -101,3 +101,32 @@ def test_sigterm_while_ray_starts_reaches_the_callers_handler(tmp_path: Path) ->
     while carriers(token) and time.monotonic() < deadline:
         time.sleep(0.5)
     assert not carriers(token), "Ray's processes outlived the interrupted start"
+
+
+def test_an_attempt_of_a_run_whose_cancel_was_requested_ends_cancelled_before_anything(
+    tmp_path: Path, prefect_server: None
+) -> None:
+    """Issue 44: a cancel that reached a run as a crash got it rescheduled, and the rerun computed on (twice it
+    ended Completed after writing 10-15 files). The attempt now reads the run's history first."""
+    from prefect.client.orchestration import get_client
+    from prefect.flow_engine import run_flow
+    from prefect.states import Cancelling, Crashed, Running, Scheduled
+
+    from flows.adapt import adapt
+
+    store = tmp_path / "store"
+    spec = {
+        "metadata": {"name": "cancelled-once"},
+        "model": "tiny-deepseek-v3",
+        "platform": "cpu",
+        "steps": ["analyze"],
+        "storage": f"file://{store}",
+    }
+    with get_client(sync_client=True) as client:
+        run = client.create_flow_run(adapt, parameters={"spec": spec})
+        for state in (Running(), Cancelling(), Crashed(message="SystemExit: 15"), Scheduled(name="AwaitingRetry")):
+            client.set_flow_run_state(run.id, state, force=True)  # the cancel, the crash, the automation's reschedule
+        run = client.read_flow_run(run.id)
+    final = run_flow(adapt, flow_run=run, parameters={"spec": spec}, return_type="state")
+    assert final.is_cancelled() and "cancellation was requested earlier" in (final.message or ""), final
+    assert not list(store.rglob("*.json")), "the attempt wrote to the store: " + str(list(store.rglob("*")))

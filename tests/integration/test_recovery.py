@@ -132,3 +132,17 @@ def _until(check, timeout_s: float = 60.0):  # type: ignore[no-untyped-def]
         time.sleep(0.5)
     assert found, "not within the deadline"
     return found
+
+
+def test_a_run_whose_cancel_was_requested_is_not_rerun_after_it_crashed(prefect) -> None:  # type: ignore[no-untyped-def]
+    """Issue 44: a cancel that reached the run as a crash (Ray's SIGTERM handler: SystemExit 15) got it
+    rescheduled, and the rerun completed."""
+    from prefect.states import Cancelling, Crashed, Running
+
+    ensure_recovery()
+    run = _flow_run(prefect, ["day0"])
+    prefect.set_flow_run_state(run.id, Running(), force=True)
+    prefect.set_flow_run_state(run.id, Cancelling())  # `prefect flow-run cancel`
+    prefect.set_flow_run_state(run.id, Crashed(message="Execution was aborted by SystemExit 15"), force=True)
+    state = _until(lambda: (s := prefect.read_flow_run(run.id).state).is_cancelled() and s)
+    assert "cancellation was requested before it crashed" in state.message, state
