@@ -28,13 +28,13 @@ attempt that does start and is past the bound fails at once too (`check_attempt`
 nothing.
 
 A cancel is final: a run whose cancellation was requested and that then crashed (its process killed
-before it could end Cancelled) is rescheduled by the first automation, which cannot tell; a fourth one,
+before it could end Cancelled) is rescheduled by the first automation, which cannot tell; a third one,
 armed by the run's Cancelling event, puts any reschedule of it back to Cancelled at once, and an attempt
 that a worker took in between ends Cancelled before it does anything (`cancel_requested_earlier`).
 
 A run whose process died with nothing left to report it (a process worker's machine lost: the worker
 and its flow-run processes all gone) read Running for ever. A flow run's engine sends a heartbeat
-event every `PREFECT_FLOWS_HEARTBEAT_FREQUENCY` seconds (Prefect's default: 180); a third automation,
+event every `PREFECT_FLOWS_HEARTBEAT_FREQUENCY` seconds (Prefect's default: 180); a fourth automation,
 Prefect's "detect zombie flows" pattern, marks a `day0` run Crashed when no heartbeat nor final state
 followed its last heartbeat within `ZOMBIE_BEATS` of those periods, and the first automation reruns it.
 """
@@ -189,6 +189,7 @@ def _automations() -> list[AutomationCore]:
     return [
         recovery_automation(),
         attempts_bound_automation(RunSettings().max_attempts),
+        cancel_wins_automation(),
         zombie_automation(heartbeat_s),
     ]
 
