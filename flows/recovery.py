@@ -130,13 +130,13 @@ def attempts_bound_automation(max_attempts: int) -> AutomationCore:
 
 
 def cancel_wins_automation() -> AutomationCore:
-    """A reschedule of a `day0` flow run that read Cancelling before goes to Cancelled."""
+    """A reschedule of a `day0` flow run that read Cancelling or Cancelled before goes to Cancelled."""
     return AutomationCore(
         name=CANCEL_WINS_NAME,
         description="day0: a flow run whose cancellation was requested is never rerun (flows/recovery.py).",
         enabled=True,
         trigger=EventTrigger(
-            after={"prefect.flow-run.Cancelling"},
+            after={"prefect.flow-run.Cancelling", "prefect.flow-run.Cancelled"},
             expect={"prefect.flow-run.AwaitingRetry"},
             match_related=ResourceSpecification({"prefect.resource.id": f"prefect.tag.{TAG}"}),
             for_each={"prefect.resource.id"},
