@@ -85,9 +85,6 @@ def check_runnable(spec: PipelineSpec, steps: list[str]) -> None:
     check_steps(spec, steps, "spec")
 
 
-_RESIGNAL_S = 10.0  # the steps' own stopping (a Ray job, a step record) takes about a second
-
-
 @contextmanager
 def _stop_when_cancelled(flow_run_id: str | None, requested: threading.Event) -> Iterator[None]:
     """Turn a cancellation requested through Prefect (the run reads Cancelling or Cancelled) into SIGINT
@@ -117,12 +114,8 @@ def _stop_when_cancelled(flow_run_id: str | None, requested: threading.Event) ->
                 if state is not None and (state.is_cancelling() or state.is_cancelled()) and not done.is_set():
                     print("day0: the flow run was cancelled: stopping", file=sys.stderr)
                     requested.set()
-                    # a real signal to the main thread: it also interrupts a blocking call there. Again while
-                    # the steps go on: one interrupt was lost at times (the trial's reference run trained on
-                    # to its end after it), and the body leaves this block soon after one is taken.
-                    while not done.is_set():
-                        signal.pthread_kill(main, signal.SIGINT)
-                        done.wait(_RESIGNAL_S)
+                    # a real signal to the main thread: it also interrupts a blocking call there
+                    signal.pthread_kill(main, signal.SIGINT)
                     return
 
     watcher = threading.Thread(target=watch, name="day0-cancel-watch", daemon=True)
