@@ -124,7 +124,7 @@ class RunSettings(EnvSettings):
         3.0,
         gt=0,
         le=3600,
-        description="Seconds between a flow run's reads of its own state, to stop once it is Cancelling.",
+        description="Seconds between a flow run's reads of its own state, to stop once it is Cancelling or Cancelled.",
     )
     spec_roots: Annotated[list[Path], BeforeValidator(_path_list)] = Field(
         default_factory=lambda: [CONFIGS_DIR],

@@ -46,7 +46,7 @@ from day0.spec.pipeline import STEPS, PipelineSpec, load_spec, spec_from_dict
 from day0.steps.registry import pods_needed, prerequisites
 from flows._artifacts import publish_report_artifacts
 from flows._gate import StepGate
-from flows.recovery import check_attempt
+from flows.recovery import cancel_requested_earlier, check_attempt
 from tasks.steps import TASKS
 
 if TYPE_CHECKING:
@@ -87,8 +87,8 @@ def check_runnable(spec: PipelineSpec, steps: list[str]) -> None:
 
 @contextmanager
 def _stop_when_cancelled(flow_run_id: str | None, requested: threading.Event) -> Iterator[None]:
-    """Turn a cancellation requested through Prefect into SIGINT (KeyboardInterrupt) in the main thread,
-    setting `requested` first.
+    """Turn a cancellation requested through Prefect (the run reads Cancelling or Cancelled) into SIGINT
+    (KeyboardInterrupt) in the main thread, setting `requested` first.
 
     Why: a worker cancels the runs it started by signalling their process, but a run started in
     this process (`day0 run`, `python -m flows.adapt`) only changes state to Cancelling. Raising
@@ -109,7 +109,9 @@ def _stop_when_cancelled(flow_run_id: str | None, requested: threading.Event) ->
                     state = client.read_flow_run(UUID(flow_run_id)).state
                 except Exception:  # noqa: BLE001 - the API being briefly away must not stop the run
                     continue
-                if state is not None and state.is_cancelling() and not done.is_set():
+                # Cancelled too: a run may get there without Cancelling (Prefect's cancellation timeout, a
+                # state forced through the API or the UI), and it still computes until stopped
+                if state is not None and (state.is_cancelling() or state.is_cancelled()) and not done.is_set():
                     print("day0: the flow run was cancelled: stopping", file=sys.stderr)
                     requested.set()
                     # a real signal to the main thread: it also interrupts a blocking call there
@@ -183,6 +185,8 @@ def adapt(
     dict); raises `RunFailed` (the flow run ends Failed, naming the steps) when a step failed, and
     Prefect's `CancelledRun` (the run ends Cancelled) when it was cancelled through Prefect."""
     start = time.perf_counter()
+    if cancel_requested_earlier(flow_run.get_id()):  # a cancel is final, even if a crash got the run rescheduled
+        return cast(JsonObject, Cancelled(message="the flow run's cancellation was requested earlier: not run again"))
     check_attempt(flow_run.get_run_count())  # a crashed run is rescheduled (flows/recovery.py), within bounds
     ctx = _context(spec, namespace, flow_run_id=flow_run.get_id(), fresh=fresh)
     steps = plan_steps(ctx.spec, only)

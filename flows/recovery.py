@@ -13,12 +13,35 @@ id, so the rerun sweeps the dead attempt's RayCluster by run id, reuses the comp
 the trial from its last checkpoint. A run started from the CLI (`day0 run`) has no deployment, so
 Prefect refuses to reschedule it: there the CLI's own resume applies.
 
-The loop is bounded in the flows (`check_attempt`): an attempt past `DAY0_RUN_MAX_ATTEMPTS` fails at
-once, with a reason, and a Failed run triggers nothing.
+One crash, one reschedule: a dead process is reported Crashed twice (the worker's runner and the worker
+itself each propose it; on Kubernetes the observer too), and the second report, landing after the
+reschedule, crashed the rescheduled run again, so it was rescheduled twice and two attempts ran at once.
+The trigger counts per flow run and per Prefect run count (`prefect.run-count`, which an attempt raises as
+it starts) and fires once per `DUPLICATE_CRASH_S`: the second report of one crash is dropped, the crash of
+a later attempt is not.
+
+The loop is bounded outside the flow body too: a second automation counts the reschedules of each flow run
+(its AwaitingRetry states) and the `DAY0_RUN_MAX_ATTEMPTS`-th one ends the run Failed, named
+AttemptsExhausted, so a run that dies before its flow starts (an image that cannot be pulled, a pod killed
+while importing torch; its run count never rises) stops there instead of being rescheduled forever. An
+attempt that does start and is past the bound fails at once too (`check_attempt`); a Failed run triggers
+nothing.
+
+A cancel is final: a run whose cancellation was requested and that then crashed (its process killed
+before it could end Cancelled) is rescheduled by the first automation, which cannot tell; a third one,
+armed by the run's Cancelling event, puts any reschedule of it back to Cancelled at once, and an attempt
+that a worker took in between ends Cancelled before it does anything (`cancel_requested_earlier`).
+
+A run whose process died with nothing left to report it (a process worker's machine lost: the worker
+and its flow-run processes all gone) read Running for ever. A flow run's engine sends a heartbeat
+event every `PREFECT_FLOWS_HEARTBEAT_FREQUENCY` seconds (Prefect's default: 180); a fourth automation,
+Prefect's "detect zombie flows" pattern, marks a `day0` run Crashed when no heartbeat nor final state
+followed its last heartbeat within `ZOMBIE_BEATS` of those periods, and the first automation reruns it.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import sys
 
 from prefect.client.schemas.objects import StateType
@@ -29,10 +52,30 @@ from prefect.events.schemas.events import ResourceSpecification
 from day0.errors import UsageError
 from day0.settings import RunSettings
 
-__all__ = ["AUTOMATION_NAME", "TAG", "check_attempt", "ensure_recovery", "recovery_automation"]
+__all__ = [
+    "AUTOMATION_NAME",
+    "BOUND_NAME",
+    "CANCEL_WINS_NAME",
+    "TAG",
+    "ZOMBIE_NAME",
+    "attempts_bound_automation",
+    "cancel_requested_earlier",
+    "cancel_wins_automation",
+    "check_attempt",
+    "ensure_recovery",
+    "recovery_automation",
+    "zombie_automation",
+]
 
 AUTOMATION_NAME = "day0-rerun-crashed-flow-runs"
+BOUND_NAME = "day0-stop-rerunning-after-max-attempts"
 TAG = "day0"  # on every deployment of prefect.yaml and of the chart's work pool
+DUPLICATE_CRASH_S = 3  # the reports of one crash come within a second; a rerun takes a worker poll (10 s) at least
+BOUND_WINDOW = dt.timedelta(days=7)  # the reschedules of one flow run are counted over this long
+CANCEL_WINS_NAME = "day0-keep-cancelled-flow-runs-cancelled"
+ZOMBIE_NAME = "day0-crash-flow-runs-without-heartbeat"
+ZOMBIE_BEATS = 2.5  # heartbeats missed before a run is taken for dead (one late beat is not a death)
+FINAL_EVENTS = {f"prefect.flow-run.{s}" for s in ("Completed", "Failed", "Cancelled", "Crashed")}
 
 
 def recovery_automation() -> AutomationCore:
@@ -44,8 +87,10 @@ def recovery_automation() -> AutomationCore:
         trigger=EventTrigger(
             expect={"prefect.flow-run.Crashed"},
             match_related=ResourceSpecification({"prefect.resource.id": f"prefect.tag.{TAG}"}),
+            for_each={"prefect.resource.id", "prefect.run-count"},
             posture=Posture.Reactive,
             threshold=1,
+            within=dt.timedelta(seconds=DUPLICATE_CRASH_S),
         ),
         actions=[
             ChangeFlowRunState(
@@ -57,20 +102,115 @@ def recovery_automation() -> AutomationCore:
     )
 
 
-def ensure_recovery() -> str:
-    """Create the automation, or update the one of that name (idempotent: one per server); its id."""
+def attempts_bound_automation(max_attempts: int) -> AutomationCore:
+    """The bound: the `max_attempts`-th reschedule of a flow run tagged `day0` ends it Failed instead."""
+    return AutomationCore(
+        name=BOUND_NAME,
+        description="day0: a flow run rescheduled after its last allowed attempt fails (flows/recovery.py).",
+        enabled=True,
+        trigger=EventTrigger(
+            expect={"prefect.flow-run.AwaitingRetry"},
+            match_related=ResourceSpecification({"prefect.resource.id": f"prefect.tag.{TAG}"}),
+            for_each={"prefect.resource.id"},
+            posture=Posture.Reactive,
+            threshold=max_attempts,
+            within=BOUND_WINDOW,
+        ),
+        actions=[
+            ChangeFlowRunState(
+                state=StateType.FAILED,
+                name="AttemptsExhausted",
+                message=(
+                    f"day0: the flow run crashed {max_attempts} times (DAY0_RUN_MAX_ATTEMPTS={max_attempts}): "
+                    "not rerun again; see the attempts' logs"
+                ),
+            )
+        ],
+    )
+
+
+def cancel_wins_automation() -> AutomationCore:
+    """A reschedule of a `day0` flow run that read Cancelling or Cancelled before goes to Cancelled."""
+    return AutomationCore(
+        name=CANCEL_WINS_NAME,
+        description="day0: a flow run whose cancellation was requested is never rerun (flows/recovery.py).",
+        enabled=True,
+        trigger=EventTrigger(
+            after={"prefect.flow-run.Cancelling", "prefect.flow-run.Cancelled"},
+            expect={"prefect.flow-run.AwaitingRetry"},
+            match_related=ResourceSpecification({"prefect.resource.id": f"prefect.tag.{TAG}"}),
+            for_each={"prefect.resource.id"},
+            posture=Posture.Reactive,
+            threshold=1,
+            within=BOUND_WINDOW,
+        ),
+        actions=[
+            ChangeFlowRunState(
+                state=StateType.CANCELLED,
+                message="day0: the flow run's cancellation was requested before it crashed: not rerun",
+            )
+        ],
+    )
+
+
+def zombie_automation(heartbeat_s: int) -> AutomationCore:
+    """A `day0` flow run Running with no heartbeat for `ZOMBIE_BEATS` x `heartbeat_s` goes to Crashed."""
+    silent_s = round(ZOMBIE_BEATS * heartbeat_s)
+    return AutomationCore(
+        name=ZOMBIE_NAME,
+        description="day0: a flow run whose heartbeats stopped is marked Crashed (flows/recovery.py).",
+        enabled=True,
+        trigger=EventTrigger(
+            after={"prefect.flow-run.heartbeat"},
+            expect={"prefect.flow-run.heartbeat", *FINAL_EVENTS},
+            match=ResourceSpecification({"prefect.resource.id": "prefect.flow-run.*"}),
+            match_related=ResourceSpecification({"prefect.resource.id": f"prefect.tag.{TAG}"}),
+            for_each={"prefect.resource.id"},
+            posture=Posture.Proactive,
+            threshold=1,
+            within=dt.timedelta(seconds=silent_s),
+        ),
+        actions=[
+            ChangeFlowRunState(
+                state=StateType.CRASHED,
+                message=(
+                    f"day0: no heartbeat from the flow run for {silent_s} s (PREFECT_FLOWS_HEARTBEAT_FREQUENCY="
+                    f"{heartbeat_s}): its process and its worker are gone"
+                ),
+            )
+        ],
+    )
+
+
+def _automations() -> list[AutomationCore]:
+    from prefect.settings import get_current_settings
+
+    heartbeat_s = get_current_settings().flows.heartbeat_frequency or 180  # None: Prefect sends no heartbeat
+    return [
+        recovery_automation(),
+        attempts_bound_automation(RunSettings().max_attempts),
+        cancel_wins_automation(),
+        zombie_automation(heartbeat_s),
+    ]
+
+
+def ensure_recovery() -> list[str]:
+    """Create the automations, or update those of their names (idempotent: one each per server); their ids."""
     from prefect.client.orchestration import get_client
 
-    wanted = recovery_automation()
+    ids = []
     with get_client(sync_client=True) as client:
-        found = client.read_automations_by_name(AUTOMATION_NAME)
-        if not found:
-            return str(client.create_automation(wanted))
-        keep, *extra = found
-        for duplicate in extra:  # two workers that started at once: keep one, or each crash reschedules twice
-            client.delete_automation(duplicate.id)
-        client.update_automation(keep.id, wanted)
-        return str(keep.id)
+        for wanted in _automations():
+            found = client.read_automations_by_name(wanted.name)
+            if not found:
+                ids.append(str(client.create_automation(wanted)))
+                continue
+            keep, *extra = found
+            for duplicate in extra:  # two workers that started at once: keep one, or each crash reschedules twice
+                client.delete_automation(duplicate.id)
+            client.update_automation(keep.id, wanted)
+            ids.append(str(keep.id))
+    return ids
 
 
 def check_attempt(run_count: int) -> None:
@@ -83,6 +223,21 @@ def check_attempt(run_count: int) -> None:
         )
 
 
+def cancel_requested_earlier(flow_run_id: str | None) -> bool:
+    """Whether the flow run ever read Cancelling or Cancelled: an attempt of it now (rerun after a crash
+    that the cancel caused, or rescheduled by hand) must not compute anything. None: no Prefect run."""
+    if flow_run_id is None:
+        return False
+    from uuid import UUID
+
+    from prefect.client.orchestration import get_client
+
+    with get_client(sync_client=True) as client:
+        states = client.read_flow_run_states(UUID(flow_run_id))
+    return any(s.is_cancelling() or s.is_cancelled() for s in states)
+
+
 if __name__ == "__main__":
-    print(f"automation {AUTOMATION_NAME}: {ensure_recovery()}")
+    for automation, automation_id in zip(_automations(), ensure_recovery(), strict=True):
+        print(f"automation {automation.name}: {automation_id}")
     sys.exit(0)

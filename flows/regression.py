@@ -21,11 +21,12 @@ from __future__ import annotations
 import datetime as dt
 import sys
 from pathlib import Path
-from typing import Literal, TypeVar
+from typing import Literal, TypeVar, cast
 
 from prefect import flow, get_run_logger
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.runtime import flow_run
+from prefect.states import Cancelled
 from pydantic import BaseModel, ConfigDict, Field
 
 from day0.core.typing import JsonObject
@@ -46,7 +47,7 @@ from day0.steps.operators.result import OperatorsResult
 from day0.steps.trial.result import TrialResult
 from day0.store import open_store
 from flows.adapt import adapt
-from flows.recovery import check_attempt
+from flows.recovery import cancel_requested_earlier, check_attempt
 
 __all__ = ["RegressionFailed", "RegressionOutcome", "RegressionWatch", "regression"]
 
@@ -118,6 +119,9 @@ class RegressionOutcome(BaseModel):
 @flow(name="regression", log_prints=True)
 def regression(watch: str = "configs/regression/watch.yaml", update_baseline: bool = False) -> RegressionOutcome:
     """Compare every watched model with its baseline: each model's outcome lines and the trend rows."""
+    if cancel_requested_earlier(flow_run.get_id()):  # a cancel is final, even if a crash got the run rescheduled
+        message = "the flow run's cancellation was requested earlier: not run again"
+        return cast(RegressionOutcome, Cancelled(message=message))
     check_attempt(flow_run.get_run_count())  # a crashed run is rescheduled (flows/recovery.py), within bounds
     log, config = get_run_logger(), _load_watch(Path(watch))
     history = RegressionStore(open_store(config.storage))

@@ -8,7 +8,11 @@ on this host that is no longer alive (its pid gone, or reused: the start time di
 `kill -9`) is taken over; a holder on another host is honoured, and the message says which object
 to delete if it is stale. A holder record that is corrupt (not JSON) is moved aside to the run's
 `corrupt/` folder with a note, and the lock taken. A holder that is an earlier attempt of the same
-Prefect flow run (rescheduled after it crashed, maybe on another host) is taken over. With
+Prefect flow run (rescheduled after it crashed) is taken over when it is gone: on this host when its
+process is, on another host at once (its crash is all that can be known of it there). An earlier
+attempt still alive on this host is refused like any holder: a late report of a crash that was
+already rescheduled (issue 44) started a second attempt of one flow run while the first still trained
+in the same folder, and two attempts of one flow run never run at once. With
 `reuse_held=True`, a lock this process already holds is used as it is (the flow inside `day0 run`,
 which took it before starting Prefect). Runs of different specs, even in one store, never contend.
 """
@@ -92,14 +96,18 @@ def hold_run(ctx: RunContext, reuse_held: bool = False) -> Iterator[None]:
     key, mine = f"{folder}/holder.json", json.dumps(_holder(ctx.flow_run_id)).encode()
     if not store.create(key, mine):
         holder = _holder_of(ctx, key)
-        same_flow_run = (
-            holder is not None and ctx.flow_run_id is not None and holder.get("flow_run_id") == ctx.flow_run_id
+        earlier_attempt_elsewhere = (
+            holder is not None
+            and ctx.flow_run_id is not None
+            and holder.get("flow_run_id") == ctx.flow_run_id
+            and holder.get("host") != socket.gethostname()
         )
-        if holder is not None and not same_flow_run and not _dead_here(holder):
+        if holder is not None and not earlier_attempt_elsewhere and not _dead_here(holder):
+            attempt = ": an earlier attempt of this flow run" if holder.get("flow_run_id") == ctx.flow_run_id else ""
             raise RunLocked(
                 f"run {ctx.prefix} of {ctx.spec.metadata.name!r} is already running (pid {holder.get('pid')} on "
-                f"{holder.get('host')}, since {holder.get('started_at')}); wait for it to finish, or delete "
-                f"{store.url(key)} if that run is gone"
+                f"{holder.get('host')}, since {holder.get('started_at')}{attempt}); wait for it to finish, or "
+                f"delete {store.url(key)} if that run is gone"
             )
         store.delete_prefix(folder)  # its holder died without releasing it
         if not store.create(key, mine):

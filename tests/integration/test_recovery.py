@@ -11,7 +11,7 @@ from collections.abc import Iterator
 import pytest
 
 from day0.errors import UsageError
-from flows.recovery import AUTOMATION_NAME, check_attempt, ensure_recovery
+from flows.recovery import AUTOMATION_NAME, DUPLICATE_CRASH_S, check_attempt, ensure_recovery
 
 
 def _flow_run(client, tags: list[str]):  # type: ignore[no-untyped-def]  # Prefect's sync client and its models
@@ -79,3 +79,70 @@ def test_the_flows_refuse_an_attempt_past_the_bound(monkeypatch: pytest.MonkeyPa
     monkeypatch.setenv("DAY0_RUN_MAX_ATTEMPTS", "0")
     with pytest.raises(UsageError, match="DAY0_RUN_MAX_ATTEMPTS"):
         check_attempt(1)
+
+
+def _reschedules(client, run_id) -> int:  # type: ignore[no-untyped-def]
+    return sum(s.name == "AwaitingRetry" for s in client.read_flow_run_states(run_id))
+
+
+def _judged(client) -> None:  # type: ignore[no-untyped-def]
+    """Return once the trigger service, which takes events in order, has judged every event sent so far:
+    a sentinel day0 run crashed now is rescheduled after them."""
+    sentinel = _flow_run(client, ["day0"])
+    _crash(client, sentinel)
+    assert _state_after(client, sentinel.id).is_scheduled()
+
+
+def test_two_reports_of_one_crash_reschedule_the_run_once(prefect) -> None:  # type: ignore[no-untyped-def]
+    """Issue 44: a dead process is reported Crashed by the worker's runner and by the worker (on Kubernetes by
+    the observer too); each report was a reschedule, and two attempts of one flow run ran at once."""
+    from prefect.states import Crashed
+
+    ensure_recovery()
+    run = _flow_run(prefect, ["day0"])
+    _crash(prefect, run)
+    prefect.set_flow_run_state(run.id, Crashed(message="Flow run infrastructure exited with non-zero status code -9"))
+    _judged(prefect)
+    assert _reschedules(prefect, run.id) == 1, prefect.read_flow_run_states(run.id)
+
+
+def test_a_run_that_never_starts_stops_after_max_attempts_with_a_clear_state(
+    prefect, monkeypatch: pytest.MonkeyPatch
+) -> None:  # type: ignore[no-untyped-def]
+    """Issue 44: a run whose pod dies before the flow body starts (its run count never rises) was rescheduled
+    for ever, 48 times in 252 s: the bound was checked inside the flow."""
+    from prefect.states import Crashed, Pending
+
+    monkeypatch.setenv("DAY0_RUN_MAX_ATTEMPTS", "2")
+    ensure_recovery()
+    run = _flow_run(prefect, ["day0"])
+    for attempt in (1, 2):
+        time.sleep(DUPLICATE_CRASH_S)  # a worker takes a rescheduled run after its poll (10 s by default)
+        prefect.set_flow_run_state(run.id, Pending(), force=True)  # submitted; its pod never runs the flow
+        prefect.set_flow_run_state(run.id, Crashed(message="Kubernetes job failed: ErrImagePull"), force=True)
+        _until(lambda n=attempt: _reschedules(prefect, run.id) == n)
+    state = _until(lambda: (s := prefect.read_flow_run(run.id).state).is_failed() and s)
+    assert state.name == "AttemptsExhausted" and "crashed 2 times (DAY0_RUN_MAX_ATTEMPTS=2)" in state.message, state
+    assert _reschedules(prefect, run.id) == 2
+
+
+def _until(check, timeout_s: float = 60.0):  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout_s
+    while not (found := check()) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert found, "not within the deadline"
+    return found
+
+
+def test_a_run_whose_cancel_was_requested_is_not_rerun_after_it_crashed(prefect) -> None:  # type: ignore[no-untyped-def]
+    """Issue 44: a cancel that reached the run as a crash (Ray's SIGTERM handler: SystemExit 15) got it
+    rescheduled, and the rerun completed."""
+    from prefect.states import Cancelling, Crashed, Running
+
+    ensure_recovery()
+    run = _flow_run(prefect, ["day0"])
+    prefect.set_flow_run_state(run.id, Running(), force=True)
+    prefect.set_flow_run_state(run.id, Cancelling())  # `prefect flow-run cancel`
+    prefect.set_flow_run_state(run.id, Crashed(message="Execution was aborted by SystemExit 15"), force=True)
+    state = _until(lambda: (s := prefect.read_flow_run(run.id).state).is_cancelled() and s)
+    assert "cancellation was requested before it crashed" in state.message, state

@@ -6,7 +6,9 @@ dashboard, and the driver's log forwarding off so step logs stay readable. A `ho
 where nothing listens fails at once with `ConnectionError`: `ray.init` itself would retry for about
 15 minutes (Ray 2.60: 20 tries of about 45 s each). A SIGTERM handler of the caller's (`day0 run`'s:
 interrupted, exit 130) stays in place: `ray.init` replaces it with its own and a C++ one that makes
-the driver abort (exit -6) as it exits.
+the driver abort (exit -6) as it exits. A SIGTERM while `ray.init` runs goes to the caller's handler too:
+Ray's turned it into `SystemExit(15)`, which Prefect's engine records as a crash, so a cancel that
+landed while Ray was starting ended Crashed and the recovery automation reran the run.
 
 `interruptible` wraps a wait of the driver's main thread inside Ray (`ray.get`, a Ray Train fit): Ray's
 signal check there passes on a handler's KeyboardInterrupt and SystemExit only and drops any other
@@ -45,23 +47,31 @@ def connect(
     if not ray.is_initialized():
         caller_sigterm = signal.getsignal(signal.SIGTERM)
         os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-        if address is None:
-            # "local" always starts a private instance; a bare ray.init() would join any cluster
-            # that `ray start` left on this machine.
-            ray.init(
-                address="local",
-                num_cpus=num_cpus,
-                resources=resources,
-                namespace=namespace,
-                include_dashboard=False,
-                log_to_driver=False,
-                configure_logging=False,
-            )
-        else:
-            _check_listening(address)
-            ray.init(address=address, namespace=namespace, log_to_driver=False)
-        if callable(caller_sigterm) and threading.current_thread() is threading.main_thread():
-            signal.signal(signal.SIGTERM, caller_sigterm)
+        try:
+            if address is None:
+                # "local" always starts a private instance; a bare ray.init() would join any cluster
+                # that `ray start` left on this machine.
+                ray.init(
+                    address="local",
+                    num_cpus=num_cpus,
+                    resources=resources,
+                    namespace=namespace,
+                    include_dashboard=False,
+                    log_to_driver=False,
+                    configure_logging=False,
+                )
+            else:
+                _check_listening(address)
+                ray.init(address=address, namespace=namespace, log_to_driver=False)
+        except SystemExit as exc:
+            # Ray's own handler (`sys.exit(signum)`) took a SIGTERM during start-up: the caller's decides
+            if exc.code != signal.SIGTERM or not callable(caller_sigterm):
+                raise
+            caller_sigterm(signal.SIGTERM, None)
+            raise
+        finally:
+            if callable(caller_sigterm) and threading.current_thread() is threading.main_thread():
+                signal.signal(signal.SIGTERM, caller_sigterm)
     return ray.get_runtime_context().gcs_address
 
 

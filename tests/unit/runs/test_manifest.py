@@ -104,3 +104,36 @@ def test_a_namespace_gives_a_run_its_own_folder_and_identity(tmp_path: Path) -> 
     for bad in ("../runs", "runs/../x", "/abs", "runs/.hidden", ""):
         with pytest.raises(ValidationError):
             RunContext.create(users.spec, namespace=bad)
+
+
+def test_an_earlier_attempt_of_the_flow_run_still_alive_keeps_the_lock(tmp_path: Path) -> None:
+    """Issue 44: a late report of a crash already rescheduled started a second attempt of one flow run while
+    the first, alive, trained in the same folder: the lock took over any holder of the same flow run."""
+    from day0.runs.lock import RunLocked, hold_run
+
+    first = _ctx(tmp_path).model_copy(update={"flow_run_id": "11111111-2222-3333-4444-555555555555"})
+    holder = subprocess.Popen(  # attempt 1, alive in its own process
+        [
+            sys.executable,
+            "-c",
+            "import sys; from day0.runs.context import RunContext; from day0.runs.lock import hold_run\n"
+            "ctx = RunContext.model_validate_json(sys.argv[1])\n"
+            "with hold_run(ctx):\n    print('held', flush=True); sys.stdin.read()",
+            first.model_dump_json(),
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+        second = RunContext.model_validate_json(first.model_dump_json())  # attempt 2: the same run, another process
+        try:
+            with hold_run(second):
+                raise AssertionError("two attempts of one flow run hold its lock at once")
+        except RunLocked as exc:
+            assert f"pid {holder.pid}" in str(exc) and "an earlier attempt of this flow run" in str(exc), exc
+    finally:
+        holder.communicate("")
+    with hold_run(second):  # attempt 1 is over: attempt 2 runs
+        pass
