@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextvars
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, cast
 from urllib.parse import urlparse
@@ -29,7 +30,16 @@ if TYPE_CHECKING:
     from pyarrow.fs import FileSystem
     from ray.actor import ActorHandle
 
-__all__ = ["EventLog", "RunEvent", "TrainingRun", "event_log", "is_deterministic", "ray_storage", "run_training"]
+__all__ = [
+    "EventLog",
+    "ProgressRelay",
+    "RunEvent",
+    "TrainingRun",
+    "event_log",
+    "is_deterministic",
+    "ray_storage",
+    "run_training",
+]
 
 EventKind = Literal["started", "first_step", "checkpoint", "failure", "memory", "finished", "node_killed", "progress"]
 # How often the driver reads the workers' progress from the EventLog while a run trains.
@@ -63,64 +73,63 @@ class RunEvent(BaseModel):
         )
 
 
+Event = dict[str, float | str | None]  # a RunEvent as the EventLog keeps it
+
+
 class EventLog:
     """A Ray actor collecting RunEvents from workers and the Train controller (see `event_log`)."""
 
     def __init__(self) -> None:
-        self._events: list[dict[str, float | str | None]] = []
+        self._events: list[Event] = []
 
     def record(self, kind: str, **fields: float | str | None) -> None:
         self._events.append({"time": time.time(), "kind": kind, **fields})
 
-    def events(self) -> list[dict[str, float | str | None]]:
+    def events(self) -> list[Event]:
         return list(self._events)
 
     def count(self) -> int:
         return len(self._events)
 
-    def since(self, index: int) -> list[dict[str, float | str | None]]:
+    def since(self, index: int) -> list[Event]:
         """The events recorded after the first `index` (what a poller has not read yet)."""
         return self._events[index:]
 
 
-class _ProgressRelay:
+class ProgressRelay:
     """Says each progress event the workers record, as a line to `say`, while the driver waits in
-    `fit()`: a thread polling the EventLog (in the caller's context: a Prefect run's logger and
-    artifacts stay the run's). Leaving the block says what is left, so the last step is never lost."""
+    `fit()`: a thread reading the events past `start` through `since` (the EventLog's) every `poll_s`,
+    in the caller's context (a Prefect run's logger and artifacts stay the run's). Leaving the block
+    says what is left, so the last step is never lost."""
 
-    def __init__(self, log: ActorHandle[EventLog], run: str, say: Progress) -> None:
-        self.log, self.run, self.say = log, run, say
-        self.read = 0
+    def __init__(
+        self, since: Callable[[int], list[Event]], start: int, run: str, say: Progress, poll_s: float = RELAY_POLL_S
+    ) -> None:
+        self.since, self.read, self.run, self.say, self.poll_s = since, start, run, say, poll_s
         self.done = threading.Event()
         self.thread = threading.Thread(
             target=contextvars.copy_context().run, args=(self._poll,), name=f"day0-{run}-progress", daemon=True
         )
 
-    def __enter__(self) -> _ProgressRelay:
-        import ray
-
-        # one log serves the reference and the candidate: the lines before this run are not its own
-        self.read = cast(int, ray.get(self.log.count.remote()))
+    def __enter__(self) -> ProgressRelay:
         self.thread.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.done.set()
-        self.thread.join(timeout=10 * RELAY_POLL_S)
-        if exc[0] is None:
+        if exc[0] is None:  # on an interrupt the thread ends by itself: a cancel waits for nothing
+            self.thread.join(timeout=10 * self.poll_s)
             self._relay()
 
     def _poll(self) -> None:
-        while not self.done.wait(RELAY_POLL_S):
+        while not self.done.wait(self.poll_s):
             try:
                 self._relay()
             except Exception:  # noqa: BLE001 - progress is best effort; the run's own outcome is what counts
                 continue
 
     def _relay(self) -> None:
-        import ray
-
-        new: list[dict[str, float | str | None]] = ray.get(self.log.since.remote(self.read))
+        new = self.since(self.read)
         self.read += len(new)
         for event in new:
             if event["kind"] == "progress":
@@ -226,6 +235,7 @@ def run_training(
     """Run (or resume) `loop` on `workers` Ray Train workers (with `hooks` in every step, if given),
     saying rank 0's progress lines (step, loss, tokens/s, ETA) to `progress` as they come; never raises
     for training errors (the returned run carries `error`), so a caller can still report what was done."""
+    import ray
     import torch
     from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig, TrainingFailedError
     from ray.train.torch import TorchConfig, TorchTrainer
@@ -278,7 +288,10 @@ def run_training(
     )
     t0 = time.time()
     try:
-        with interruptible(), _ProgressRelay(log, name, progress or (lambda _line: None)):
+        # one log serves the reference and the candidate: the events before this run are not its own
+        start = cast(int, ray.get(log.count.remote()))
+        relay = ProgressRelay(lambda i: ray.get(log.since.remote(i)), start, name, progress or (lambda _line: None))
+        with interruptible(), relay:
             result, error = trainer.fit(), None
     except TrainingFailedError as exc:  # retries exhausted: report what the checkpoints kept
         result, error = None, exc

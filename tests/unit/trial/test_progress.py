@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 
 import pytest
 
 from day0.core.library_logs import quiet_known_library_logs
 from day0.core.result import progress_fraction
 from day0.steps.trial.loop import ProgressCadence
-from day0.steps.trial.ray_train import RunEvent
+from day0.steps.trial.ray_train import ProgressRelay, RunEvent
 from tests.fixtures.trial import tiny_loop
 
 
@@ -75,3 +76,32 @@ def test_no_library_progress_bar_once_quieted(
     drawn = bars()
     assert "Writing model shards" not in drawn and "Fetching files" not in drawn, drawn
     assert os.environ["TQDM_DISABLE"] == os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] == "1"
+
+
+def test_the_relay_says_each_progress_line_of_its_run_and_the_last_one_on_leaving() -> None:
+    """The driver waits in Ray Train's `fit()` while rank 0 records progress: a thread says each
+    progress event as it comes, none recorded before the run (the reference's, in the shared log)."""
+    recorded: list[dict] = [{"time": 0.0, "kind": "progress", "step": 9, "steps": 9, "loss": 1.0, "eta_s": 0}]
+    said: list[str] = []
+    first_said = threading.Event()
+
+    def say(line: str) -> None:
+        said.append(line)
+        first_said.set()
+
+    def progress(step: int) -> dict:
+        return {
+            "time": 1.0,
+            "kind": "progress",
+            "step": step,
+            "steps": 3,
+            "loss": 2.5,
+            "tokens_per_s": 100.0,
+            "eta_s": 3 - step,
+        }
+
+    with ProgressRelay(lambda i: recorded[i:], len(recorded), "candidate", say, poll_s=0.01):
+        recorded += [{"time": 1.0, "kind": "started", "from_step": 0}, progress(1)]
+        assert first_said.wait(timeout=30)  # said while the run goes on
+        recorded += [progress(2), progress(3)]  # the last, recorded just before `fit()` returns
+    assert said == [f"candidate: step {s}/3, loss 2.5000, 100 tokens/s, ETA {3 - s} s" for s in (1, 2, 3)]
