@@ -8,7 +8,9 @@ ones name the metric, both values and the change. Baselines, history and the reg
 live in the artifact store under `regression/` (`RegressionStore`), apart from every user's run:
 `regression/runs/<model>/<UTC time>/...` (`run_namespace`). Baselines are versioned
 (`regression/baselines/<model>/v<N>.json`): the first snapshot of a model becomes v1, and a new
-version is written only when asked, keeping the earlier ones.
+version is written only when asked, keeping the earlier ones. `prune_runs` keeps the last N of a
+model's regression runs and deletes the older ones through the store (checkpoints and all), except a run
+that holds its run lock (still running) or that a baseline version was taken from.
 """
 
 from __future__ import annotations
@@ -29,10 +31,13 @@ from day0.store import ArtifactStore
 __all__ = [
     "Baseline",
     "Finding",
+    "PrunedRun",
+    "RegressionRetention",
     "RegressionStore",
     "RegressionTolerance",
     "Snapshot",
     "compare_snapshots",
+    "prune_runs",
     "run_namespace",
     "trend_report",
     "trend_rows",
@@ -48,6 +53,19 @@ class RegressionTolerance(BaseModel):
     op_error_floor: float = Field(1e-6, ge=0, description="...or by this absolute amount, whichever is larger.")
     loss_mean_rel: float = Field(0.02, gt=0, description="Mean relative distance of the loss curve from baseline.")
     throughput_drop: float = Field(0.3, gt=0, lt=1, description="Allowed fractional drop of trial tokens/s.")
+
+
+class RegressionRetention(BaseModel):
+    """How many of a model's regression runs the store keeps (each holds its trial checkpoints)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    keep_runs: int = Field(
+        14,
+        ge=1,
+        description="The latest runs kept per model; older ones are deleted, except a baseline's run and a "
+        "run that holds its run lock.",
+    )
 
 
 class Snapshot(BaseModel):
@@ -207,6 +225,43 @@ def run_namespace(model: str, when: dt.datetime) -> str:
     """The store folder of one regression rerun: its own, per watched model and UTC time, so it
     never reuses, rewrites or deletes a user's run (or an earlier regression run)."""
     return f"regression/runs/{model}/{when.astimezone(dt.UTC).strftime('%Y-%m-%dT%H%M%S%fZ')}"
+
+
+class PrunedRun(BaseModel):
+    """A regression run `prune_runs` deleted."""
+
+    folder: str = Field(description="Its store folder, `regression/runs/<model>/<UTC time>`.")
+    url: str
+    objects: int = Field(description="Objects deleted under it.")
+
+
+# A run folder that holds this key is running: its run lock (`day0.runs.lock`) is taken.
+_LOCK_HOLDER = "/lock/holder.json"
+
+
+def prune_runs(
+    store: ArtifactStore, model: str, keep: int, baselines: list[Baseline]
+) -> tuple[list[PrunedRun], list[str]]:
+    """Delete `model`'s regression runs older than the latest `keep` (see the module contract);
+    return the runs deleted and, for each older run kept, why."""
+    root = f"regression/runs/{model}/"
+    runs: dict[str, list[str]] = {}
+    for key in store.list(root):
+        stamp, _, rest = key.removeprefix(root).partition("/")
+        runs.setdefault(stamp, []).append(rest)
+    # a baseline names the run it was taken from by URL (`Snapshot.run`): its folder is that run's
+    protected = {b.snapshot.run for b in baselines if b.snapshot.run}
+    pruned, kept = [], []
+    for stamp in sorted(runs)[:-keep]:  # the UTC stamps sort as times do
+        folder = root + stamp
+        url = store.url(folder)
+        if any(("/" + rest).endswith(_LOCK_HOLDER) for rest in runs[stamp]):
+            kept.append(f"{url}: kept, it holds its run lock (running)")
+        elif any(run == url or run.startswith(url + "/") for run in protected):
+            kept.append(f"{url}: kept, a baseline was taken from it")
+        else:
+            pruned.append(PrunedRun(folder=folder, url=url, objects=store.delete_prefix(folder)))
+    return pruned, kept
 
 
 class Baseline(BaseModel):

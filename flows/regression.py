@@ -13,7 +13,8 @@ version is written only with `update_baseline=True`, keeping the earlier ones. O
 (a regression, a step that raised) does not stop the others; the flow run fails at the end naming
 every regression with its numbers. A trend table over the stored history is published as a Prefect
 table artifact and returned, and per model as a report section with a plot
-(`regression/report/<model>.md`, `.png` in the store; a Markdown artifact).
+(`regression/report/<model>.md`, `.png` in the store; a Markdown artifact). Each model keeps its last
+`retention.keep_runs` regression runs; older ones are deleted (`day0.regression.prune_runs`), each logged.
 """
 
 from __future__ import annotations
@@ -32,10 +33,12 @@ from pydantic import BaseModel, ConfigDict, Field
 from day0.core.typing import JsonObject
 from day0.errors import CorruptRecord, RunFailed
 from day0.regression import (
+    RegressionRetention,
     RegressionStore,
     RegressionTolerance,
     Snapshot,
     compare_snapshots,
+    prune_runs,
     run_namespace,
     trend_report,
     trend_rows,
@@ -66,6 +69,7 @@ class RegressionWatch(BaseModel):
     storage: str = Field("file://.day0", pattern=r"^(file|s3)://.+")
     models: list[WatchedModel]
     tolerance: RegressionTolerance = Field(default_factory=RegressionTolerance)
+    retention: RegressionRetention = Field(default_factory=RegressionRetention)
 
 
 R = TypeVar("R", OperatorsResult, TrialResult)
@@ -162,6 +166,8 @@ def regression(watch: str = "configs/regression/watch.yaml", update_baseline: bo
                 len(regressed),
                 snapshot.run,
             )
+    for model in config.models:
+        _prune(history, model.name, config.retention.keep_runs)
     rows = [row for m in config.models for row in trend_rows(history.history(m.name))]
     for model in config.models:
         lines = outcome.get(model.name) or [f for f in failures if f.startswith(f"{model.name}: ")]
@@ -173,6 +179,22 @@ def regression(watch: str = "configs/regression/watch.yaml", update_baseline: bo
     if failures:
         raise RegressionFailed(f"{len(failures)} regression finding(s): " + " | ".join(failures))
     return RegressionOutcome(models=outcome, trend=rows)
+
+
+def _prune(history: RegressionStore, model: str, keep: int) -> None:
+    """Delete the model's regression runs beyond the latest `keep`, logging each; with a corrupt baseline
+    nothing is deleted (the run it names cannot be told apart)."""
+    log = get_run_logger()
+    try:
+        baselines = history.baselines(model)
+    except CorruptRecord as exc:
+        log.warning("%s: no regression run pruned: %s", model, exc)
+        return
+    pruned, kept = prune_runs(history.store, model, keep, baselines)
+    for run in pruned:
+        log.info("%s: pruned regression run %s (%d objects; keeping the latest %d)", model, run.url, run.objects, keep)
+    for why in kept:
+        log.info("%s: %s", model, why)
 
 
 def _main(argv: list[str]) -> int:

@@ -17,15 +17,21 @@ import logging
 import time
 import traceback
 from collections.abc import Callable
-from typing import Literal, TypeAlias
+from typing import Literal, TypeAlias, cast
+from uuid import UUID
 
 from prefect import get_run_logger
-from prefect.artifacts import create_markdown_artifact, create_table_artifact
+from prefect.artifacts import (
+    create_markdown_artifact,
+    create_progress_artifact,
+    create_table_artifact,
+    update_progress_artifact,
+)
 from prefect.context import FlowRunContext, TaskRunContext
 from prefect.exceptions import CancelledRun, MissingContextError
 
 import day0
-from day0.core.result import StepResult
+from day0.core.result import StepResult, progress_fraction
 from day0.errors import CorruptRecord, Day0Error, RunFailed
 from day0.provenance import code_digest
 from day0.runs.context import RunContext, StepRecord
@@ -34,6 +40,7 @@ from day0.steps.registry import StepSpec
 __all__ = [
     "EXPECTED_ERRORS",
     "OncePerError",
+    "StepProgress",
     "in_prefect_run",
     "install_log_policy",
     "one_line",
@@ -107,6 +114,33 @@ def step_logger() -> StepLogger:
 def in_prefect_run() -> bool:
     """Inside a flow or task run (not `task.fn` called bare from a test): artifacts can be published."""
     return bool(FlowRunContext.get() or TaskRunContext.get())
+
+
+class StepProgress:
+    """A step's progress callback: each line logged as `<step>: <line>`; a line that says how far the
+    step is (`step N/M`: the trial's step, loss, tokens/s and ETA) also sets the step's Prefect progress
+    artifact (created on the first such line, updated on the next), so the run's page shows how far it
+    is. Called from the trial's relay thread too, in the task's context."""
+
+    def __init__(self, ctx: RunContext, step: str, log: StepLogger) -> None:
+        self.step, self.log = step, log
+        self.key = f"{ctx.spec.metadata.name}-{step}-progress".lower()
+        self.artifact: UUID | None = None
+
+    def __call__(self, line: str) -> None:
+        self.log.info("%s: %s", self.step, line)
+        fraction = progress_fraction(line)
+        if fraction is None or not in_prefect_run():
+            return
+        try:
+            if self.artifact is None:
+                # called from sync code, it returns the id (its type also allows the coroutine of an async caller)
+                created = create_progress_artifact(progress=100 * fraction, key=self.key, description=line)
+                self.artifact = cast(UUID, created)
+            else:
+                update_progress_artifact(self.artifact, progress=100 * fraction, description=line)
+        except Exception as exc:  # noqa: BLE001 - the bar is a view: the API away must not stop the step
+            self.log.warning("%s: progress artifact not updated: %s", self.step, one_line(exc))
 
 
 def _marker(ctx: RunContext, step: str) -> dict[str, object] | None:

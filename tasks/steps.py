@@ -9,15 +9,15 @@ from prefect.cache_policies import NO_CACHE
 from day0.core.result import StepResult
 from day0.runs.context import RunContext
 from day0.steps.registry import REGISTRY, StepSpec
-from tasks._step import run_step, step_logger
+from tasks._step import StepProgress, run_step, step_logger
 
 __all__ = ["TASKS", "step_task"]
 
 
 def step_task(spec: StepSpec) -> Task[..., StepResult]:
     def run(ctx: RunContext, **results: StepResult) -> StepResult:
-        log = step_logger()
-        return run_step(spec, ctx, lambda: spec.run(ctx, lambda msg: log.info("%s: %s", spec.name, msg), **results))
+        progress = StepProgress(ctx, spec.name, step_logger())
+        return run_step(spec, ctx, lambda: spec.run(ctx, progress, **results))
 
     run.__doc__ = (spec.run.__doc__ or "").strip() or f"Step {spec.name}."
     return task(name=spec.name, cache_policy=NO_CACHE)(run)

@@ -16,6 +16,22 @@ if TYPE_CHECKING:
 __all__ = ["Worker"]
 
 
+def _device_name(torch: object, device: object) -> str:
+    """The device's own name (an accelerator's module says it); a CPU's from /proc/cpuinfo."""
+    kind = getattr(device, "type", "cpu")
+    module = getattr(torch, kind, None) if kind != "cpu" else None
+    if module is not None and hasattr(module, "get_device_name"):
+        return f"{kind}: {module.get_device_name(device)}"
+    try:
+        with open("/proc/cpuinfo") as fh:
+            names = [line.split(":", 1)[1].strip() for line in fh if line.startswith("model name")]
+    except OSError:
+        names = []
+    import platform
+
+    return f"cpu: {names[0] if names else platform.processor() or platform.machine()}"
+
+
 class Worker:
     def __init__(self, device_type: str) -> None:
         import torch
@@ -25,6 +41,12 @@ class Worker:
         self.device = torch.device("cpu") if device_type == "cpu" else torch.device(device_type, 0)
         if device_type == "cpu":
             torch.set_num_threads(1)  # one worker, one core: what a Ray CPU "accelerator" is
+
+    def where(self) -> tuple[str, str]:
+        """(this worker's host, the name of the device it measures on)."""
+        import socket
+
+        return socket.gethostname(), _device_name(self.torch, self.device)
 
     def _sync(self) -> None:
         """Wait for the device's queued work: torch.cuda's, or the device module a vendor plugin registers."""

@@ -6,6 +6,9 @@ report = calibrate(load_platform("cpu"), workers=2, store=open_store("file://.da
 
 from __future__ import annotations
 
+import getpass
+import os
+import socket
 import time
 from collections.abc import Sequence
 from datetime import UTC, datetime
@@ -13,10 +16,11 @@ from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar, overload
 
 from pydantic import BaseModel, Field, field_validator
 
+import day0
 from day0.backends.resources import accelerator_resource, task_options
 from day0.calibration import figures as fig
 from day0.core.result import Progress
-from day0.planner.profile import CalibratedProfile, CollectivePoint, GemmPoint, profile_key
+from day0.planner.profile import CalibratedProfile, CollectivePoint, GemmPoint, Measurement, store_profile
 from day0.spec.cluster import PlatformSpec
 from day0.store import ArtifactStore
 
@@ -146,6 +150,8 @@ class CalibrationReport(BaseModel):
         lines += ["", "| collective | bytes/rank | seconds | bus GB/s |", "|---|---:|---:|---:|"]
         lines += [f"| {c.op} | {c.bytes} | {c.seconds:.3g} | {c.bus_gbps:.4g} |" for c in p.collectives]
         lines += ["", f"profile written to `{self.store_key}`; `day0 plan` uses it for platform `{p.platform}`"]
+        replaced = f"; it replaces the profile now kept at `{p.replaced}`" if p.replaced else ""
+        lines += ["", p.describe() + replaced]
         return "\n".join(lines) + "\n"
 
 
@@ -245,6 +251,7 @@ def calibrate(
     pool: list[WorkerHandle] = [actor.remote(platform.device_type) for _ in range(workers)]
     try:
         _get([w.__ray_ready__.remote() for w in pool], f"placing {workers} workers of {options}", timeout_s)
+        where = _get([w.where.remote() for w in pool], "asking the workers where they run", timeout_s)
         say("measuring: host time per op")
         runs = _together(pool, "host dispatch timing", timeout_s, "dispatch", sizes.dispatch_steps, 3 * sizes.repeats)
         ops = runs[0][1]
@@ -285,10 +292,26 @@ def calibrate(
         kernel_launch_us=launch_us,
         optimizer_us_per_tensor=per_tensor_us,
         optimizer_ns_per_param=per_param_ns,
+        measured=Measurement(
+            user=_user(),
+            host=socket.gethostname(),
+            nodes=sorted({host for host, _ in where}),
+            devices=[device for _, device in where],
+            day0_version=day0.__version__,
+        ),
     )
-    key = profile_key(platform.name)
-    store.put_json(key, profile.model_dump(mode="json"))
+    key, profile = store_profile(store, profile)
+    if profile.replaced:
+        say(f"the profile it replaces is kept at {profile.replaced}")
     return CalibrationReport(profile=profile, store_key=key, seconds=time.perf_counter() - t0)
+
+
+def _user() -> str:
+    """Who runs this: the login name, else the uid (a container may have no passwd entry for it)."""
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return f"uid {os.getuid()}"
 
 
 def _together(pool: list[WorkerHandle], what: str, timeout_s: float, method: str, *args: int | str) -> list[Any]:

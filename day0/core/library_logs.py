@@ -1,4 +1,5 @@
-"""Known harmless log records from libraries, dropped by name so that a command prints only its own output.
+"""Known harmless log records from libraries, dropped by name so that a command prints only its own output,
+and the libraries' progress bars, switched off at their source.
 
     from day0.core.library_logs import quiet_known_library_logs
     quiet_known_library_logs()   # before transformers' modeling code or torchao is imported; idempotent
@@ -12,11 +13,19 @@ Each filter drops one message from one library's logger and nothing else; the re
   whenever torchao is installed (its quantizer registry), so every `day0 analyze`, and every step that
   builds a model, printed both lines. Nothing day0 does depends on the registration; a torchao release
   that drops it makes the filter a no-op.
+
+Progress bars (issue 42: transformers' "Writing model shards" and safetensors' loading bars in the
+trial's and the serving step's logs, where a bar is one line per redraw; the trial says its own
+progress): tqdm reads `TQDM_DISABLE`, huggingface_hub and transformers `HF_HUB_DISABLE_PROGRESS_BARS`
+when imported, and each is told directly when imported already. Set in this process's environment,
+they reach what it starts (a vLLM engine, Ray's workers on a private local Ray) too.
 """
 
 from __future__ import annotations
 
 import logging
+import os
+import sys
 
 __all__ = ["quiet_known_library_logs"]
 
@@ -34,9 +43,18 @@ class _TorchaoEnumConstant(logging.Filter):
 _FILTERS: dict[str, logging.Filter] = {"torch.utils._pytree": _TorchaoEnumConstant()}
 
 
+_NO_PROGRESS_BARS = {"TQDM_DISABLE": "1", "HF_HUB_DISABLE_PROGRESS_BARS": "1"}
+
+
 def quiet_known_library_logs() -> None:
-    """Attach each filter to its library's logger (once)."""
+    """Attach each filter to its library's logger (once), and switch the libraries' progress bars off."""
     for name, known in _FILTERS.items():
         logger = logging.getLogger(name)
         if known not in logger.filters:
             logger.addFilter(known)
+    for variable, value in _NO_PROGRESS_BARS.items():
+        os.environ.setdefault(variable, value)  # one the user set stays theirs
+    if (hub := sys.modules.get("huggingface_hub.utils")) is not None:
+        hub.disable_progress_bars()
+    if (transformers_logging := sys.modules.get("transformers.utils.logging")) is not None:
+        transformers_logging.disable_progress_bar()

@@ -7,6 +7,7 @@ them. Like pytest's outcomes: `pass`, `warn` (passed, with something a person sh
 `fail`, `skipped` (not run, with the reason).
 """
 
+import re
 from collections.abc import Callable
 from typing import ClassVar, Literal
 
@@ -14,10 +15,30 @@ from pydantic import BaseModel, Field, computed_field
 
 from day0.core.typing import JsonObject
 
-__all__ = ["Execution", "ExecutionEvent", "Judgement", "Progress", "StepResult", "Verdict", "worst"]
+__all__ = [
+    "Execution",
+    "ExecutionEvent",
+    "Judgement",
+    "Progress",
+    "StepResult",
+    "Verdict",
+    "progress_fraction",
+    "worst",
+]
 
 # How a step (and the job it submits) reports progress: one line at a time.
 Progress = Callable[[str], None]
+# A progress line that says how far its step is: `... step 12/50 ...` (the trial's, even relayed from a job's log).
+_STEP_OF = re.compile(r"\bstep (\d+)/(\d+)\b")
+
+
+def progress_fraction(line: str) -> float | None:
+    """How far a progress line says its step is, 0 to 1; None for a line that does not say."""
+    match = _STEP_OF.search(line)
+    if match is None or int(match[2]) == 0:
+        return None
+    return min(1.0, int(match[1]) / int(match[2]))
+
 
 Verdict = Literal["pass", "warn", "fail", "skipped"]
 _SEVERITY: dict[str, int] = {"pass": 0, "skipped": 1, "warn": 2, "fail": 3}

@@ -9,7 +9,11 @@ from the best one (the peak itself where the datasheet is exceeded or publishes 
 measured, the intra-node link at the measured all-reduce bus bandwidth (collective efficiency then 1: the
 figure is already achieved), the collective latency floor (the fastest all-reduce measured), the host time
 per dispatched op and the foreach optimizer's costs measured. The datasheet stays beside it for the report.
+A profile records who measured it, when and where (`Measurement`); `store_profile` writes it, moving the
+profile it replaces to `calibration/<platform>/history/` (kept, and named in the new one's `replaced`).
 """
+
+import json
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -22,9 +26,11 @@ __all__ = [
     "CalibratedProfile",
     "CollectivePoint",
     "GemmPoint",
+    "Measurement",
     "apply_profile",
     "load_profile",
     "profile_key",
+    "store_profile",
 ]
 
 
@@ -49,6 +55,16 @@ class CollectivePoint(_Model):
     bytes: int = Field(description="Buffer bytes per rank.")
     seconds: float
     bus_gbps: float = Field(description="NCCL-tests bus bandwidth: algorithm bandwidth x (g-1)/g (x2 for all-reduce).")
+
+
+class Measurement(_Model):
+    """Who measured a profile, and where: what a plan built on it can be traced back to."""
+
+    user: str = Field(description="The user that ran `day0 calibrate`.")
+    host: str = Field(description="The host it ran on (the driver; the workers' hosts are `nodes`).")
+    nodes: list[str] = Field(description="Hosts of the Ray workers that measured, one entry per host.")
+    devices: list[str] = Field(description="The device each worker measured on, by name, one entry per worker.")
+    day0_version: str
 
 
 class CalibratedProfile(_Model):
@@ -77,6 +93,22 @@ class CalibratedProfile(_Model):
         None, description="The same step: nanoseconds per parameter element (None: profiles before it was measured)."
     )
 
+    measured: Measurement | None = Field(
+        None, description="Who measured it and where (None: profiles written before it was recorded)."
+    )
+    replaced: str | None = Field(
+        None, description="URL of the profile this one replaced, kept in the platform's calibration history."
+    )
+
+    def describe(self) -> str:
+        """The profile named for a plan: when, by whom, where and with what it was measured."""
+        head = f"calibrated profile of {self.created} ({self.backend}, {self.workers} workers)"
+        m = self.measured
+        if m is None:
+            return f"{head}, who measured it and where not recorded (written before day0 recorded them)"
+        devices = ", ".join(f"{n} x {d}" for d, n in _counted(m.devices))
+        return f"{head} measured by {m.user}@{m.host} on {', '.join(m.nodes)} ({devices}), day0 {m.day0_version}"
+
     def best_tflops(self, dtype: str) -> float | None:
         points = [p.tflops for p in self.gemm if p.dtype == dtype]
         return max(points) if points else None
@@ -85,6 +117,14 @@ class CalibratedProfile(_Model):
         """The largest message's bus bandwidth of `op` (the asymptote the cost model's rings run at)."""
         points = [p for p in self.collectives if p.op == op]
         return max(points, key=lambda p: p.bytes).bus_gbps if points else None
+
+
+def _counted(names: list[str]) -> list[tuple[str, int]]:
+    """Each distinct name with how often it occurs, in first-seen order."""
+    counts: dict[str, int] = {}
+    for name in names:
+        counts[name] = counts.get(name, 0) + 1
+    return list(counts.items())
 
 
 def profile_key(platform: str) -> str:
@@ -136,3 +176,25 @@ def load_profile(store: ArtifactStore, platform: str) -> CalibratedProfile | Non
         return store.get_model(key, CalibratedProfile)
     except CorruptRecord as exc:
         raise exc.with_remedy(f"delete it, or run `day0 calibrate {platform}` again to replace it") from None
+
+
+def store_profile(store: ArtifactStore, profile: CalibratedProfile) -> tuple[str, CalibratedProfile]:
+    """Write `profile` as its platform's profile; the one it replaces (if any) is kept, byte for byte, at
+    `calibration/<platform>/history/<its created time>.json` and named in the written one's `replaced`.
+    Returns the key written and the profile as written."""
+    key = profile_key(profile.platform)
+    if store.exists(key):
+        old = store.get_bytes(key)
+        try:
+            created = str(json.loads(old).get("created", ""))
+        except (ValueError, AttributeError):  # not a profile: kept all the same, a person may still read it
+            created = ""
+        stamp = "".join(c for c in created if c.isalnum()) or "unknown"
+        history, n = f"calibration/{profile.platform}/history/{stamp}.json", 1
+        while store.exists(history):  # two profiles of one second: neither is overwritten
+            n += 1
+            history = f"calibration/{profile.platform}/history/{stamp}-{n}.json"
+        # copied, then replaced in one write: a plan reading meanwhile finds one profile or the other
+        profile = profile.model_copy(update={"replaced": store.put_bytes(history, old, "application/json")})
+    store.put_json(key, profile.model_dump(mode="json"))
+    return key, profile

@@ -71,7 +71,7 @@ def planner_inputs(
         )
     if profile is not None and p.profile != "datasheet":
         hardware, options = apply_profile(cluster.hardware, options, profile)
-        note = f"calibrated profile of {profile.created} ({profile.backend}, {profile.workers} workers) used"
+        note = f"{profile.describe()} used"
         cluster = cluster.model_copy(update={"hardware": hardware, "notes": [*cluster.notes, note]})
     for name in PLANNER_FIGURES:  # before the search: a figure nobody published is asked for, never assumed
         cluster.hardware.figure(name, spec.platform.name)

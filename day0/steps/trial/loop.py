@@ -31,6 +31,7 @@ import torch
 from pydantic import BaseModel, Field
 
 from day0.core.dtypes import DTYPES
+from day0.core.library_logs import quiet_known_library_logs
 from day0.core.recompute import Recompute
 from day0.core.training import GRAD_CLIP_NORM, WEIGHT_DECAY, clip_gradients, forward_loss, make_optimizer
 from day0.core.typing import HFConfigDict, JsonObject
@@ -44,7 +45,16 @@ from day0.steps.trial.model import build_trial_model
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
 
-__all__ = ["LoopConfig", "LoopHooks", "LoopStep", "lr_at", "platform_mode", "run_steps", "train_loop"]
+__all__ = [
+    "LoopConfig",
+    "LoopHooks",
+    "LoopStep",
+    "ProgressCadence",
+    "lr_at",
+    "platform_mode",
+    "run_steps",
+    "train_loop",
+]
 
 TrainDtype = Literal["fp32", "bf16", "fp16"]  # what the loop trains at (autocast below fp32)
 _CPU = torch.device("cpu")
@@ -114,6 +124,34 @@ class LoopConfig(BaseModel):
     num_threads: int = 1
     platform: PlatformSpec | None = Field(None, description="Train under this platform's kernel table (None: stock).")
     adaptations: list[AdaptedKernel] = Field(default=[], description="Step 2's adapted kernels, applied.")
+    progress_every_s: float = Field(
+        10.0, gt=0, description="Rank 0 says its progress at most this long after it last did (and at the ends)..."
+    )
+    progress_every_steps: int | None = Field(
+        None, ge=1, description="...or after this many steps, whichever comes first (None: a tenth of the steps)."
+    )
+
+
+class ProgressCadence:
+    """When rank 0 says its progress: at the first and last step, and then every `every_s` seconds or
+    `every_steps` steps, whichever comes first. Each line carries the throughput since the line before
+    and the ETA at the mean step time of this attempt."""
+
+    def __init__(self, cfg: LoopConfig, start: int, now: float) -> None:
+        self.steps, self.start, self.began = cfg.steps, start, now
+        self.every_s, self.every_steps = cfg.progress_every_s, cfg.progress_every_steps or max(1, cfg.steps // 10)
+        self.tokens_per_step = cfg.global_batch * cfg.seq_len
+        self.last_step, self.last_time = start, now
+
+    def due(self, step: int, now: float) -> dict[str, float | int] | None:
+        """The progress fields for 1-based `step` finished at `now`, or None when it is not time yet."""
+        first, last = step == self.start + 1, step == self.steps
+        if not (first or last or step - self.last_step >= self.every_steps or now - self.last_time >= self.every_s):
+            return None
+        tokens_per_s = (step - self.last_step) * self.tokens_per_step / max(now - self.last_time, 1e-9)
+        eta_s = (now - self.began) / (step - self.start) * (self.steps - step)
+        self.last_step, self.last_time = step, now
+        return {"step": step, "steps": self.steps, "tokens_per_s": tokens_per_s, "eta_s": eta_s}
 
 
 def platform_mode(cfg: LoopConfig) -> tuple[PlatformMode | None, list[str]]:
@@ -234,6 +272,7 @@ def train_loop(config: dict[str, Any]) -> list[JsonObject]:
     history (LoopStep dicts)."""
     import ray.train
 
+    quiet_known_library_logs()  # no library progress bar in a worker's log: the loop says its own progress
     tokens, events, hooks = config["tokens"], config.get("event_log"), config.get("hooks")
     cfg = LoopConfig.model_validate({k: v for k, v in config.items() if k not in _EXTRA_KEYS})
     ctx = ray.train.get_context()
@@ -302,6 +341,7 @@ def run_steps(
     log("started", from_step=start)
 
     last = time.perf_counter()
+    cadence = ProgressCadence(cfg, start, last)
     for step in range(start, cfg.steps):
         hooks.before_step(step, start)
         t0 = time.perf_counter()
@@ -351,6 +391,8 @@ def run_steps(
         )
         if step == start:
             log("first_step", step=step + 1)
+        if rank == 0 and (said := cadence.due(step + 1, now)) is not None:
+            log("progress", loss=history[-1]["loss"], **said)
         if report is not None and ((step + 1) % cfg.checkpoint_every == 0 or step + 1 == cfg.steps):
             _checkpoint(model, optimizer, history, distributed, rank, report)
         last = time.perf_counter()

@@ -10,14 +10,18 @@ or `s3://bucket/prefix` (through pyarrow's S3 filesystem at `DAY0_STORE_ENDPOINT
 
 from __future__ import annotations
 
+import contextvars
+import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, cast
 from urllib.parse import urlparse
 
 from pydantic import BaseModel, Field
 
 from day0.backends.local.ray import interruptible
+from day0.core.result import Progress
 from day0.errors import Day0Error
 from day0.settings import StoreSettings
 from day0.steps.trial.loop import LoopConfig, LoopHooks, LoopStep, train_loop
@@ -26,9 +30,20 @@ if TYPE_CHECKING:
     from pyarrow.fs import FileSystem
     from ray.actor import ActorHandle
 
-__all__ = ["EventLog", "RunEvent", "TrainingRun", "event_log", "is_deterministic", "ray_storage", "run_training"]
+__all__ = [
+    "EventLog",
+    "ProgressRelay",
+    "RunEvent",
+    "TrainingRun",
+    "event_log",
+    "is_deterministic",
+    "ray_storage",
+    "run_training",
+]
 
-EventKind = Literal["started", "first_step", "checkpoint", "failure", "memory", "finished", "node_killed"]
+EventKind = Literal["started", "first_step", "checkpoint", "failure", "memory", "finished", "node_killed", "progress"]
+# How often the driver reads the workers' progress from the EventLog while a run trains.
+RELAY_POLL_S = 1.0
 
 
 class RunEvent(BaseModel):
@@ -42,19 +57,83 @@ class RunEvent(BaseModel):
     baseline_bytes: int | None = None
     tensor_bytes: int | None = Field(None, description="Training memory counted from the tensors (trial.memory).")
     detail: str | None = None
+    steps: int | None = Field(None, description="progress: the run's steps.")
+    loss: float | None = Field(None, description="progress: the loss of `step`.")
+    tokens_per_s: float | None = Field(None, description="progress: tokens/s since the progress before.")
+    eta_s: float | None = Field(None, description="progress: seconds to the last step at this attempt's pace.")
+
+    def progress_line(self, run: str) -> str:
+        """A progress event as the trial's log says it:
+        `candidate: step 12/50, loss 4.1234, 980 tokens/s, ETA 1 min 5 s`."""
+        eta = round(self.eta_s or 0.0)
+        when = f"{eta // 60} min {eta % 60} s" if eta >= 60 else f"{eta} s"
+        return (
+            f"{run}: step {self.step}/{self.steps}, loss {self.loss:.4f}, {self.tokens_per_s or 0.0:,.0f} tokens/s, "
+            f"ETA {when}"
+        )
+
+
+Event = dict[str, float | str | None]  # a RunEvent as the EventLog keeps it
 
 
 class EventLog:
     """A Ray actor collecting RunEvents from workers and the Train controller (see `event_log`)."""
 
     def __init__(self) -> None:
-        self._events: list[dict[str, float | str | None]] = []
+        self._events: list[Event] = []
 
     def record(self, kind: str, **fields: float | str | None) -> None:
         self._events.append({"time": time.time(), "kind": kind, **fields})
 
-    def events(self) -> list[dict[str, float | str | None]]:
+    def events(self) -> list[Event]:
         return list(self._events)
+
+    def count(self) -> int:
+        return len(self._events)
+
+    def since(self, index: int) -> list[Event]:
+        """The events recorded after the first `index` (what a poller has not read yet)."""
+        return self._events[index:]
+
+
+class ProgressRelay:
+    """Says each progress event the workers record, as a line to `say`, while the driver waits in
+    `fit()`: a thread reading the events past `start` through `since` (the EventLog's) every `poll_s`,
+    in the caller's context (a Prefect run's logger and artifacts stay the run's). Leaving the block
+    says what is left, so the last step is never lost."""
+
+    def __init__(
+        self, since: Callable[[int], list[Event]], start: int, run: str, say: Progress, poll_s: float = RELAY_POLL_S
+    ) -> None:
+        self.since, self.read, self.run, self.say, self.poll_s = since, start, run, say, poll_s
+        self.done = threading.Event()
+        self.thread = threading.Thread(
+            target=contextvars.copy_context().run, args=(self._poll,), name=f"day0-{run}-progress", daemon=True
+        )
+
+    def __enter__(self) -> ProgressRelay:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.done.set()
+        if exc[0] is None:  # on an interrupt the thread ends by itself: a cancel waits for nothing
+            self.thread.join(timeout=10 * self.poll_s)
+            self._relay()
+
+    def _poll(self) -> None:
+        while not self.done.wait(self.poll_s):
+            try:
+                self._relay()
+            except Exception:  # noqa: BLE001 - progress is best effort; the run's own outcome is what counts
+                continue
+
+    def _relay(self) -> None:
+        new = self.since(self.read)
+        self.read += len(new)
+        for event in new:
+            if event["kind"] == "progress":
+                self.say(RunEvent.model_validate(event).progress_line(self.run))
 
 
 def event_log() -> ActorHandle[EventLog]:
@@ -151,10 +230,12 @@ def run_training(
     log=None,
     store_settings: StoreSettings | None = None,
     hooks: LoopHooks | None = None,
+    progress: Progress | None = None,
 ) -> TrainingRun:
-    """Run (or resume) `loop` on `workers` Ray Train workers (with `hooks` in every step, if given);
-    never raises for training errors (the returned run carries `error`), so a caller can still
-    report what was done."""
+    """Run (or resume) `loop` on `workers` Ray Train workers (with `hooks` in every step, if given),
+    saying rank 0's progress lines (step, loss, tokens/s, ETA) to `progress` as they come; never raises
+    for training errors (the returned run carries `error`), so a caller can still report what was done."""
+    import ray
     import torch
     from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig, TrainingFailedError
     from ray.train.torch import TorchConfig, TorchTrainer
@@ -207,7 +288,10 @@ def run_training(
     )
     t0 = time.time()
     try:
-        with interruptible():
+        # one log serves the reference and the candidate: the events before this run are not its own
+        start = cast(int, ray.get(log.count.remote()))
+        relay = ProgressRelay(lambda i: ray.get(log.since.remote(i)), start, name, progress or (lambda _line: None))
+        with interruptible(), relay:
             result, error = trainer.fit(), None
     except TrainingFailedError as exc:  # retries exhausted: report what the checkpoints kept
         result, error = None, exc
@@ -230,7 +314,10 @@ def _last_checkpoint_history(events: list[RunEvent], filesystem) -> tuple[list[L
 def _collect(result, error, log, filesystem, *, name: str, storage_uri: str, workers: int, t0: float) -> TrainingRun:
     import ray
 
-    events = [RunEvent.model_validate(e) for e in ray.get(log.events.remote()) if e["time"] >= t0]
+    # progress lines were said as they came; the run keeps what its result reads
+    events = [
+        RunEvent.model_validate(e) for e in ray.get(log.events.remote()) if e["time"] >= t0 and e["kind"] != "progress"
+    ]
     if result is not None:
         history = [LoopStep.model_validate(h) for h in (result.return_value or [])]
         checkpoint_path = result.checkpoint.path if result.checkpoint else None

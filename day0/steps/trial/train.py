@@ -27,6 +27,7 @@ from urllib.parse import urlparse
 from pydantic import BaseModel, Field
 
 from day0.backends.resources import accelerator_resource, train_worker_resources
+from day0.core.library_logs import quiet_known_library_logs
 from day0.core.precision import host_compute_dtype
 from day0.core.recompute import Recompute
 from day0.core.result import Progress
@@ -251,6 +252,7 @@ class _RunOptions(TypedDict):
     max_failures: int
     log: ActorHandle[EventLog]
     store_settings: StoreSettings | None
+    progress: Progress
 
 
 def _reference(
@@ -324,6 +326,7 @@ def run_trial(
     from day0.backends.local.ray import connect
 
     t0, say = time.time(), progress or (lambda msg: None)
+    quiet_known_library_logs()  # the trial says its own progress; no library's bar
     plan, trial = plan or TrialPlan(), spec.trial
     notes: list[str] = []
     connect(ray_address or spec.cluster.address)
@@ -337,6 +340,7 @@ def run_trial(
         "max_failures": max_failures,
         "log": log or event_log(),
         "store_settings": store_settings,
+        "progress": say,
     }
     reference, ref_run = _reference(spec, ref_loop, data.tokens, common, notes, say)
     if hooks is not None:

@@ -3,6 +3,7 @@ the report beside the datasheet, and the planner reading it."""
 
 from __future__ import annotations
 
+import socket
 from pathlib import Path
 
 import pytest
@@ -76,6 +77,10 @@ def test_profile_is_measured_and_stored(report) -> None:
     p = rep.profile
     assert store.exists(profile_key("cpu")) and load_profile(store, "cpu") == p
     assert p.backend == "gloo" and p.workers == 2
+    # who measured it, and where: this host's user, and its Ray workers' host and devices
+    assert p.measured is not None and p.measured.user and p.measured.host == socket.gethostname()
+    assert p.measured.nodes == [socket.gethostname()] and len(p.measured.devices) == 2
+    assert all(d.startswith("cpu: ") for d in p.measured.devices) and p.replaced is None
     assert {(g.dtype, g.m) for g in p.gemm} == {("fp32", 128), ("fp32", 256), ("bf16", 128), ("bf16", 256)}
     assert all(g.tflops > 0 for g in p.gemm)  # fp8 has no CPU GEMM: skipped, not invented
     assert p.hbm_bandwidth_gbps > 0.1
