@@ -214,7 +214,10 @@ def test_kill_9_of_run_and_its_watcher_is_swept_by_the_next_watcher(tmp_path: Pa
     os.kill(watcher, signal.SIGKILL)
     os.kill(cli.pid, signal.SIGKILL)
     cli.wait()
-    time.sleep(3)
+    deadline = time.monotonic() + 30  # the watcher, not our child, is gone once its new parent reaps it
+    while watcher in processes() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert watcher not in processes(), "the killed watcher is still listed"
     left = _alive(before)
     print("left by kill -9 of day0 run and its watcher:\n" + _listing(left))  # the Prefect server, agents
     nxt = subprocess.run(
