@@ -11,7 +11,7 @@ from pathlib import Path
 from tests.fixtures.paths import REPO
 
 PRODUCT = ("day0", "cli", "flows", "tasks")
-CEILING = 232  # the count at the guard's start: lower it as uses go, never raise it
+CEILING = 231  # the count at the guard's start: lower it as uses go, never raise it
 """The uses of `Any` and of its aliases in the product (an alias's own name where it is defined, and
 imports, not counted)."""
 
