@@ -41,8 +41,10 @@ lint: setup
 # tests against the kwok control plane (built once into $(DAY0_CACHE), then reused). Most of its time
 # is spent waiting (servers, Ray, subprocesses), so TEST_WORKERS pytest-xdist workers run modules side
 # by side; tests/conftest.py's scheduler keeps each module on one worker and the e2e tests together.
+# What the selected tests need built (the control plane, versitygw, vLLM's environment) builds in the
+# background beside the first tests (tests/fixtures/builds.py); the tests that need a build wait for it.
 TEST_WORKERS ?= 2
-test: setup lint docs e2e-build browser engines
+test: setup lint docs browser
 	$(BIN)/python -m pytest -q -ra --durations=40 -m "not drill" -n $(TEST_WORKERS) tests
 
 # The documentation site: the generated reference pages checked against the code (scripts/gen_docs.py),

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from day0.core.ports import free_port
+from tests.fixtures import builds
 from tests.fixtures.privateuse1 import openreg  # noqa: F401 - the fixture, for every test module
 
 _TMP = Path(tempfile.mkdtemp(prefix="day0-tests-"))
@@ -42,19 +43,33 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.integration)
 
 
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """The builds the selected tests need start now, in the background; the tests wait on them."""
+    if not session.config.option.collectonly:
+        builds.start_needed(session.items)
+
+
 @pytest.hookimpl(optionalhook=True)  # pytest-xdist's hook: `pytest -p no:xdist` still runs
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     """`make test` runs on pytest-xdist workers (`-n`): a module's tests stay on one worker (its
     module-scoped Ray cluster starts once), and the Kubernetes e2e tests all run on one worker, one
     after another (they share the control plane, and a process-backed RayCluster binds the GCS port
-    of the whole machine). A scheduler of our own, as xdist's `loadgroup` marks do not reach pytest
-    9's node ids."""
+    of the whole machine). While the control plane is still to be built (tests/fixtures/builds.py
+    builds it in the background), the e2e tests go last, so both workers run other tests meanwhile.
+    A scheduler of our own, as xdist's `loadgroup` marks do not reach pytest 9's node ids."""
     from xdist.scheduler import LoadScopeScheduling
+
+    e2e_last = subprocess.run([str(REPO / "k8s/build.sh"), "--check"], capture_output=True).returncode != 0
 
     class _ByModuleE2ETogether(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
             module = nodeid.split("::", 1)[0]
             return "tests/e2e" if module.startswith("tests/e2e/") else module
+
+        def _assign_work_unit(self, node: Any) -> None:
+            if e2e_last and "tests/e2e" in self.workqueue:
+                self.workqueue.move_to_end("tests/e2e")
+            super()._assign_work_unit(node)
 
     return _ByModuleE2ETogether(config, log)
 
@@ -105,6 +120,7 @@ class S3Server:
 @pytest.fixture(scope="session")
 def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
     """versitygw serving a temp dir over the S3 API on 127.0.0.1, with one bucket; DAY0_STORE_* set."""
+    builds.wait_for(builds.VERSITYGW)  # started when collection finished; the script below then finds it
     binary = subprocess.run(
         [str(REPO / "tests/tools/build-versitygw.sh")], check=True, text=True, stdout=subprocess.PIPE
     ).stdout.strip()

@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -14,23 +13,25 @@ from pathlib import Path
 from typing import Any
 
 from day0.backends.kuberay.manifest import RUN_ID_LABEL, label_value
+from tests.fixtures.cli import start_day0
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 class Day0Run:
     def __init__(self, spec: Path, only: str, *, api_url: str, api: Any, run_id: str, home: Path, **env: str) -> None:
-        full = {**os.environ, "PREFECT_API_URL": api_url, "PREFECT_HOME": str(home), **env}
-        full.update(PYTHONUNBUFFERED="1", PREFECT_LOGGING_LEVEL="INFO", COLUMNS="200")
+        full = {"PREFECT_API_URL": api_url, "PREFECT_HOME": str(home), **env}
+        full.update(PYTHONUNBUFFERED="1", PREFECT_LOGGING_LEVEL="INFO")
         self.api, self.run_id, self.lines = api, run_id, []
         self.groups: set[str] = set()  # worker groups seen with a Running pod
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "cli", "run", str(spec), "--only", only],
-            cwd=REPO,
+        self.proc = start_day0(
+            "run",
+            spec,
+            "--only",
+            only,
             env=full,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
-            text=True,
             start_new_session=True,
         )
         self._threads = [threading.Thread(target=f, daemon=True) for f in (self._read, self._watch)]

@@ -1,6 +1,7 @@
 """The Kubernetes test control plane for e2e tests: kwok cluster + KubeRay operator (k8s/).
 
-The session fixture runs `k8s/e2e-up.sh` (builds missing binaries, reuses a healthy cluster),
+Before the first e2e test, `k8s/e2e-up.sh` runs (on binaries built beside the first tests, see
+tests/fixtures/builds.py; it reuses a healthy cluster),
 and tears the cluster down at the end only if it started it (or keep it: DAY0_E2E_KEEP=1).
 A build or start failure FAILS the tests: they never skip silently. At the end no day0
 RayCluster may remain in any namespace.
@@ -19,6 +20,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from tests.fixtures import builds
 
 REPO = Path(__file__).resolve().parents[2]
 K8S = REPO / "k8s"
@@ -55,15 +58,24 @@ def _cache() -> Path:
     return Path(os.environ.get("DAY0_CACHE") or Path.home() / ".cache" / "day0")
 
 
-def pytest_collection_finish(session: pytest.Session) -> None:
-    """Bring the control plane up (a cold build can take tens of minutes) before any test runs,
-    outside the per-test timeout; only when e2e tests were selected.
+@pytest.hookimpl(hookwrapper=True, tryfirst=True)
+def pytest_runtest_protocol(item: pytest.Item) -> Iterator[None]:
+    """Before the first e2e test, wait for the control plane's build (tests/fixtures/builds.py started
+    it when collection finished, so the other tests ran beside it) and bring the cluster up. Outside
+    the per-test timeout: this hook wraps pytest-timeout's, and a cold build can take tens of minutes."""
+    if item.get_closest_marker("e2e") and not _bring_up:
+        _bring_up_control_plane()
+    yield
 
-    Under pytest-xdist every worker collects the e2e tests, and any one of them may run them: the
-    bring-up is serialised by a lock, and the session (xdist's run id, shared by its workers) that
-    found no healthy cluster is recorded as its owner, so whichever worker runs the e2e tests tears
-    it down at the end, and only when this session started it."""
-    if session.config.option.collectonly or not any(item.get_closest_marker("e2e") for item in session.items):
+
+def _bring_up_control_plane() -> None:
+    """Under pytest-xdist the e2e tests share one worker, but another session may be bringing the
+    cluster up too: the bring-up is serialised by a lock, and the session (xdist's run id) that found
+    no healthy cluster is recorded as its owner, so it tears it down at the end, and only then."""
+    try:
+        builds.wait_for(builds.CONTROL_PLANE)
+    except builds.BuildFailed as failed:
+        _bring_up.update(rc="build", log=str(failed))
         return
     cache, run_id = _cache(), os.environ.get("PYTEST_XDIST_TESTRUNUID") or f"pid-{os.getpid()}"
     cache.mkdir(parents=True, exist_ok=True)
@@ -86,7 +98,7 @@ def api() -> Iterator[Any]:
     from kubernetes import config
 
     if _bring_up.get("rc") != 0:
-        pytest.fail(f"k8s/e2e-up.sh failed (rc {_bring_up.get('rc')}):\n{_bring_up.get('log')}", pytrace=False)
+        pytest.fail(f"the control plane is not up (rc {_bring_up.get('rc')}):\n{_bring_up.get('log')}", pytrace=False)
     kubeconfig = _bring_up["kubeconfig"]
     os.environ["KUBECONFIG"] = kubeconfig
     api = config.new_client_from_config(kubeconfig)

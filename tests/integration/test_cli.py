@@ -3,22 +3,12 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
-from tests.fixtures.paths import REPO
-
-
-def day0(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "COLUMNS": "200"}
-    return subprocess.run(
-        [sys.executable, "-m", "cli", *args], cwd=cwd, env=env, text=True, capture_output=True, timeout=300
-    )
+from tests.fixtures.cli import day0
 
 
 @pytest.mark.integration  # over 10 s here: a whole model or the real CLI end to end

@@ -5,16 +5,14 @@ sharing one store both finish with consistent manifests."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 import yaml
 
-from tests.fixtures.paths import REPO
+from tests.fixtures.cli import day0, start_day0
 
 pytestmark = pytest.mark.integration  # real Ray clusters / day0 run processes
 
@@ -36,15 +34,9 @@ def _spec(tmp_path: Path, name: str) -> Path:
 
 
 def _start(tmp_path: Path, spec: Path) -> subprocess.Popen[str]:
-    env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}
-    env.update(PREFECT_HOME=str(tmp_path / f"prefect-{spec.stem}"), HF_HUB_OFFLINE="1", COLUMNS="200")
-    return subprocess.Popen(
-        [sys.executable, "-m", "cli", "run", str(spec), "--json"],
-        cwd=REPO,
-        env=env,
-        text=True,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
+    home = {"PREFECT_HOME": str(tmp_path / f"prefect-{spec.stem}")}
+    return start_day0(
+        "run", spec, "--json", env=home, drop=["PREFECT_API_URL"], stdout=subprocess.PIPE, stderr=subprocess.PIPE
     )
 
 
@@ -55,14 +47,7 @@ def test_same_spec_refuses_while_held_and_two_specs_share_a_store(tmp_path: Path
     while not list((tmp_path / "store").glob("runs/one/*/lock/holder.json")) and time.monotonic() < deadline:
         assert first.poll() is None, first.communicate()[1][-3000:]
         time.sleep(0.2)
-    second = subprocess.run(
-        [sys.executable, "-m", "cli", "run", str(one)],
-        cwd=REPO,
-        text=True,
-        capture_output=True,
-        env={**os.environ, "HF_HUB_OFFLINE": "1", "COLUMNS": "200"},
-        timeout=120,
-    )
+    second = day0("run", one, timeout=120)
     assert first.poll() is None, "the first run was still holding the spec's run"
     assert second.returncode == 1 and "already running" in second.stderr and "Traceback" not in second.stderr
     for proc, name in ((first, "one"), (other, "two")):

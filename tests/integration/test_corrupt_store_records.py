@@ -7,24 +7,18 @@ holder is moved aside to the run's `corrupt/` folder with a note while the run g
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from day0.runs.context import RunContext
 from day0.spec.pipeline import load_spec
-from tests.fixtures.paths import REPO
+from tests.fixtures.cli import day0
 
 pytestmark = pytest.mark.integration
 
 
-def _run(spec: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "COLUMNS": "400", "PYTHONPATH": str(REPO)}
-    cmd = [sys.executable, "-m", "cli", "run", str(spec), *args]
-    return subprocess.run(cmd, cwd=REPO, env=env, text=True, capture_output=True, timeout=300)
+WIDE = {"COLUMNS": "400"}  # the messages name long paths: one line each
 
 
 def test_corrupt_records_are_named_moved_aside_or_recomputed(tmp_path: Path) -> None:
@@ -34,30 +28,30 @@ def test_corrupt_records_are_named_moved_aside_or_recomputed(tmp_path: Path) -> 
         f"storage: file://{tmp_path}/store\n"
     )
     folder = tmp_path / "store" / RunContext.create(load_spec(spec)).prefix
-    assert _run(spec).returncode == 0
+    assert day0("run", spec, env=WIDE).returncode == 0
 
     (folder / "analyze/code.json").write_bytes(b"\x89garbage{")
-    named = _run(spec)
+    named = day0("run", spec, env=WIDE)
     assert named.returncode == 2, named.stderr[-3000:]
     assert f"file://{folder}/analyze/code.json is corrupt (not JSON" in named.stderr, named.stderr[-3000:]
     assert "run again with --fresh to recompute analyze" in named.stderr
     assert "Traceback" not in named.stderr and "internal error" not in named.stderr
 
-    fresh = _run(spec, "--fresh")
+    fresh = day0("run", spec, "--fresh", env=WIDE)
     assert fresh.returncode == 0, fresh.stderr[-3000:]
     assert b"digest" in (folder / "analyze/code.json").read_bytes(), "the step was recomputed and its marker rewritten"
 
     (folder / "analyze/result.json").write_text('{"verdict": "pass"}')
-    wrong_shape = _run(spec)
+    wrong_shape = day0("run", spec, env=WIDE)
     assert wrong_shape.returncode == 2, wrong_shape.stderr[-3000:]
     assert "analyze/result.json is corrupt (not a valid AnalyzeResult" in wrong_shape.stderr
-    assert _run(spec, "--fresh").returncode == 0
+    assert day0("run", spec, "--fresh", env=WIDE).returncode == 0
 
     record = next(p for p in (folder / "attempts").rglob("*-analyze.json"))
     record.write_text("{not json")
     (folder / "lock").mkdir(exist_ok=True)
     (folder / "lock/holder.json").write_text("\x00\x00")
-    recovered = _run(spec)
+    recovered = day0("run", spec, env=WIDE)
     assert recovered.returncode == 0, recovered.stderr[-3000:]
     assert f"the run lock file://{folder}/lock/holder.json was corrupt (not JSON" in recovered.stderr
     assert f"file://{record} was corrupt (not JSON" in recovered.stderr and "moved aside to" in recovered.stderr

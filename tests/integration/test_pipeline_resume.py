@@ -7,14 +7,13 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 import yaml
 
-from tests.fixtures.paths import REPO
+from tests.fixtures.cli import day0, start_day0
 
 pytestmark = pytest.mark.integration
 
@@ -38,11 +37,10 @@ def test_killed_run_resumes_from_checkpoint(tmp_path: Path) -> None:
     }
     path = tmp_path / "spec.yaml"
     path.write_text(yaml.safe_dump(spec))
-    command = [sys.executable, "-m", "cli", "run", str(path), "--json"]
-    env = {**os.environ, "PREFECT_HOME": str(tmp_path / "prefect")}
+    env = {"PREFECT_HOME": str(tmp_path / "prefect")}
 
-    first = subprocess.Popen(
-        command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
+    first = start_day0(
+        "run", path, "--json", env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True
     )
     deadline = time.monotonic() + 600
     # step 15's folder appearing means step 5's or 10's checkpoint is registered: Ray Train reports in
@@ -59,7 +57,7 @@ def test_killed_run_resumes_from_checkpoint(tmp_path: Path) -> None:
     assert first.returncode != 0
     assert not list((tmp_path / "store").rglob("trial/result.json")), "a killed step must not look complete"
 
-    second = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
+    second = day0("run", path, "--json", env=env, timeout=900)
     assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-3000:]
     summary = json.loads(second.stdout[second.stdout.index("{") :])
     assert summary["executed"] == ["trial"], "steps 1-4 completed in the killed run and are reused"

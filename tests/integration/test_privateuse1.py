@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.fixtures.cli import day0
 from tests.fixtures.paths import REPO
 from tests.fixtures.privateuse1 import ABSENT_OPS, WRONG_DTYPE, WRONG_OP, backend_dir
 
@@ -71,14 +72,7 @@ def test_without_the_folder_on_pythonpath_there_is_no_device(openreg: dict[str, 
 
 
 def test_step1_probe_finds_exactly_the_absent_ops(openreg: dict[str, str]) -> None:
-    done = subprocess.run(
-        [sys.executable, "-m", "cli", "analyze", "tiny-qwen3-moe", "--platform", str(PLATFORM), "--json"],
-        env=openreg,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        cwd=REPO,
-    )
+    done = day0("analyze", "tiny-qwen3-moe", "--platform", PLATFORM, "--json", env=openreg, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     coverage = json.loads(done.stdout)["coverage"]
     assert coverage["method"] == "probe"
@@ -169,14 +163,7 @@ def test_a_broken_device_library_is_reported_with_the_module_and_its_error(
     shutil.copytree(backend_dir(), broken)
     (broken / "day0_openreg" / "libday0_openreg.so").write_bytes(b"not a shared object")
     env = {**openreg, "PYTHONPATH": f"{broken}:{REPO}"}
-    done = subprocess.run(
-        [sys.executable, "-m", "cli", "analyze", "tiny-qwen3-moe", "--platform", str(PLATFORM)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        cwd=REPO,
-    )
+    done = day0("analyze", "tiny-qwen3-moe", "--platform", PLATFORM, env=env, timeout=600)
     assert done.returncode == 1
     said = " ".join((done.stdout + done.stderr).split())
     assert "day0_openreg" in said and "OSError" in said and "libday0_openreg.so" in said

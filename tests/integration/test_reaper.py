@@ -19,6 +19,7 @@ import pytest
 import yaml
 
 from cli.reaper import TOKEN_ENV, carriers
+from tests.fixtures.cli import cli_env, start_day0
 from tests.fixtures.paths import REPO
 from tests.fixtures.processes import descendants, processes
 from tests.fixtures.trial import long_trial_spec
@@ -44,23 +45,23 @@ def _listing(pids: dict[int, str]) -> str:
     return "\n".join(f"{p} (ppid {table.get(p, (0,))[0]}) {c[:120]}" for p, c in pids.items())
 
 
+_DROP = ("PREFECT_API_URL", TOKEN_ENV)  # an ephemeral Prefect server of its own; no token of ours
+
+
 def _env(tmp_path: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("PREFECT_API_URL", TOKEN_ENV)}  # ephemeral: ours
-    env.update(PREFECT_HOME=str(tmp_path / "prefect"), HF_HUB_OFFLINE="1", RAY_USAGE_STATS_ENABLED="0")
-    return env
+    return {"PREFECT_HOME": str(tmp_path / "prefect"), "HF_HUB_OFFLINE": "1", "RAY_USAGE_STATS_ENABLED": "0"}
 
 
 def _start_run(tmp_path: Path, **env: str) -> subprocess.Popen[str]:
     spec = tmp_path / "spec.yaml"
     spec.write_text(yaml.safe_dump(long_trial_spec("killed", f"file://{tmp_path}/store")))
-    return _start([sys.executable, "-m", "cli", "run", str(spec)], tmp_path, **env)
+    return _start(tmp_path, "run", spec, **env)
 
 
-def _start(argv: list[str], tmp_path: Path, **env: str) -> subprocess.Popen[str]:
+def _start(tmp_path: Path, *args: str | Path, **env: str) -> subprocess.Popen[str]:
+    """`day0 *args` with its own Prefect home and no token of ours, logging into tmp_path/cli.log."""
     log = (tmp_path / "cli.log").open("w")
-    return subprocess.Popen(
-        argv, cwd=REPO, env={**_env(tmp_path), **env}, stdout=log, stderr=subprocess.STDOUT, text=True
-    )
+    return start_day0(*args, env=_env(tmp_path) | env, drop=_DROP, stdout=log, stderr=subprocess.STDOUT)
 
 
 def _wait_for(cli: subprocess.Popen[str], needles: tuple[str, ...], timeout_s: float = 300) -> dict[int, str]:
@@ -193,7 +194,7 @@ def test_cancelled_through_prefect_during_the_trial_the_run_stops_and_ends_cance
 
 
 def test_kill_9_of_calibrate_leaves_no_ray(tmp_path: Path) -> None:
-    cli = _start([sys.executable, "-m", "cli", "calibrate", "cpu", "--store", f"file://{tmp_path}/store"], tmp_path)
+    cli = _start(tmp_path, "calibrate", "cpu", "--store", f"file://{tmp_path}/store")
     before = _wait_for(cli, ("cli.reaper", "raylet", *AGENTS))
     token = _token_of(next(pid for pid, cmd in before.items() if "gcs_server" in cmd))
     os.kill(cli.pid, signal.SIGKILL)
@@ -213,13 +214,16 @@ def test_kill_9_of_run_and_its_watcher_is_swept_by_the_next_watcher(tmp_path: Pa
     os.kill(watcher, signal.SIGKILL)
     os.kill(cli.pid, signal.SIGKILL)
     cli.wait()
-    time.sleep(3)
+    deadline = time.monotonic() + 30  # the watcher, not our child, is gone once its new parent reaps it
+    while watcher in processes() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert watcher not in processes(), "the killed watcher is still listed"
     left = _alive(before)
     print("left by kill -9 of day0 run and its watcher:\n" + _listing(left))  # the Prefect server, agents
     nxt = subprocess.run(
         [sys.executable, "-c", "import time; from cli.reaper import start_reaper; start_reaper(); time.sleep(2)"],
         cwd=REPO,
-        env=_env(tmp_path),
+        env=cli_env(_env(tmp_path), _DROP),
         timeout=60,
     )
     assert nxt.returncode == 0

@@ -10,13 +10,13 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 from uuid import UUID
 
 import pytest
 import yaml
 
+from tests.fixtures.cli import day0
 from tests.fixtures.paths import REPO
 
 pytestmark = pytest.mark.integration
@@ -51,13 +51,9 @@ def _spec(tmp_path: Path, name: str, **fields: object) -> Path:
     return path
 
 
-def _day0(tmp_path: Path, api_url: str | None, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
-    full = {**os.environ, "PREFECT_HOME": str(tmp_path / "prefect"), "COLUMNS": "200", **env}
-    if api_url:
-        full["PREFECT_API_URL"] = api_url
-    return subprocess.run(
-        [sys.executable, "-m", "cli", *args], cwd=REPO, env=full, capture_output=True, text=True, timeout=900
-    )
+def _prefect(tmp_path: Path, api_url: str) -> dict[str, str]:
+    """The variables that point `day0 run` at the test's Prefect server, with a home of its own."""
+    return {"PREFECT_HOME": str(tmp_path / "prefect"), "PREFECT_API_URL": api_url}
 
 
 def _summary(proc: subprocess.CompletedProcess[str]) -> dict:
@@ -94,13 +90,9 @@ def test_faulty_vendor_kernel_fails_step_2_and_the_run(tmp_path: Path, api_url: 
     platform |= {"name": "faulty-cpu", "vendor_plugin": "faulty_vendor"}
     spec = _spec(tmp_path, "faulty-kernel", platform=platform, steps=["analyze", "operators", "parallel"])
     site = _faulty_plugin_site(tmp_path)
-    proc = _day0(
-        tmp_path,
-        api_url,
-        "run",
-        str(spec),
-        "--json",
-        PYTHONPATH=os.pathsep.join([str(site), str(PLUGIN_PATH), os.environ.get("PYTHONPATH", "")]),
+    path = [str(site), str(PLUGIN_PATH), os.environ.get("PYTHONPATH", "")]
+    proc = day0(
+        "run", spec, "--json", env=_prefect(tmp_path, api_url) | {"PYTHONPATH": os.pathsep.join(path)}, timeout=900
     )
     assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
     summary = _summary(proc)
@@ -133,7 +125,9 @@ def test_catalogue_platform_fault_passes_step_2_and_fails_the_run_at_step_5(tmp_
     spec = _spec(tmp_path, "summing-allreduce", platform=platform, trial=trial, steps=steps)
     site = _faulty_plugin_site(tmp_path, "allreduce_sum_not_mean = platform_faults:allreduce_sum_not_mean")
     path = [str(site), str(REPO / "tests" / "data" / "faults"), os.environ.get("PYTHONPATH", "")]
-    proc = _day0(tmp_path, api_url, "run", str(spec), "--json", PYTHONPATH=os.pathsep.join(path))
+    proc = day0(
+        "run", spec, "--json", env=_prefect(tmp_path, api_url) | {"PYTHONPATH": os.pathsep.join(path)}, timeout=900
+    )
     assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
     summary = _summary(proc)
     assert summary["verdicts"]["operators"] in ("pass", "warn"), summary["failed"]
@@ -148,7 +142,8 @@ def test_catalogue_platform_fault_passes_step_2_and_fails_the_run_at_step_5(tmp_
 
 def test_injected_training_fault_fails_step_5(tmp_path: Path, api_url: str) -> None:
     spec = _spec(tmp_path, "trial-fault", trial=TRIAL_SMALL, steps=["analyze", "parallel", "optimize", "trial"])
-    proc = _day0(tmp_path, api_url, "run", str(spec), "--json", DAY0_TRIAL_FAULTS=json.dumps({"lr_multiplier": 30.0}))
+    faults = {"DAY0_TRIAL_FAULTS": json.dumps({"lr_multiplier": 30.0})}
+    proc = day0("run", spec, "--json", env=_prefect(tmp_path, api_url) | faults, timeout=900)
     assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
     summary = _summary(proc)
     assert summary["verdicts"]["trial"] == "fail" and list(summary["failed"]) == ["trial"]
@@ -164,7 +159,7 @@ def test_a_step_that_raises_is_reported_and_its_dependents_skipped(tmp_path: Pat
     """No Ray cluster at cluster.address: step 2 raises (a runtime failure, exit 1, not a usage
     error); step 3 still runs; the report shows the error."""
     spec = _spec(tmp_path, "raises", cluster={"address": "127.0.0.1:1"}, steps=["analyze", "operators", "parallel"])
-    proc = _day0(tmp_path, api_url, "run", str(spec), "--json")
+    proc = day0("run", spec, "--json", env=_prefect(tmp_path, api_url), timeout=900)
     assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
     summary = _summary(proc)
     assert summary["verdicts"]["operators"] == "error" and "operators" in summary["failed"]
@@ -176,13 +171,13 @@ def test_a_step_that_raises_is_reported_and_its_dependents_skipped(tmp_path: Pat
 
 def test_clean_run_exits_0_and_reruns_reuse(tmp_path: Path, api_url: str) -> None:
     spec = _spec(tmp_path, "clean", steps=["analyze", "parallel", "optimize"])
-    first = _day0(tmp_path, api_url, "run", str(spec), "--json")
+    first = day0("run", spec, "--json", env=_prefect(tmp_path, api_url), timeout=900)
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
     assert _summary(first)["executed"] == ["analyze", "parallel", "optimize"]
     assert _flow_run(api_url, _summary(first)["flow_run_id"]).state.is_completed()
-    again = _day0(tmp_path, api_url, "run", str(spec), "--json")
+    again = day0("run", spec, "--json", env=_prefect(tmp_path, api_url), timeout=900)
     assert again.returncode == 0 and _summary(again)["reused"] == ["analyze", "parallel", "optimize"]
-    fresh = _day0(tmp_path, api_url, "run", str(spec), "--json", "--fresh")
+    fresh = day0("run", spec, "--json", "--fresh", env=_prefect(tmp_path, api_url), timeout=900)
     assert fresh.returncode == 0 and _summary(fresh)["executed"] == ["analyze", "parallel", "optimize"]
 
 
@@ -195,20 +190,8 @@ def test_a_changed_step_source_recomputes_that_step(tmp_path: Path, api_url: str
     spec = _spec(tmp_path, "code-change", steps=["analyze", "parallel", "optimize"])
 
     def run() -> dict:
-        env = {
-            **os.environ,
-            "PREFECT_HOME": str(tmp_path / "prefect"),
-            "PREFECT_API_URL": api_url,
-            "PYTHONPATH": str(tree),
-        }
-        proc = subprocess.run(
-            [sys.executable, "-m", "cli", "run", str(spec), "--json"],
-            cwd=tree,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=600,
-        )
+        env = _prefect(tmp_path, api_url) | {"PYTHONPATH": str(tree)}
+        proc = day0("run", spec, "--json", cwd=tree, env=env, timeout=600)
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
         return _summary(proc)
 
@@ -222,21 +205,18 @@ def test_a_changed_step_source_recomputes_that_step(tmp_path: Path, api_url: str
 
 def test_kuberay_backend_on_a_local_store_is_refused_before_anything_runs(tmp_path: Path) -> None:
     spec = _spec(tmp_path, "kuberay", cluster="gpu-multinode")
-    proc = _day0(tmp_path, None, "run", str(spec))
+    proc = day0("run", spec, env={"PREFECT_HOME": str(tmp_path / "prefect")}, timeout=900)
     assert proc.returncode == 2 and "storage" in proc.stderr and "needs an s3:// store" in proc.stderr
     assert not (tmp_path / "store").exists(), "refused before anything was written"
 
 
 def test_prefect_server_that_does_not_start_is_one_clear_message(tmp_path: Path) -> None:
     spec = _spec(tmp_path, "no-prefect", steps=["analyze"])
-    env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}
-    proc = subprocess.run(
-        [sys.executable, "-m", "cli", "run", str(spec)],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        env={**env, "PREFECT_HOME": str(tmp_path / "prefect"), "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "1"},
-        timeout=300,
+    proc = day0(
+        "run",
+        spec,
+        env={"PREFECT_HOME": str(tmp_path / "prefect"), "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "1"},
+        drop=["PREFECT_API_URL"],
     )
     assert proc.returncode == 1, proc.stderr[-3000:]
     assert "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS" in proc.stderr and "PREFECT_API_URL" in proc.stderr

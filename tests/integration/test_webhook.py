@@ -104,7 +104,7 @@ def test_new_commit_starts_one_run_pinned_to_the_sha(receiver: Receiver, api_url
     body = r.json()
     assert body["started"] and body["queued"] and not body["duplicate"]
     assert body["sha"] == sha and body["reason"] == "new commit on main"
-    runs = wait_runs("adapt/release", sha)
+    runs = wait_runs(receiver, "adapt/release", sha)
     assert len(runs) == 1
     spec = runs[0].parameters["spec"]
     assert spec["model"]["source"] == f"hf://{ORG}/Tiny-MoE@{sha}"
@@ -117,7 +117,7 @@ def test_new_repo_of_a_watched_pattern_starts_a_run(receiver: Receiver, api_url:
     sha = _sha()
     r = _post(receiver, hub_payload("other-org/Watched-7B", sha, scope="repo", action="create"))
     assert r.status_code == 202, r.text
-    assert len(wait_runs("adapt/release", sha)) == 1
+    assert len(wait_runs(receiver, "adapt/release", sha)) == 1
 
 
 def test_twenty_concurrent_copies_start_one_run(receiver: Receiver, api_url: str) -> None:
@@ -134,7 +134,7 @@ def test_twenty_concurrent_copies_start_one_run(receiver: Receiver, api_url: str
     assert [r.json()["started"] for r in responses].count(True) == 1
     copies = [r.json() for r in responses if not r.json()["started"]]
     assert all(c["duplicate"] and (c.get("queued") or c.get("flow_run_id")) for c in copies), copies
-    runs = wait_runs("adapt/release", sha)
+    runs = wait_runs(receiver, "adapt/release", sha)
     assert len(runs) == 1
     assert _claimed_run(receiver, f"{ORG}/Concurrent", sha) == str(runs[0].id)
 
@@ -143,7 +143,7 @@ def test_a_copy_after_a_restart_starts_no_run(receiver: Receiver, api_url: str) 
     sha = _sha()
     first = _post(receiver, hub_payload(f"{ORG}/Restart", sha))
     assert first.status_code == 202, first.text
-    (run,) = wait_runs("adapt/release", sha)
+    (run,) = wait_runs(receiver, "adapt/release", sha)
     receiver.restart()
     again = _post(receiver, hub_payload(f"{ORG}/Restart", sha))
     assert again.status_code == 200 and again.json()["reason"] == "duplicate"
@@ -280,7 +280,7 @@ def test_a_claim_left_by_a_dead_receiver_is_run_by_the_next_copy(receiver: Recei
     dedupe.store.put_bytes(dedupe.key(f"{ORG}/Crashed", sha), json.dumps(record).encode())
     r = _post(receiver, hub_payload(f"{ORG}/Crashed", sha))
     assert r.status_code == 202 and r.json()["duplicate"] and r.json()["queued"], r.text
-    (run,) = wait_runs("adapt/release", sha)
+    (run,) = wait_runs(receiver, "adapt/release", sha)
     assert _claimed_run(receiver, f"{ORG}/Crashed", sha) == str(run.id)
     again = _post(receiver, hub_payload(f"{ORG}/Crashed", sha))
     assert again.status_code == 200 and again.json()["flow_run_id"] == str(run.id)

@@ -163,7 +163,7 @@ def test_a_store_that_fails_is_503_and_a_claim_without_its_queue_entry_is_releas
         (store / "webhook" / "queue").unlink()
         r = _post(rx, hub_payload(f"{ORG}/Store", sha))  # the hub's retry
         assert r.status_code == 202 and r.json()["started"], r.text
-        assert len(wait_runs(DEPLOYMENT, sha)) == 1
+        assert len(wait_runs(rx, DEPLOYMENT, sha)) == 1
         log = _log(rx)
         assert "Traceback" not in log and log.count("answered 503") == 2
 
@@ -185,7 +185,7 @@ def test_a_prefect_that_is_down_is_503_with_nothing_claimed_and_the_retry_runs_o
         rx.start()
         r = _post(rx, hub_payload(repo, sha))  # the hub's retry
         assert r.status_code == 202 and r.json()["started"], r.text
-        assert len(wait_runs(DEPLOYMENT, sha)) == 1
+        assert len(wait_runs(rx, DEPLOYMENT, sha)) == 1
     assert "Traceback" not in _log(rx) and "answered 503" in _log(rx)
 
 
@@ -210,7 +210,7 @@ def test_a_hung_prefect_delays_no_answer_and_a_killed_receiver_loses_nothing(api
             assert runs_of(DEPLOYMENT, sha) == []
             rx.env["PREFECT_API_URL"] = api_url
             rx.start()  # no copy arrives: the queue in the store is resumed at start-up
-            (run,) = wait_runs(DEPLOYMENT, sha)
+            (run,) = wait_runs(rx, DEPLOYMENT, sha)
             again = _post(rx, hub_payload(repo, sha))
             assert again.status_code == 200 and again.json()["flow_run_id"] == str(run.id), again.text
     assert "Traceback" not in _log(rx)
@@ -243,7 +243,7 @@ def test_the_event_loop_stays_free_with_an_s3_store(api_url: str, s3_server: Any
         assert codes == [202] * 20
         assert health and max(health) < 0.5, health
         for sha in shas:
-            assert len(wait_runs(DEPLOYMENT, sha, settle_s=0)) == 1
+            assert len(wait_runs(rx, DEPLOYMENT, sha)) == 1
         deadline = time.monotonic() + 60  # the receiver has nothing left to run: no copy can come later
         while (m := metrics(rx)).get(("day0_webhook_queued", ()), 1) or m.get(
             ("day0_webhook_triggered_total", ()), 0

@@ -12,7 +12,7 @@ not its dtypes (`dtypes_unknown`).
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal, TypedDict
 
 from pydantic import BaseModel, Field
 
@@ -86,7 +86,14 @@ class CoverageReport(BaseModel):
         return sum(1 for o in self.ops if o.dtypes_unknown and o.status not in ("missing", "dtype_unsupported"))
 
 
-def _recorded(rec: OpRecord) -> dict[str, Any]:
+class _Recorded(TypedDict):
+    op: str
+    dtypes_needed: list[str]
+    modules: list[str]
+    phases: list[str]
+
+
+def _recorded(rec: OpRecord) -> _Recorded:
     """What every coverage row repeats of the op's record."""
     return {"op": rec.op, "dtypes_needed": rec.dtypes, "modules": rec.modules, "phases": rec.phases}
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 import re
 from collections import defaultdict
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -33,6 +33,7 @@ from day0.steps.operators.layers import WholeModel, _trim, compare_layers
 from day0.steps.operators.result import BUDGET_BYTES, BYTES_PER_PARAM, RealWeightsCheck
 
 if TYPE_CHECKING:
+    from safetensors import safe_open
     from transformers import PretrainedConfig, PreTrainedModel
 
 __all__ = ["check_real_weights", "dequantize_fp8"]
@@ -218,7 +219,9 @@ def _stream(
     return state
 
 
-def _read(f: Any, ckpt: str, stored: list[int], shape: list[int], file: str) -> tuple[torch.Tensor | None, str | None]:
+def _read(
+    f: safe_open, ckpt: str, stored: list[int], shape: list[int], file: str
+) -> tuple[torch.Tensor | None, str | None]:
     """`ckpt` whole, or its first rows where the model keeps fewer (embedding, head, router)."""
     rows = stored[0] > shape[0] and stored[1:] == shape[1:] if stored and shape and len(stored) == len(shape) else False
     if stored != shape and not rows:

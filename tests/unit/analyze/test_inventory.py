@@ -10,7 +10,6 @@ from day0.model.build import build_meta_model, load_hf_config
 from day0.model.source import resolve_model_source
 from day0.model.structure import analyze_structure
 from day0.steps.analyze.inventory import _kept_whole, _Recorder, capture_operators
-from tests.fixtures.paths import REPO
 
 
 def inventory(name: str, dtype: str) -> OpInventory:
@@ -136,18 +135,10 @@ def test_captured_optimizer_ops_are_those_a_real_step_runs(tiny: OpInventory) ->
 @pytest.mark.integration  # over 10 s here: a whole model or the real CLI end to end
 def test_cli_analyze_json_lists_optimizer_ops() -> None:
     import json
-    import os
-    import subprocess
-    import sys
 
-    proc = subprocess.run(
-        [sys.executable, "-m", "cli", "analyze", "tiny-deepseek-v3", "--json"],
-        cwd=REPO,
-        env={**os.environ, "HF_HUB_OFFLINE": "1", "COLUMNS": "200"},
-        text=True,
-        capture_output=True,
-        timeout=300,
-    )
+    from tests.fixtures.cli import day0
+
+    proc = day0("analyze", "tiny-deepseek-v3", "--json")
     assert proc.returncode == 0, proc.stderr
     result = json.loads(proc.stdout)
     optimizer = {r["op"] for r in result["inventory"]["ops"] if "optimizer" in r["phases"]}

@@ -6,11 +6,9 @@ it left running."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import time
 from pathlib import Path
+from subprocess import DEVNULL, PIPE
 
 import pytest
 from pydantic import ValidationError
@@ -19,7 +17,7 @@ from day0.backends.resources import accelerator_resource, task_options
 from day0.paths import CONFIGS_DIR
 from day0.spec.cluster import PlatformSpec
 from day0.spec.pipeline import load_platform
-from tests.fixtures.paths import REPO
+from tests.fixtures.cli import start_day0
 from tests.fixtures.processes import processes
 
 PLATFORMS = sorted(p.stem for p in (CONFIGS_DIR / "platforms").glob("*.yaml"))
@@ -53,6 +51,9 @@ def test_a_device_type_without_its_resource_is_refused() -> None:
     )
 
 
+NO_STATS = {"RAY_USAGE_STATS_ENABLED": "0"}
+
+
 def _reapers_of(pid: int) -> list[int]:
     return [p for p, (_, cmd) in processes().items() if f"cli.reaper {pid} " in cmd]
 
@@ -61,10 +62,10 @@ def _reapers_of(pid: int) -> list[int]:
 def test_calibrate_without_the_device_ends_in_seconds_with_one_message(
     platform: str, resource: str, tmp_path: Path
 ) -> None:
-    env = {**os.environ, "PYTHONPATH": str(REPO), "RAY_USAGE_STATS_ENABLED": "0"}
-    argv = [sys.executable, "-m", "cli", "calibrate", platform, "--store", f"file://{tmp_path}/store"]
     start = time.monotonic()
-    proc = subprocess.Popen(argv, cwd=REPO, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = start_day0(
+        "calibrate", platform, "--store", f"file://{tmp_path}/store", env=NO_STATS, stdout=PIPE, stderr=PIPE
+    )
     out, err = proc.communicate(timeout=180)
     took = time.monotonic() - start
     assert proc.returncode == 1, err
@@ -82,9 +83,8 @@ def test_calibrate_without_the_device_ends_in_seconds_with_one_message(
 def test_kill_9_of_calibrate_leaves_nothing(tmp_path: Path) -> None:
     """kill -9 of `day0 calibrate` as it starts (its watcher up, the device check under way): neither its
     watcher nor any process it started stays. (Mid-measurement on a local Ray: tests/integration/test_reaper.py.)"""
-    env = {**os.environ, "PYTHONPATH": str(REPO), "RAY_USAGE_STATS_ENABLED": "0"}
-    argv = [sys.executable, "-m", "cli", "calibrate", "ascend-910b", "--store", f"file://{tmp_path}/store"]
-    proc = subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    store = f"file://{tmp_path}/store"
+    proc = start_day0("calibrate", "ascend-910b", "--store", store, env=NO_STATS, stdout=DEVNULL, stderr=DEVNULL)
     deadline = time.monotonic() + 60
     while not _reapers_of(proc.pid) and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.05)

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.fixtures.cli import day0
 from tests.fixtures.paths import REPO
 
 TINY = json.loads((REPO / "configs" / "models" / "tiny-deepseek-v3" / "config.json").read_text())
@@ -446,13 +447,6 @@ CASES = [
 ]
 
 
-def day0(argv: list[str], env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
-    full = {**os.environ, "HF_HUB_OFFLINE": "1", "COLUMNS": "200", **env}
-    return subprocess.run(
-        [sys.executable, "-m", "cli", *argv], cwd=cwd, env=full, text=True, capture_output=True, timeout=120
-    )
-
-
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
 def test_bad_input_is_one_clear_message(case: Case, tmp_path: Path) -> None:
     for name, content in case.files.items():
@@ -464,7 +458,7 @@ def test_bad_input_is_one_clear_message(case: Case, tmp_path: Path) -> None:
             path.write_text(content.replace("{tmp}", str(tmp_path)))
     before = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
     start = time.monotonic()
-    proc = day0([a.replace("{tmp}", str(tmp_path)) for a in case.argv], case.env, cwd=tmp_path)
+    proc = day0(*[a.replace("{tmp}", str(tmp_path)) for a in case.argv], env=case.env, cwd=tmp_path, timeout=120)
     seconds = time.monotonic() - start
     assert proc.returncode == case.exit_code, proc.stderr[-3000:]
     for word in case.words:
@@ -480,7 +474,7 @@ def test_bad_input_is_one_clear_message(case: Case, tmp_path: Path) -> None:
 def test_file_host_form_is_a_relative_path(tmp_path: Path) -> None:
     """Documented: `file://` has no host part; `file://host/x` is the directory host/x under the cwd."""
     (tmp_path / "s.yaml").write_text(spec(storage="file://host/x"))
-    proc = day0(["validate", "--check-store", "s.yaml"], {}, cwd=tmp_path)
+    proc = day0("validate", "--check-store", "s.yaml", cwd=tmp_path, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert "file://host/x/runs/bad/" in proc.stdout
 
@@ -490,15 +484,7 @@ def test_piped_output_is_not_hard_wrapped(tmp_path: Path) -> None:
     deep = tmp_path / ("d" * 60) / ("e" * 60)
     deep.mkdir(parents=True)
     (deep / "s.yaml").write_text(spec())
-    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
-    proc = subprocess.run(
-        [sys.executable, "-m", "cli", "validate", str(deep / "s.yaml")],
-        cwd=REPO,
-        env={**env, "HF_HUB_OFFLINE": "1"},
-        text=True,
-        capture_output=True,
-        timeout=120,
-    )
+    proc = day0("validate", deep / "s.yaml", drop=["COLUMNS"], timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert len(proc.stdout.strip().splitlines()) == 1 and str(deep / "s.yaml") in proc.stdout
 
@@ -525,7 +511,7 @@ def test_plan_out_force_overwrites_atomically(tmp_path: Path) -> None:
     (tmp_path / "s.yaml").write_text(spec(storage=f"file://{tmp_path}/store"))
     target = tmp_path / "p.yaml"
     target.write_text("mine\n")
-    proc = day0(["plan", "s.yaml", "--out", str(target), "--force"], {}, cwd=tmp_path)
+    proc = day0("plan", "s.yaml", "--out", str(target), "--force", cwd=tmp_path, timeout=120)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "parallel" in target.read_text() and (target.stat().st_mode & 0o777) == 0o644 & ~_umask()
     # no temp file left beside the target (the store holds `day0 plan`'s structure cache)
@@ -548,7 +534,7 @@ def test_a_fifo_or_device_as_spec_or_platform_is_refused_at_once(tmp_path: Path)
         ["analyze", "tiny-deepseek-v3", "--platform", str(tmp_path / "zero.yaml")],
     ):
         start = time.monotonic()
-        proc = day0(argv, {}, cwd=tmp_path)
+        proc = day0(*argv, cwd=tmp_path, timeout=120)
         assert proc.returncode == 2 and "not a regular file" in proc.stderr, proc.stderr[-2000:]
         assert time.monotonic() - start < 30 and "Traceback" not in proc.stderr
 
@@ -559,7 +545,7 @@ def test_a_deeply_nested_config_json_is_refused_naming_the_file(command: str, tm
     (tmp_path / "m").mkdir()
     (tmp_path / "m" / "config.json").write_text('{"a": ' + "[" * 50_000 + "]" * 50_000 + "}")
     (tmp_path / "s.yaml").write_text(spec(model=str(tmp_path / "m")))
-    proc = day0([command, str(tmp_path / ("s.yaml" if command == "validate" else "m"))], {}, cwd=tmp_path)
+    proc = day0(command, str(tmp_path / ("s.yaml" if command == "validate" else "m")), cwd=tmp_path, timeout=120)
     assert proc.returncode == 2 and "config.json" in proc.stderr and "nests deeper" in proc.stderr, proc.stderr
 
 
@@ -571,7 +557,7 @@ def test_a_corrupt_calibrated_profile_is_named_with_its_way_out(tmp_path: Path) 
     profile = tmp_path / "store" / profile_key("cpu")
     profile.parent.mkdir(parents=True)
     profile.write_text('{"platform": "cpu", ')
-    proc = day0(["plan", str(tmp_path / "s.yaml")], {}, cwd=tmp_path)
+    proc = day0("plan", str(tmp_path / "s.yaml"), cwd=tmp_path, timeout=120)
     assert proc.returncode == 2, proc.stderr[-3000:]
     assert f"file://{profile} is corrupt (not JSON" in proc.stderr and "day0 calibrate cpu" in proc.stderr
     assert "Traceback" not in proc.stderr

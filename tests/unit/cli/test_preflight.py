@@ -17,6 +17,7 @@ import pytest
 import yaml
 
 from cli import main as cli
+from tests.fixtures.cli import day0
 from tests.fixtures.paths import REPO
 
 SHOWCASE = REPO / "configs" / "pipelines" / "deepseek-v3-on-npu.yaml"
@@ -363,37 +364,29 @@ def test_hf_source_falls_back_to_the_bundled_cache_offline(tmp_path: Path, monke
     assert not list(tmp_path.iterdir()), "the user's hub cache was written to"
 
 
-def _offline(tmp_path: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "DAY0_STORE_", "HF_HUB_CACHE"))}
-    return {**env, **S3_DOWN, "HF_HUB_OFFLINE": "1", "DAY0_HUB_CACHE_DIR": str(tmp_path / "hub"), "COLUMNS": "200"}
+OFFLINE_DROP = ("AWS_", "DAY0_STORE_", "HF_HUB_CACHE")  # the test's own store and hub: not the user's
 
 
 @pytest.mark.integration  # over 10 s here: a whole model or the real CLI end to end
 def test_readme_showcase_validates_and_plans_offline(tmp_path: Path) -> None:
-    env = _offline(tmp_path)
-
-    def day0(*argv: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "-m", "cli", *argv], cwd=tmp_path, env=env, text=True, capture_output=True, timeout=300
-        )
-
+    offline = {**S3_DOWN, "HF_HUB_OFFLINE": "1", "DAY0_HUB_CACHE_DIR": str(tmp_path / "hub")}
     readme = (REPO / "README.md").read_text()
     block = readme.split("## The spec", 1)[1].split("```yaml\n", 1)[1].split("```", 1)[0]
     (tmp_path / "readme.yaml").write_text(block)
     assert yaml.safe_load(block)["model"]["source"] == "hf://deepseek-ai/DeepSeek-V3@main"
     for path in (str(SHOWCASE), "readme.yaml"):
-        proc = day0("validate", path)
+        proc = day0("validate", path, cwd=tmp_path, env=offline, drop=OFFLINE_DROP)
         assert proc.returncode == 0, proc.stderr
         assert "s3://day0-artifacts/runs/runs/deepseek-v3-on-npu/" in proc.stdout
     out = tmp_path / "deepseek-v3-on-npu.plan.yaml"
-    proc = day0("plan", str(SHOWCASE), "--top", "3", "--out", str(out))
+    proc = day0("plan", SHOWCASE, "--top", "3", "--out", out, cwd=tmp_path, env=offline, drop=OFFLINE_DROP)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert f"plan written to {out}" in proc.stdout and "cannot reach bucket" in proc.stderr
     assert out.read_text().startswith("# day0 plan: deepseek-v3-on-npu from ")
     plan = yaml.safe_load(out.read_text())
     assert plan["parallel"]["expert_parallel"] >= 1 and plan["precision"]["compute"] == "bf16"
     # without --out the plan goes to the store, which does not answer here: refused, saying so
-    proc = day0("plan", str(SHOWCASE))
+    proc = day0("plan", SHOWCASE, cwd=tmp_path, env=offline, drop=OFFLINE_DROP)
     assert proc.returncode == 1 and "--out FILE" in proc.stderr and "cannot reach bucket" in proc.stderr
 
 

@@ -4,14 +4,13 @@ error that names it (exit 2 from the command line)."""
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from day0.errors import UsageError
 from day0.settings import HubSettings, LimitsSettings, StoreSettings
+from tests.fixtures.cli import day0
 from tests.fixtures.paths import REPO as ROOT
 
 
@@ -47,15 +46,8 @@ def test_a_bad_variable_is_a_usage_error_naming_it(monkeypatch: pytest.MonkeyPat
 
 
 def test_the_command_line_exits_2_on_a_bad_variable(tmp_path: Path) -> None:
-    env = {**os.environ, "DAY0_LIMITS_MAX_FILE_BYTES": "lots"}
-    proc = subprocess.run(
-        [sys.executable, "-m", "cli", "validate", str(ROOT / "configs" / "pipelines" / "tiny-local.yaml")],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    tiny = ROOT / "configs" / "pipelines" / "tiny-local.yaml"
+    proc = day0("validate", tiny, env={"DAY0_LIMITS_MAX_FILE_BYTES": "lots"}, timeout=120)
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert "DAY0_LIMITS_MAX_FILE_BYTES: Input should be a valid integer" in proc.stderr
 

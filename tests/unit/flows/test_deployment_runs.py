@@ -149,7 +149,10 @@ def test_a_deployment_run_cancelled_mid_trial_ends_cancelled_not_crashed(prefect
         while not _running("RayTrainWorker", worker.pid) and worker.poll() is None and time.monotonic() < deadline:
             time.sleep(0.5)
         assert _running("RayTrainWorker", worker.pid), (tmp_path / "worker.log").read_text()[-3000:]
-        time.sleep(2)
+        # the trial's start is in the store (its marker reads as `interrupted` if nothing records its end)
+        while not list((tmp_path / "store").rglob("*trial.started.json")) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert list((tmp_path / "store").rglob("*trial.started.json")), "the trial's start was not recorded"
         with get_client(sync_client=True) as client:
             client.set_flow_run_state(flow_run_id, State(type=StateType.CANCELLING))  # as `prefect flow-run cancel`
             worker.wait(timeout=120)

@@ -4,9 +4,6 @@ command refuses it with exit 2 before building anything."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -16,8 +13,8 @@ from day0.spec.pipeline import ModelSpec, load_platform
 from day0.steps.analyze.run import analyze_model
 from day0.steps.operators.checks import run_operators
 from day0.steps.operators.layers import WholeModel
+from tests.fixtures.cli import day0
 from tests.fixtures.model import make_hub_cache
-from tests.fixtures.paths import REPO
 
 SOURCE = "hf://acme/tiny-remote@main"
 CONFIG = {
@@ -75,27 +72,12 @@ def test_untrusted_remote_code_is_refused_by_every_command(hub: Path, tmp_path: 
     }
     path = tmp_path / "spec.yaml"
     path.write_text(yaml.safe_dump(spec))
-    env = {**os.environ, "PREFECT_HOME": str(tmp_path / "prefect")}
-    proc = subprocess.run(
-        [sys.executable, "-m", "cli", command, str(path)],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    proc = day0(command, path, env={"PREFECT_HOME": str(tmp_path / "prefect")})
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert "trusted_orgs" in proc.stderr and "Traceback" not in proc.stderr
     assert not (tmp_path / "store").exists()
 
 
 def test_remote_code_off_is_refused_by_analyze(hub: Path) -> None:
-    proc = subprocess.run(
-        [sys.executable, "-m", "cli", "analyze", SOURCE],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        env={**os.environ, "DAY0_HUB_CACHE_DIR": str(hub)},
-        timeout=300,
-    )
+    proc = day0("analyze", SOURCE, env={"DAY0_HUB_CACHE_DIR": str(hub)})
     assert proc.returncode == 2 and "trust_remote_code" in proc.stderr, proc.stderr[-2000:]

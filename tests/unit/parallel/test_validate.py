@@ -4,7 +4,6 @@ for every rule, and once through the real command."""
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -14,7 +13,7 @@ from cli.preflight import preflight
 from day0.errors import SpecError
 from day0.spec.pipeline import load_yaml
 from tests.fixtures import paths
-from tests.fixtures.paths import REPO as ROOT
+from tests.fixtures.cli import day0
 
 DATA = paths.DATA / "planner"
 
@@ -172,13 +171,7 @@ def test_day0_validate_exits_2_naming_both_fields(tmp_path: Path) -> None:
             }
         },
     )
-    proc = subprocess.run(
-        [str(ROOT / ".venv" / "bin" / "day0"), "validate", str(path)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    proc = day0("validate", path, timeout=120)
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "parallel.zero_stage: 3 contradicts parallel.distributed_optimizer: true" in proc.stderr
     assert "parallel.virtual_pipeline_stages: 2 contradicts parallel.pipeline_parallel: 1" in proc.stderr

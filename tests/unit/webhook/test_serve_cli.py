@@ -5,47 +5,44 @@ spec template that is not one (missing, not YAML, duplicate keys, a template tha
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from tests.fixtures.cli import day0
 from tests.fixtures.paths import REPO
 
 SECRET = "a-secret-of-24-bytes-xyz"
 PREFECT = "http://127.0.0.1:9/api"  # nothing listens: none of these gets as far as calling it
+SET = {"DAY0_WEBHOOK_SECRET": SECRET, "PREFECT_API_URL": PREFECT}
 
 
-def _serve(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
-    full = {k: v for k, v in os.environ.items() if k not in ("DAY0_WEBHOOK_SECRET", "PREFECT_API_URL")} | env
-    cmd = [sys.executable, "-m", "cli", "webhook", "serve", "--port", "0", *args]
-    return subprocess.run(cmd, cwd=REPO, env=full, capture_output=True, text=True, timeout=60)
+SERVE = ("webhook", "serve", "--port", "0")
+UNSET = ("DAY0_WEBHOOK_SECRET", "PREFECT_API_URL")  # the test's own, or none
 
 
 def test_no_secret_is_a_usage_error() -> None:
-    proc = _serve(PREFECT_API_URL=PREFECT)
+    proc = day0(*SERVE, env={"PREFECT_API_URL": PREFECT}, drop=UNSET, timeout=60)
     assert proc.returncode == 2 and "DAY0_WEBHOOK_SECRET" in proc.stderr
 
 
 @pytest.mark.parametrize("secret", ["", "fifteen-bytes!!", "ü" * 7])
 def test_an_empty_or_short_secret_is_a_usage_error(secret: str) -> None:
-    proc = _serve(DAY0_WEBHOOK_SECRET=secret, PREFECT_API_URL=PREFECT)
+    proc = day0(*SERVE, env={"DAY0_WEBHOOK_SECRET": secret, "PREFECT_API_URL": PREFECT}, drop=UNSET, timeout=60)
     assert proc.returncode == 2, proc.stderr
     assert "DAY0_WEBHOOK_SECRET" in proc.stderr and "at least 16 bytes" in proc.stderr, proc.stderr
     assert not secret or secret not in proc.stderr
 
 
 def test_no_prefect_api_url_is_a_usage_error_and_starts_no_server() -> None:
-    proc = _serve(DAY0_WEBHOOK_SECRET=SECRET)
+    proc = day0(*SERVE, env={"DAY0_WEBHOOK_SECRET": SECRET}, drop=UNSET, timeout=60)
     assert proc.returncode == 2 and "PREFECT_API_URL" in proc.stderr, proc.stderr
     assert "temporary server" not in proc.stdout + proc.stderr
 
 
 def test_a_bad_watch_config_names_the_field(tmp_path: Path) -> None:
     (tmp_path / "watch.yaml").write_text("watch: {orgs: [a], colours: [red]}\ntemplate: nowhere.yaml\n")
-    proc = _serve("--watch", str(tmp_path / "watch.yaml"), DAY0_WEBHOOK_SECRET=SECRET, PREFECT_API_URL=PREFECT)
+    proc = day0(*SERVE, "--watch", tmp_path / "watch.yaml", env=SET, drop=UNSET, timeout=60)
     assert proc.returncode == 2 and "watch.colours" in proc.stderr, proc.stderr
 
 
@@ -65,7 +62,7 @@ def test_a_bad_watch_file_or_template_exits_2(tmp_path: Path, watch: str | None,
     if watch is not None:
         (tmp_path / "watch.yaml").write_text(watch)
         (tmp_path / "t.yaml").write_text(template)
-    proc = _serve("--watch", str(tmp_path / "watch.yaml"), DAY0_WEBHOOK_SECRET=SECRET, PREFECT_API_URL=PREFECT)
+    proc = day0(*SERVE, "--watch", tmp_path / "watch.yaml", env=SET, drop=UNSET, timeout=60)
     assert proc.returncode == 2 and expect in proc.stderr, proc.stderr
     assert "Traceback" not in proc.stderr
 
@@ -85,7 +82,7 @@ def test_a_bad_watch_file_or_template_exits_2(tmp_path: Path, watch: str | None,
 )
 def test_settings_that_can_never_work_are_refused_at_start(env: dict[str, str], expect: str) -> None:
     """Issue 44: these started and then failed every delivery (401, 503) or obeyed a typo'd limit."""
-    proc = _serve(**({"DAY0_WEBHOOK_SECRET": SECRET, "PREFECT_API_URL": PREFECT} | env))
+    proc = day0(*SERVE, env=SET | env, drop=UNSET, timeout=60)
     assert proc.returncode == 2 and expect in proc.stderr, proc.stderr
     assert "Traceback" not in proc.stderr and "24-bytes" not in proc.stderr
 
@@ -113,12 +110,8 @@ def test_a_template_must_be_a_yaml_spec_beside_the_watch_file_or_in_the_spec_roo
     (tmp_path / "elsewhere/t.yaml").write_text("SECRET-LINE: x\n")
     (tmp_path / "w/watch.yaml").write_text(f"watch: {{orgs: [a]}}\ntemplate: {template}\n")
     roots = str(REPO / "configs")
-    proc = _serve(
-        "--watch",
-        str(tmp_path / "w/watch.yaml"),
-        DAY0_WEBHOOK_SECRET=SECRET,
-        PREFECT_API_URL=PREFECT,
-        DAY0_RUN_SPEC_ROOTS=roots,
+    proc = day0(
+        *SERVE, "--watch", tmp_path / "w/watch.yaml", env=SET | {"DAY0_RUN_SPEC_ROOTS": roots}, drop=UNSET, timeout=60
     )
     assert proc.returncode == 2 and expect in proc.stderr and "template" in proc.stderr, proc.stderr
     assert "SECRET-LINE" not in proc.stderr and "root:" not in proc.stderr
