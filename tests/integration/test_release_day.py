@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.fixtures.cli import day0
 from tests.fixtures.release import add_tokenizer, make_fp8_release, read_tensors, save_model, write_checkpoint
-from tests.integration.test_cli import day0
 
 SCALE = "model.layers.1.self_attn.o_proj.weight_scale_inv"
 
