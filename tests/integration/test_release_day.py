@@ -17,6 +17,7 @@ SCALE = "model.layers.1.self_attn.o_proj.weight_scale_inv"
 
 
 def _run(release: Path, root: Path) -> tuple[dict, dict, str]:
+    root.mkdir(parents=True)
     spec = root / "spec.yaml"
     spec.write_text(
         yaml.safe_dump(
