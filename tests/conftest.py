@@ -17,6 +17,7 @@ import pytest
 from day0.core.ports import free_port
 from tests.fixtures import builds
 from tests.fixtures.privateuse1 import openreg  # noqa: F401 - the fixture, for every test module
+from tests.fixtures.release import tiny_fp8_release, tiny_release, tiny_releases  # noqa: F401 - built once per session
 
 _TMP = Path(tempfile.mkdtemp(prefix="day0-tests-"))
 os.environ.setdefault("PREFECT_HOME", str(_TMP / "prefect"))

@@ -22,9 +22,8 @@ from day0.steps.analyze.run import analyze_model
 from tests.fixtures.model import make_hub_cache
 from tests.fixtures.release import (
     FP8_QUANTIZATION,
-    add_tokenizer,
+    TINY_RELEASE_MODEL,
     config_of,
-    make_fp8_release,
     read_tensors,
     rewrite_header,
     save_model,
@@ -32,27 +31,8 @@ from tests.fixtures.release import (
     write_checkpoint,
 )
 
-MODEL = "tiny-deepseek-v3"
+MODEL = TINY_RELEASE_MODEL
 EXPERT = "model.layers.1.mlp.experts.3.down_proj.weight"  # a per-expert tensor, as releases ship them
-
-
-@pytest.fixture(scope="module")
-def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    """(bf16-free tiny release, its FP8 block-scaled copy), built once; tests copy before breaking."""
-    root = tmp_path_factory.mktemp("releases")
-    plain = save_model(root / "plain", MODEL)
-    add_tokenizer(plain)
-    return plain, make_fp8_release(root / "fp8", plain)
-
-
-@pytest.fixture
-def release(built: tuple[Path, Path], tmp_path: Path) -> Path:
-    return Path(shutil.copytree(built[0], tmp_path / "release"))
-
-
-@pytest.fixture
-def fp8(built: tuple[Path, Path], tmp_path: Path) -> Path:
-    return Path(shutil.copytree(built[1], tmp_path / "fp8"))
 
 
 def check(source: Path | str, settings: HubSettings | None = None) -> ReleaseCheck:
@@ -65,15 +45,15 @@ def _data_bytes(shard: Path) -> int:
     return shard.stat().st_size - 8 - length
 
 
-def test_a_release_saved_by_transformers_checks_clean(release: Path) -> None:
-    result = check(release)
+def test_a_release_saved_by_transformers_checks_clean(tiny_release: Path) -> None:
+    result = check(tiny_release)
     assert result.problems == [] and result.not_checked == []
-    index = json.loads((release / "model.safetensors.index.json").read_text())
+    index = json.loads((tiny_release / "model.safetensors.index.json").read_text())
     w = result.weights
     assert w is not None and w.headers_read
     assert w.tensors == len(index["weight_map"]) and EXPERT in index["weight_map"]
     assert sorted(w.shards) == sorted(set(index["weight_map"].values())) and len(w.shards) > 3
-    assert sum(w.bytes_by_dtype.values()) == sum(_data_bytes(release / s) for s in w.shards)
+    assert sum(w.bytes_by_dtype.values()) == sum(_data_bytes(tiny_release / s) for s in w.shards)
     assert w.bytes_by_dtype == {"F32": index["metadata"]["total_size"]}
     t = result.tokenizer
     assert t is not None and t.round_trip and t.vocab < config_of(MODEL)["vocab_size"]
@@ -88,10 +68,10 @@ def test_an_unsharded_release_is_read(tmp_path: Path) -> None:
     assert sum(result.weights.bytes_by_dtype.values()) == _data_bytes(single / "model.safetensors")
 
 
-def test_fp8_block_scaled_checkpoint_is_named_with_its_scales(fp8: Path) -> None:
-    result = check(fp8)
+def test_fp8_block_scaled_checkpoint_is_named_with_its_scales(tiny_fp8_release: Path) -> None:
+    result = check(tiny_fp8_release)
     assert result.problems == []
-    tensors = read_tensors(fp8)
+    tensors = read_tensors(tiny_fp8_release)
     quantized = [n for n, t in tensors.items() if t.dtype == torch.float8_e4m3fn]
     w = result.weights
     assert w is not None and [(f.scheme, f.dtype, f.scale, f.block) for f in w.fp8] == [
@@ -103,45 +83,45 @@ def test_fp8_block_scaled_checkpoint_is_named_with_its_scales(fp8: Path) -> None
     assert w.counts == {"missing": 0, "unexpected": 0, "misshaped": 0, "mistyped": 0}
 
 
-def test_per_tensor_fp8_scales_are_recognised(fp8: Path) -> None:
-    tensors = read_tensors(fp8)
+def test_per_tensor_fp8_scales_are_recognised(tiny_fp8_release: Path) -> None:
+    tensors = read_tensors(tiny_fp8_release)
     for name in [n for n in tensors if n.endswith("_scale_inv")]:
         tensors[name.removesuffix("_inv")] = tensors.pop(name).amax().reshape(())
-    write_checkpoint(fp8, tensors)
-    w = check(fp8).weights
+    write_checkpoint(tiny_fp8_release, tensors)
+    w = check(tiny_fp8_release).weights
     assert w is not None and [(f.scheme, f.scale) for f in w.fp8] == [("per-tensor", "weight_scale")]
 
 
-def test_a_missing_scale_tensor_is_named(fp8: Path) -> None:
-    tensors = read_tensors(fp8)
+def test_a_missing_scale_tensor_is_named(tiny_fp8_release: Path) -> None:
+    tensors = read_tensors(tiny_fp8_release)
     del tensors[EXPERT + "_scale_inv"]
-    write_checkpoint(fp8, tensors)
-    result = check(fp8)
+    write_checkpoint(tiny_fp8_release, tensors)
+    result = check(tiny_fp8_release)
     [problem] = result.problems
-    assert EXPERT in problem and shard_holding(fp8, EXPERT).name in problem and "_scale_inv" in problem
+    assert EXPERT in problem and shard_holding(tiny_fp8_release, EXPERT).name in problem and "_scale_inv" in problem
 
 
-def test_a_scale_of_the_wrong_block_shape_is_named(fp8: Path) -> None:
-    tensors = read_tensors(fp8)
+def test_a_scale_of_the_wrong_block_shape_is_named(tiny_fp8_release: Path) -> None:
+    tensors = read_tensors(tiny_fp8_release)
     scale = EXPERT + "_scale_inv"
     tensors[scale] = torch.ones(tensors[scale].shape[0] + 1, tensors[scale].shape[1])
-    write_checkpoint(fp8, tensors)
-    [problem] = check(fp8).problems
+    write_checkpoint(tiny_fp8_release, tensors)
+    [problem] = check(tiny_fp8_release).problems
     assert scale in problem and "128x128 blocks" in problem
 
 
-def test_fp8_weights_without_quantization_config_fail(fp8: Path) -> None:
-    config = json.loads((fp8 / "config.json").read_text())
+def test_fp8_weights_without_quantization_config_fail(tiny_fp8_release: Path) -> None:
+    config = json.loads((tiny_fp8_release / "config.json").read_text())
     del config["quantization_config"]
-    (fp8 / "config.json").write_text(json.dumps(config))
-    [problem] = check(fp8).problems
+    (tiny_fp8_release / "config.json").write_text(json.dumps(config))
+    [problem] = check(tiny_fp8_release).problems
     assert "no quantization_config" in problem and "unscaled" in problem
 
 
-def test_a_missing_shard_is_named(release: Path) -> None:
-    shard = shard_holding(release, EXPERT)
+def test_a_missing_shard_is_named(tiny_release: Path) -> None:
+    shard = shard_holding(tiny_release, EXPERT)
     shard.unlink()
-    [problem] = check(release).problems
+    [problem] = check(tiny_release).problems
     assert problem.startswith(shard.name) and "model.safetensors.index.json" in problem
 
 
@@ -155,27 +135,27 @@ def test_a_missing_shard_is_named(release: Path) -> None:
     ],
     ids=["shape", "dtype", "missing", "unexpected"],
 )
-def test_tensor_mismatches_name_the_tensor_and_file(release: Path, change: object, kind: str) -> None:
-    tensors = read_tensors(release)
+def test_tensor_mismatches_name_the_tensor_and_file(tiny_release: Path, change: object, kind: str) -> None:
+    tensors = read_tensors(tiny_release)
     assert callable(change)
     change(tensors)
-    write_checkpoint(release, tensors)
-    [problem] = check(release).problems
+    write_checkpoint(tiny_release, tensors)
+    [problem] = check(tiny_release).problems
     assert kind in problem
     name = EXPERT if kind != "the model does not have" else "model.layers.9.extra.weight"
     assert name in problem
     if kind != "missing":
-        assert shard_holding(release, name).name in problem
+        assert shard_holding(tiny_release, name).name in problem
 
 
-def test_tensors_transformers_ignores_on_load_are_counted_apart(release: Path) -> None:
+def test_tensors_transformers_ignores_on_load_are_counted_apart(tiny_release: Path) -> None:
     """DeepSeek-V3 ships its multi-token-prediction layer as model.layers.61, which its class ignores;
     older checkpoints carry each layer's rotary inv_freq, which transformers drops too."""
-    tensors = read_tensors(release)
+    tensors = read_tensors(tiny_release)
     tensors["model.layers.61.eh_proj.weight"] = torch.zeros(4, 4)
     tensors["model.layers.0.self_attn.rotary_emb.inv_freq"] = torch.zeros(8)
-    write_checkpoint(release, tensors)
-    result = check(release)
+    write_checkpoint(tiny_release, tensors)
+    result = check(tiny_release)
     assert result.problems == [] and result.weights is not None and result.weights.ignored == 2
 
 
@@ -189,12 +169,12 @@ def test_a_tied_head_may_be_left_out(tmp_path: Path) -> None:
     assert result.problems == [] and result.weights is not None and result.weights.tensors == len(names)
 
 
-def test_index_and_header_disagreeing_is_named(release: Path) -> None:
-    index = json.loads((release / "model.safetensors.index.json").read_text())
+def test_index_and_header_disagreeing_is_named(tiny_release: Path) -> None:
+    index = json.loads((tiny_release / "model.safetensors.index.json").read_text())
     shard = index["weight_map"][EXPERT]
     index["weight_map"][EXPERT] = next(f for f in index["weight_map"].values() if f != shard)
-    (release / "model.safetensors.index.json").write_text(json.dumps(index))
-    problems = check(release).problems
+    (tiny_release / "model.safetensors.index.json").write_text(json.dumps(index))
+    problems = check(tiny_release).problems
     assert len(problems) == 2 and all("disagree" in p and EXPERT in p for p in problems)
     assert {p.split(":")[0] for p in problems} == {shard, index["weight_map"][EXPERT]}
 
@@ -228,54 +208,56 @@ def _claims_more(shard: Path) -> None:
     ],
     ids=["truncated", "not-json", "claims-more", "empty"],
 )
-def test_broken_shards_are_refused_naming_the_file(release: Path, damage: object, words: list[str]) -> None:
-    shard = shard_holding(release, EXPERT)
+def test_broken_shards_are_refused_naming_the_file(tiny_release: Path, damage: object, words: list[str]) -> None:
+    shard = shard_holding(tiny_release, EXPERT)
     assert callable(damage)
     damage(shard)
     with pytest.raises(ModelError) as info:
-        check(release)
+        check(tiny_release)
     assert info.value.field == shard.name and str(shard) in str(info.value)
     for word in words:
         assert word in str(info.value)
 
 
-def test_a_tokenizer_that_fails_to_load_is_named(release: Path) -> None:
-    (release / "tokenizer.json").write_text('{"model": {"type": "NoSuchModel"}}')
-    result = check(release)
+def test_a_tokenizer_that_fails_to_load_is_named(tiny_release: Path) -> None:
+    (tiny_release / "tokenizer.json").write_text('{"model": {"type": "NoSuchModel"}}')
+    result = check(tiny_release)
     [problem] = result.problems
     assert result.tokenizer is None and "tokenizer.json" in problem and "does not load" in problem
 
 
-def test_a_tokenizer_of_untrusted_code_is_not_run(release: Path) -> None:
-    config = json.loads((release / "tokenizer_config.json").read_text())
+def test_a_tokenizer_of_untrusted_code_is_not_run(tiny_release: Path) -> None:
+    config = json.loads((tiny_release / "tokenizer_config.json").read_text())
     config["auto_map"] = {"AutoTokenizer": ["tokenization_acme.AcmeTokenizer", None]}
-    (release / "tokenizer_config.json").write_text(json.dumps(config))
-    result = check(release)
+    (tiny_release / "tokenizer_config.json").write_text(json.dumps(config))
+    result = check(tiny_release)
     assert result.problems == [] and result.tokenizer is None
     [not_checked] = result.not_checked
     assert "auto_map" in not_checked and "model.trust_remote_code" in not_checked
 
 
-def test_a_chat_template_that_does_not_render_is_named(release: Path) -> None:
-    (release / "chat_template.jinja").write_text("{% for m in messages %}{{ m.content | no_such_filter }}{% endfor %}")
-    [problem] = check(release).problems
+def test_a_chat_template_that_does_not_render_is_named(tiny_release: Path) -> None:
+    (tiny_release / "chat_template.jinja").write_text(
+        "{% for m in messages %}{{ m.content | no_such_filter }}{% endfor %}"
+    )
+    [problem] = check(tiny_release).problems
     assert "chat_template.jinja" in problem and "does not render" in problem
 
 
-def test_hub_cache_at_a_revision_is_read(release: Path, tmp_path: Path) -> None:
+def test_hub_cache_at_a_revision_is_read(tiny_release: Path, tmp_path: Path) -> None:
     snapshot = make_hub_cache(tmp_path / "hub", "acme/tiny", config_of(MODEL), revision="v1")
-    for path in release.iterdir():
+    for path in tiny_release.iterdir():
         shutil.copy(path, snapshot / path.name)
     result = check("hf://acme/tiny@v1", HubSettings(cache_dir=tmp_path / "hub", offline=True))
     assert result.directory == snapshot and result.problems == [] and result.tokenizer is not None
     assert result.weights is not None and result.weights.headers_read
 
 
-def test_hub_cache_without_shards_compares_names_from_the_index(release: Path, tmp_path: Path) -> None:
+def test_hub_cache_without_shards_compares_names_from_the_index(tiny_release: Path, tmp_path: Path) -> None:
     """What a hub cache holds for a release day0 fetched: config, tokenizer and the index, no weights."""
     snapshot = make_hub_cache(tmp_path / "hub", "acme/tiny", config_of(MODEL))
     for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "model.safetensors.index.json"):
-        shutil.copy(release / name, snapshot / name)
+        shutil.copy(tiny_release / name, snapshot / name)
     index = json.loads((snapshot / "model.safetensors.index.json").read_text())
     del index["weight_map"][EXPERT]
     (snapshot / "model.safetensors.index.json").write_text(json.dumps(index))
@@ -287,26 +269,26 @@ def test_hub_cache_without_shards_compares_names_from_the_index(release: Path, t
     assert result.weights.missing == [EXPERT] and result.tokenizer is not None
 
 
-def _index_only(release: Path, tmp_path: Path, weight_map: dict[str, str]) -> Path:
+def _index_only(tiny_release: Path, tmp_path: Path, weight_map: dict[str, str]) -> Path:
     only = tmp_path / "index-only"
     only.mkdir()
-    shutil.copy(release / "config.json", only)
+    shutil.copy(tiny_release / "config.json", only)
     (only / "model.safetensors.index.json").write_text(json.dumps({"weight_map": weight_map}))
     return only
 
 
-def test_an_index_of_deepseek_v3_size_is_read(release: Path, tmp_path: Path) -> None:
+def test_an_index_of_deepseek_v3_size_is_read(tiny_release: Path, tmp_path: Path) -> None:
     """DeepSeek-V3's index is about 8 MiB: beyond the 1 MiB bound of a config, within the index's."""
-    weight_map = json.loads((release / "model.safetensors.index.json").read_text())["weight_map"]
+    weight_map = json.loads((tiny_release / "model.safetensors.index.json").read_text())["weight_map"]
     mtp = {f"model.layers.61.mlp.experts.{e}.{p}_proj.weight": "x.safetensors" for e in range(8000) for p in "gud"}
-    only = _index_only(release, tmp_path, weight_map | mtp)
+    only = _index_only(tiny_release, tmp_path, weight_map | mtp)
     assert (only / "model.safetensors.index.json").stat().st_size > 1 << 20
     result = check(only)
     assert result.problems == [] and result.weights is not None and result.weights.ignored == len(mtp)
 
 
-def test_an_index_naming_a_file_elsewhere_is_refused(release: Path, tmp_path: Path) -> None:
-    only = _index_only(release, tmp_path, {EXPERT: "../outside.safetensors"})
+def test_an_index_naming_a_file_elsewhere_is_refused(tiny_release: Path, tmp_path: Path) -> None:
+    only = _index_only(tiny_release, tmp_path, {EXPERT: "../outside.safetensors"})
     with pytest.raises(ModelError, match="not a shard file name in the same folder") as info:
         check(only)
     assert info.value.field == "model.safetensors.index.json" and EXPERT in str(info.value)
@@ -330,8 +312,8 @@ def test_rope_scaling_of_released_configs() -> None:
     assert rope_context({"max_position_embeddings": 2048}).describe() == "max_position_embeddings (2,048)"
 
 
-def test_step_1_reports_the_release_and_fails_on_its_problems(fp8: Path) -> None:
-    analyzed = analyze_model(ModelSpec(source=str(fp8)), load_platform("cpu"), "fp32")
+def test_step_1_reports_the_release_and_fails_on_its_problems(tiny_fp8_release: Path) -> None:
+    analyzed = analyze_model(ModelSpec(source=str(tiny_fp8_release)), load_platform("cpu"), "fp32")
     assert analyzed.release is not None and analyzed.release.problems == []
     assert analyzed.verdict in ("pass", "warn") and "release files" in analyzed.headline
     report = analyzed.to_markdown()

@@ -5,7 +5,6 @@ failing naming the file and tensor."""
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
@@ -17,31 +16,17 @@ from day0.steps.operators.layers import WholeModel
 from day0.steps.operators.real_weights import check_real_weights, dequantize_fp8
 from day0.steps.operators.result import BYTES_PER_PARAM, OpCheckReport, OperatorsResult, RealWeightsCheck
 from tests.fixtures.release import (
-    add_tokenizer,
+    TINY_RELEASE_MODEL,
     config_of,
-    make_fp8_release,
     quantize_fp8_blocks,
     read_tensors,
     save_model,
     write_checkpoint,
 )
 
-MODEL = "tiny-deepseek-v3"  # layer 0 dense, layers 1-2 MoE with 8 routed experts
+MODEL = TINY_RELEASE_MODEL  # layer 0 dense, layers 1-2 MoE with 8 routed experts
 LAYER = 1
 Q_A = f"model.layers.{LAYER}.self_attn.q_a_proj.weight"
-
-
-@pytest.fixture(scope="module")
-def built(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    root = tmp_path_factory.mktemp("releases")
-    plain = save_model(root / "plain", MODEL)
-    add_tokenizer(plain)
-    return plain, make_fp8_release(root / "fp8", plain)
-
-
-@pytest.fixture
-def fp8(built: tuple[Path, Path], tmp_path: Path) -> Path:
-    return Path(shutil.copytree(built[1], tmp_path / "fp8"))
 
 
 def whole(directory: Path) -> WholeModel:
@@ -74,9 +59,9 @@ def test_dequantize_fp8_multiplies_each_128_block_by_its_scale() -> None:
     )
 
 
-def test_a_layer_of_the_fp8_release_runs_within_tolerance(built: tuple[Path, Path]) -> None:
-    plain, fp8 = built
-    check = run(fp8)
+def test_a_layer_of_the_fp8_release_runs_within_tolerance(tiny_releases: tuple[Path, Path]) -> None:
+    plain, tiny_fp8_release = tiny_releases
+    check = run(tiny_fp8_release)
     assert check.problems == [] and check.not_run is None and check.passed
     assert check.layer == LAYER and check.experts == "4 of 8 routed experts (the router's rows for them)"
     report = check.layers
@@ -87,7 +72,7 @@ def test_a_layer_of_the_fp8_release_runs_within_tolerance(built: tuple[Path, Pat
     # the fixture's FP8 projections (*proj.weight): attention's q_a, q_b, kv_b, o (kv_a_proj_with_mqa
     # stays fp32), the shared expert's and 4 routed experts' gate, up and down
     assert check.dequantised == 4 + 3 + 4 * 3
-    index = json.loads((fp8 / "model.safetensors.index.json").read_text())["weight_map"]
+    index = json.loads((tiny_fp8_release / "model.safetensors.index.json").read_text())["weight_map"]
     assert f"model.layers.{LAYER}.mlp.experts.7.down_proj.weight" in index  # in the release, not read
     assert check.files == sorted(set(index.values()))
     # the same weights (up to FP8 rounding) as the unquantised release; other weights give another loss
@@ -110,8 +95,8 @@ def test_config_only_release_is_not_run_never_a_pass(tmp_path: Path) -> None:
     assert "not run" in check.to_markdown(None)
 
 
-def test_the_budget_keeps_fewer_experts_then_refuses(fp8: Path) -> None:
-    one = run(fp8, budget_bytes=0)
+def test_the_budget_keeps_fewer_experts_then_refuses(tiny_fp8_release: Path) -> None:
+    one = run(tiny_fp8_release, budget_bytes=0)
     assert (
         one.not_run
         and "beyond the budget" in one.not_run
@@ -120,23 +105,23 @@ def test_the_budget_keeps_fewer_experts_then_refuses(fp8: Path) -> None:
     assert one.tensors == 0 and one.layers is None  # nothing read
     expert = 3 * 256 * 128 + 256  # gate, up, down (hidden 256, moe_intermediate 128), a router row
     budget = one.estimate_bytes + 2 * expert * BYTES_PER_PARAM  # three experts fit, four do not
-    fewer = run(fp8, budget_bytes=budget)
+    fewer = run(tiny_fp8_release, budget_bytes=budget)
     assert fewer.not_run is None and fewer.experts and fewer.experts.startswith("3 of 8")
     assert fewer.estimate_bytes == budget and fewer.dequantised == 4 + 3 + 3 * 3
 
 
-def _scale_problem(fp8: Path, tensor: str, value: float) -> RealWeightsCheck:
-    tensors = read_tensors(fp8)
+def _scale_problem(tiny_fp8_release: Path, tensor: str, value: float) -> RealWeightsCheck:
+    tensors = read_tensors(tiny_fp8_release)
     tensors[tensor] = tensors[tensor].clone().fill_(value)
-    write_checkpoint(fp8, tensors)
-    return run(fp8)
+    write_checkpoint(tiny_fp8_release, tensors)
+    return run(tiny_fp8_release)
 
 
 @pytest.mark.parametrize("value", [float("nan"), 0.0])
-def test_a_bad_scale_fails_naming_the_file_and_tensor(fp8: Path, value: float) -> None:
+def test_a_bad_scale_fails_naming_the_file_and_tensor(tiny_fp8_release: Path, value: float) -> None:
     scale = f"{Q_A}_scale_inv"
-    check = _scale_problem(fp8, scale, value)
-    index = json.loads((fp8 / "model.safetensors.index.json").read_text())["weight_map"]
+    check = _scale_problem(tiny_fp8_release, scale, value)
+    index = json.loads((tiny_fp8_release / "model.safetensors.index.json").read_text())["weight_map"]
     assert check.layers is None and len(check.problems) == 1
     assert check.problems[0].startswith(f"{index[scale]}: scale tensor {scale!r}: ")
     assert "not finite and positive" in check.problems[0]
@@ -153,43 +138,44 @@ def test_a_bad_scale_fails_naming_the_file_and_tensor(fp8: Path, value: float) -
     assert f"- PROBLEM: {check.problems[0]}" in result.to_markdown()
 
 
-def test_a_missing_scale_and_a_wrong_shape_fail_naming_the_file_and_tensor(fp8: Path) -> None:
-    tensors = read_tensors(fp8)
+def test_a_missing_scale_and_a_wrong_shape_fail_naming_the_file_and_tensor(tiny_fp8_release: Path) -> None:
+    tensors = read_tensors(tiny_fp8_release)
     del tensors[f"{Q_A}_scale_inv"]
     o_proj = f"model.layers.{LAYER}.self_attn.o_proj.weight"
     tensors[o_proj] = tensors[o_proj][:, :-1].contiguous()
-    write_checkpoint(fp8, tensors)
-    index = json.loads((fp8 / "model.safetensors.index.json").read_text())["weight_map"]
-    problems = run(fp8).problems
+    write_checkpoint(tiny_fp8_release, tensors)
+    index = json.loads((tiny_fp8_release / "model.safetensors.index.json").read_text())["weight_map"]
+    problems = run(tiny_fp8_release).problems
     assert f"{index[Q_A]}: FP8 tensor {Q_A!r} has no {Q_A}_scale_inv (nor _scale) in the checkpoint" in problems
     assert f"{index[o_proj]}: tensor {o_proj!r} is [256, 127] in the checkpoint, the model's is [256, 128]" in problems
 
 
-def test_a_missing_shard_names_it_and_a_tensor_it_holds(fp8: Path) -> None:
-    index = json.loads((fp8 / "model.safetensors.index.json").read_text())["weight_map"]
-    (fp8 / index[Q_A]).unlink()
-    problems = run(fp8).problems
+def test_a_missing_shard_names_it_and_a_tensor_it_holds(tiny_fp8_release: Path) -> None:
+    index = json.loads((tiny_fp8_release / "model.safetensors.index.json").read_text())["weight_map"]
+    (tiny_fp8_release / index[Q_A]).unlink()
+    problems = run(tiny_fp8_release).problems
     assert len(problems) == 1 and problems[0].startswith(f"{index[Q_A]}: holds ") and "is not in" in problems[0]
 
 
-def test_an_index_without_its_shards_is_not_run(fp8: Path) -> None:
+def test_an_index_without_its_shards_is_not_run(tiny_fp8_release: Path) -> None:
     """What a hub cache holds for a release fetched without weights: config and index."""
-    for shard in fp8.glob("*.safetensors"):
+    for shard in tiny_fp8_release.glob("*.safetensors"):
         shard.unlink()
-    check = run(fp8)
+    check = run(tiny_fp8_release)
     assert check.problems == [] and check.layers is None and not check.passed
     assert check.not_run == (
-        f"the release has no weights here: none of the 3 shards in model.safetensors.index.json is in {fp8}"
+        "the release has no weights here: none of the 3 shards in model.safetensors.index.json is in "
+        f"{tiny_fp8_release}"
     )
 
 
-def test_step_1s_result_picks_the_first_moe_layer_of_the_release(built: tuple[Path, Path]) -> None:
+def test_step_1s_result_picks_the_first_moe_layer_of_the_release(tiny_releases: tuple[Path, Path]) -> None:
     """Step 1 on the FP8 release (its shards, dtypes and tokenizer checked), then step 2's real-weights
     layer from step 1's result, as `day0 run` chains them."""
     from day0.spec.pipeline import ModelSpec, load_platform
     from day0.steps.analyze.run import analyze_model
 
-    analyzed = analyze_model(ModelSpec(source=str(built[1])), load_platform("cpu"), "bf16")
+    analyzed = analyze_model(ModelSpec(source=str(tiny_releases[1])), load_platform("cpu"), "bf16")
     release = analyzed.release
     assert release is not None and release.problems == [] and release.weights is not None
     assert len(release.weights.shards) == 3 and set(release.weights.bytes_by_dtype) == {"F32", "F8_E4M3"}
