@@ -8,8 +8,6 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from pydantic_core import ErrorDetails
 
-    from day0.core.typing import JsonObject
-
 __all__ = [
     "CorruptRecord",
     "Day0Error",
@@ -115,7 +113,7 @@ class RunFailed(Exception):
 
     exit_code = 1
 
-    def __init__(self, message: str, summary: JsonObject):
+    def __init__(self, message: str, summary: dict[str, object]):
         super().__init__(message, summary)
         self.message, self.summary = message, summary
 

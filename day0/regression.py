@@ -22,7 +22,7 @@ import math
 from pydantic import BaseModel, ConfigDict, Field
 
 from day0.core.curves import relative_errors
-from day0.core.typing import JsonObject
+from day0.core.result import TableRow
 from day0.errors import CorruptRecord
 from day0.steps.operators.result import OperatorsResult
 from day0.steps.trial.result import TrialResult
@@ -333,9 +333,9 @@ class RegressionStore:
         return snapshots
 
 
-def trend_rows(history: list[Snapshot]) -> list[JsonObject]:
+def trend_rows(history: list[Snapshot]) -> list[TableRow]:
     """One row per stored run: the worst op error, first divergent layer, final loss, throughput."""
-    rows = []
+    rows: list[TableRow] = []
     for snap in history:
         errors = [e for e in snap.op_errors.values() if e is not None]
         worst = max(snap.op_errors, key=lambda k: snap.op_errors[k] or 0.0) if errors else None
@@ -355,6 +355,11 @@ def trend_rows(history: list[Snapshot]) -> list[JsonObject]:
     return rows
 
 
+def _plotted(cell: str | int | float | bool | None) -> float:
+    """A numeric trend cell as a plotted value; an empty one (no error measured) at 0."""
+    return float(cell) if isinstance(cell, int | float) else 0.0
+
+
 def trend_report(model: str, history: list[Snapshot], findings: list[str], regressed: bool) -> tuple[str, bytes]:
     """The report section for one model (Markdown naming each regression, or the run's outcome, the
     trend table) and its plot."""
@@ -362,9 +367,9 @@ def trend_report(model: str, history: list[Snapshot], findings: list[str], regre
 
     rows = trend_rows(history)
     runs = list(range(1, len(rows) + 1))
-    series = {"worst op rel. RMS error": (runs, [r["worst_op_error"] or 0.0 for r in rows])}
-    series["ops adapted (no kernel)"] = (runs, [float(r["adapted"]) for r in rows])
-    series["platform kernels with wrong numbers"] = (runs, [float(r["wrong_kernels"]) for r in rows])
+    series = {"worst op rel. RMS error": (runs, [_plotted(r["worst_op_error"]) for r in rows])}
+    series["ops adapted (no kernel)"] = (runs, [_plotted(r["adapted"]) for r in rows])
+    series["platform kernels with wrong numbers"] = (runs, [_plotted(r["wrong_kernels"]) for r in rows])
     png = line_overlay(f"{model}: validation over stored runs", series, "run", "value")
     cols = [
         "taken_at",

@@ -30,7 +30,7 @@ from prefect.runtime import flow_run
 from prefect.states import Cancelled
 from pydantic import BaseModel, ConfigDict, Field
 
-from day0.core.typing import JsonObject
+from day0.core.result import TableRow
 from day0.errors import CorruptRecord, RunFailed
 from day0.regression import (
     RegressionRetention,
@@ -78,7 +78,7 @@ R = TypeVar("R", OperatorsResult, TrialResult)
 class RegressionFailed(RunFailed):
     """A failed regression verdict: logged as one line, like a failed step (`tasks._step.OncePerError`)."""
 
-    def __init__(self, message: str, summary: JsonObject | None = None):
+    def __init__(self, message: str, summary: dict[str, object] | None = None):
         super().__init__(message, summary or {})
 
 
@@ -117,7 +117,7 @@ class RegressionOutcome(BaseModel):
     """What a regression run found: per model its outcome lines, and the trend table's rows."""
 
     models: dict[str, list[str]]
-    trend: list[JsonObject]  # one row per run and model, as the table artifact takes it
+    trend: list[TableRow]  # one row per run and model, as the table artifact takes it
 
 
 @flow(name="regression", log_prints=True)

@@ -9,11 +9,9 @@ them. Like pytest's outcomes: `pass`, `warn` (passed, with something a person sh
 
 import re
 from collections.abc import Callable
-from typing import ClassVar, Literal
+from typing import ClassVar, Literal, TypeAlias
 
 from pydantic import BaseModel, Field, computed_field
-
-from day0.core.typing import JsonObject
 
 __all__ = [
     "Execution",
@@ -21,10 +19,14 @@ __all__ = [
     "Judgement",
     "Progress",
     "StepResult",
+    "TableRow",
     "Verdict",
     "progress_fraction",
     "worst",
 ]
+
+TableRow: TypeAlias = dict[str, str | int | float | bool | None]
+"""One row of a Prefect table artifact: a column name -> a scalar cell (None: empty)."""
 
 # How a step (and the job it submits) reports progress: one line at a time.
 Progress = Callable[[str], None]
@@ -120,7 +122,7 @@ class StepResult(BaseModel):
     def files(self) -> dict[str, bytes]:
         return {}
 
-    def artifact_table(self) -> list[JsonObject]:
+    def artifact_table(self) -> list[TableRow]:
         """Rows published as the step's table artifact (one per checked item); none by default."""
         return []
 

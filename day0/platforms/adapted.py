@@ -22,7 +22,7 @@ from torch._decomp import decomposition_table
 from torch.utils._pytree import tree_leaves, tree_map
 
 from day0.core.dtypes import ALL_DTYPES, DTYPES
-from day0.core.ops import OpArg, resolve_op
+from day0.core.ops import resolve_op
 from day0.platforms.kernels import Kernel, KernelEntry, KernelTable, MissingKernelError, Platform, load_plugin_kernels
 
 __all__ = [
@@ -42,7 +42,7 @@ _INT_CALLS: list[str | None] = [*sorted(set(ALL_DTYPES) - set(DTYPES)), None]
 _active = threading.local()
 
 
-def write_back(func: torch._ops.OpOverload, args: Sequence[OpArg], copies: Sequence[OpArg], out: OpArg) -> OpArg:
+def write_back(func: torch._ops.OpOverload, args: Sequence[object], copies: Sequence[object], out: object) -> object:
     """After running `func` on copies of its arguments (cast or moved), copy what it mutated back
     into the caller's tensors and return those for the aliasing outputs: in-place ops stay in-place."""
     written = [
@@ -51,9 +51,14 @@ def write_back(func: torch._ops.OpOverload, args: Sequence[OpArg], copies: Seque
         if a.alias_info is not None and a.alias_info.is_write
     ]
     for i in written:
-        lists = isinstance(args[i], (list, tuple)) and isinstance(copies[i], (list, tuple))
-        for arg, copy in zip(args[i], copies[i], strict=True) if lists else [(args[i], copies[i])]:
-            if isinstance(arg, torch.Tensor) and copy is not arg:  # a foreach op writes a tensor list
+        given, copied = args[i], copies[i]
+        pairs = (
+            zip(given, copied, strict=True)
+            if isinstance(given, (list, tuple)) and isinstance(copied, (list, tuple))
+            else [(given, copied)]
+        )
+        for arg, copy in pairs:  # a foreach op writes a tensor list
+            if isinstance(arg, torch.Tensor) and isinstance(copy, torch.Tensor) and copy is not arg:
                 arg.copy_(copy)
                 out = tree_map(lambda o, c=copy, a=arg: a if o is c else o, out)
     return out
@@ -64,7 +69,7 @@ def upcast_kernel(func: torch._ops.OpOverload, to: torch.dtype = torch.float32) 
     floating outputs cast back to the call's dtype. The reference for an integer op the host lacks
     (histc on int32), and step 2's upcast adaptation."""
 
-    def kernel(*args: OpArg, **kwargs: OpArg) -> OpArg:
+    def kernel(*args: object, **kwargs: object) -> object:
         tensors = [t for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)]
         back = tensors[0].dtype if tensors else None
         any_float = any(t.is_floating_point() for t in tensors)
@@ -92,7 +97,7 @@ def upcast_kernel(func: torch._ops.OpOverload, to: torch.dtype = torch.float32) 
 def _no_recursion(op: str, fn: Kernel) -> Kernel:
     """A decomposition that calls its own op again is no decomposition on this platform."""
 
-    def kernel(*args: OpArg, **kwargs: OpArg) -> OpArg:
+    def kernel(*args: object, **kwargs: object) -> object:
         stack: set[str] = getattr(_active, "ops", set())
         if op in stack:
             raise MissingKernelError(f"decomposition of {op} calls {op} again")
@@ -106,7 +111,7 @@ def _no_recursion(op: str, fn: Kernel) -> Kernel:
 
 
 def _fallback(func: torch._ops.OpOverload, device: str) -> Kernel:
-    def kernel(*args: OpArg, **kwargs: OpArg) -> OpArg:
+    def kernel(*args: object, **kwargs: object) -> object:
         host = tree_map(lambda a: a.to("cpu") if isinstance(a, torch.Tensor) else a, (args, kwargs))
         from torch.utils._python_dispatch import _disable_current_modes
 

@@ -29,7 +29,6 @@ from torch.utils._pytree import tree_leaves
 from day0.core.dtypes import DTYPES, dtype_name
 from day0.core.ops import (
     Example,
-    OpArg,
     describe_call,
     is_composite_implicit,
     op_name,
@@ -59,7 +58,7 @@ ENTRY_POINT_GROUP = "day0.platforms"
 _DISPATCHER_MISSING = "Could not run '"
 """How the dispatcher starts its error for an op with no kernel for the device's dispatch key."""
 
-Kernel: TypeAlias = Callable[..., OpArg]
+Kernel: TypeAlias = Callable[..., object]
 """An aten kernel: called with its op's arguments, returns what the op returns."""
 
 

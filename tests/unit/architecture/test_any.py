@@ -11,9 +11,13 @@ from pathlib import Path
 from tests.fixtures.paths import REPO
 
 PRODUCT = ("day0", "cli", "flows", "tasks")
-CEILING = 239  # 232 when the guard came, 239 once the same day's merges landed: lower it as uses go, never raise it
+CEILING = 199  # 232 when the guard came, 239 after that day's merges, 199 after issue 41: lower it, never raise it
 """The uses of `Any` and of its aliases in the product (an alias's own name where it is defined, and
 imports, not counted)."""
+
+
+_DEFINERS = ("typing", "typing_extensions", *PRODUCT)
+"""Where `Any` and its aliases come from: a name imported from elsewhere is another thing."""
 
 
 def _trees() -> dict[Path, ast.Module]:
@@ -53,9 +57,21 @@ def any_uses(trees: dict[Path, ast.Module]) -> Counter[str]:
     uses: Counter[str] = Counter()
     for path, tree in trees.items():
         defining = {id(n.target) for n in ast.walk(tree) if _is_type_alias(n)}  # type: ignore[attr-defined]
+        # a bare name is open where this module defines it or imports it (renamed or not) from typing or
+        # the product: `Node` from yaml.nodes is another thing than kuberay's `Node` alias
+        imported = {
+            a.asname or a.name
+            for n in ast.walk(tree)
+            if isinstance(n, ast.ImportFrom) and (n.module or "").split(".")[0] in _DEFINERS
+            for a in n.names
+            if a.name in open_names
+        }
+        defined = {n.target.id for n in ast.walk(tree) if _is_type_alias(n)}  # type: ignore[attr-defined]
+        here = {"Any"} | (open_names & defined) | imported
         for node in ast.walk(tree):
-            name = node.id if isinstance(node, ast.Name) else node.attr if isinstance(node, ast.Attribute) else None
-            if name in open_names and id(node) not in defining:
+            bare = node.id if isinstance(node, ast.Name) and node.id in here else None
+            name = bare or (node.attr if isinstance(node, ast.Attribute) and node.attr in open_names else None)
+            if name and id(node) not in defining:
                 uses[f"{path.relative_to(REPO)}: {name}"] += 1
     return uses
 
@@ -67,16 +83,20 @@ def test_any_and_its_aliases_are_not_used_more_than_today() -> None:
     assert total <= CEILING, f"{total} uses of Any or its aliases, over the ceiling {CEILING}; most: {worst}"
 
 
-def test_the_count_sees_an_alias_and_an_alias_of_it(tmp_path: Path) -> None:
+def test_the_count_sees_an_alias_and_an_alias_of_it() -> None:
     source = (
         "from typing import Any, TypeAlias\n"
         "Loose: TypeAlias = dict[str, Any]\n"
         "Looser: TypeAlias = list[Loose]\n"
         "Exact: TypeAlias = dict[str, int]\n"
         "def f(a: Loose, b: Looser, c: Exact, d: Any) -> typing.Any: ...\n"
+        "from typing import Any as Open\n"
+        "from yaml.nodes import Node\n"
+        "def g(a: Open, b: Node) -> None: ...\n"
     )
-    trees = {tmp_path / "m.py": ast.parse(source)}
-    assert any_aliases(trees) == {"Loose", "Looser"}
-    counted = {k.rsplit(": ", 1)[1]: v for k, v in any_uses({REPO / "m.py": trees[tmp_path / "m.py"]}).items()}
-    # Any: in Loose's definition and twice in f; Loose: in Looser's definition and in f; Looser: in f
-    assert counted == {"Any": 3, "Loose": 2, "Looser": 1}
+    trees = {REPO / "m.py": ast.parse(source), REPO / "k.py": ast.parse("Node: TypeAlias = Any\n")}
+    assert any_aliases(trees) == {"Loose", "Looser", "Node"}
+    counted = {k.removeprefix("m.py: "): v for k, v in any_uses(trees).items() if k.startswith("m.py: ")}
+    # Any: in Loose's definition and twice in f; Loose: in Looser's definition and in f; Looser: in f;
+    # Open (Any renamed on import): in g; not yaml's Node, though the product's Node (below) is an alias
+    assert counted == {"Any": 3, "Loose": 2, "Looser": 1, "Open": 1}
