@@ -14,6 +14,7 @@ from pydantic import BaseModel, Field
 from day0.core.precision import DTYPE_BYTES
 from day0.errors import ModelError
 from day0.model.kv_cache import KVLayout, kv_bytes_per_token, kv_layout
+from day0.model.plausible import EXPERT_KEYS
 
 if TYPE_CHECKING:
     import torch
@@ -129,12 +130,7 @@ def _component(name: str) -> str:
 
 
 def _moe_numbers(cfg: "PreTrainedConfig") -> tuple[int, int, int]:
-    num_experts = (
-        getattr(cfg, "n_routed_experts", None)
-        or getattr(cfg, "num_experts", None)
-        or getattr(cfg, "num_local_experts", None)
-        or 0
-    )
+    num_experts = next((n for k in EXPERT_KEYS if (n := getattr(cfg, k, None))), 0)
     top_k = getattr(cfg, "num_experts_per_tok", None) or getattr(cfg, "moe_topk", None) or 0
     shared = getattr(cfg, "n_shared_experts", None) or (1 if getattr(cfg, "shared_expert_intermediate_size", 0) else 0)
     return int(num_experts), int(top_k), int(shared)

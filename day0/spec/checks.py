@@ -41,6 +41,7 @@ from pydantic import BaseModel
 
 from day0.core.typing import HFConfigDict
 from day0.errors import SpecError, SpecIssue
+from day0.model.plausible import EXPERT_KEYS
 from day0.model.release import rope_context
 from day0.spec.pipeline import PipelineSpec
 from day0.steps.inference.config import ENGINES, REFUSED_ENGINES, vllm_mla_refusal
@@ -177,7 +178,7 @@ def _show(value: object) -> str:
 
 def _model_features(config: HFConfigDict) -> tuple[bool, bool, bool, int | None]:
     """(MLA attention, routed experts, dense MLP layers, decoder layers) from a Hugging Face config."""
-    experts = next((config[k] for k in ("n_routed_experts", "num_experts", "num_local_experts") if config.get(k)), 0)
+    experts = next((config[k] for k in EXPERT_KEYS if config.get(k)), 0)
     moe = isinstance(experts, int) and experts > 0
     first_dense = config.get("first_k_dense_replace") or 0
     dense_only = config.get("mlp_only_layers") or []

@@ -22,6 +22,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from day0.core.dtypes import DTYPES
 from day0.core.typing import DecoderStack
 from day0.model.build import load_hf_config
+from day0.model.plausible import EXPERT_KEYS
 from day0.model.source import ResolvedModel
 from day0.model.structure import ModelStructure
 from day0.platforms.kernels import MissingKernelError, Platform
@@ -102,14 +103,13 @@ def reduced_params(whole: WholeModel) -> int:
 # What a slice cuts, in this order: each halving keeps every width a kernel sums over (hidden size,
 # head dim, an expert's intermediate size) and drops whole experts, heads or vocabulary rows, whose
 # kernels are the same calls, repeated. The dense MLP's intermediate size goes last: it is a GEMM's K.
-_EXPERTS = ("n_routed_experts", "num_local_experts", "num_experts")
 _TOP_K = ("num_experts_per_tok", "moe_topk")
-_SLICEABLE = (*_EXPERTS, "vocab_size", "num_attention_heads", "intermediate_size")
+_SLICEABLE = (*EXPERT_KEYS, "vocab_size", "num_attention_heads", "intermediate_size")
 
 
 def _least(cfg: PreTrainedConfig, field: str) -> int:
     """The smallest value `field` may be cut to and still build the same kinds of kernels."""
-    if field in _EXPERTS:  # the router picks top_k experts, from groups of at least 2 (DeepSeek's group scores)
+    if field in EXPERT_KEYS:  # the router picks top_k experts, from groups of at least 2 (DeepSeek's group scores)
         top_k = max((getattr(cfg, k, None) or 1) for k in _TOP_K)
         return max(top_k + 1, 2 * (getattr(cfg, "n_group", None) or 1), 2)
     if field == "num_attention_heads":  # grouped-query attention keeps whole groups
@@ -125,8 +125,9 @@ def slice_to(whole: WholeModel, max_params: int) -> WholeModel:
     (`_least`). Unchanged if it fits; possibly still over if nothing more can be cut."""
     cfg = load_hf_config(whole.model)
     sliced = dict(whole.sliced)
-    experts = next((f for f in _EXPERTS if isinstance(getattr(cfg, f, None), int)), None)  # one name: others alias it
-    for field in (f for f in _SLICEABLE if f not in _EXPERTS or f == experts):
+    # one name: others alias it
+    experts = next((f for f in EXPERT_KEYS if isinstance(getattr(cfg, f, None), int)), None)
+    for field in (f for f in _SLICEABLE if f not in EXPERT_KEYS or f == experts):
         while reduced_params(whole.model_copy(update={"sliced": sliced})) > max_params:
             value = sliced.get(field, getattr(cfg, field, None))
             if not isinstance(value, int) or value // 2 < _least(cfg, field):
@@ -138,7 +139,7 @@ def slice_to(whole: WholeModel, max_params: int) -> WholeModel:
                 kv = getattr(cfg, "num_key_value_heads", None) or half
                 half = max(kv, half - half % kv)
             n_group = getattr(cfg, "n_group", None)
-            if field in _EXPERTS and n_group and half % n_group:
+            if field in EXPERT_KEYS and n_group and half % n_group:
                 break
             sliced[field] = half
     return whole.model_copy(update={"sliced": sliced})

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from day0.model.build import load_hf_config
+from day0.model.plausible import EXPERT_KEYS
 from day0.model.release import FP8_DTYPES, INDEX_FILE, SINGLE_FILE, expected_tensors, read_index, read_shard_header
 from day0.platforms.kernels import Platform
 from day0.steps.operators.config import ValidationSpec
@@ -41,7 +42,6 @@ __all__ = ["check_real_weights", "dequantize_fp8"]
 EXPERTS = 4  # routed experts kept at most: enough for top-k routing to choose among them
 VOCAB_ROWS = 1024  # embedding and head rows kept: the tokens the check draws from
 BLOCK = [128, 128]  # DeepSeek-V3's weight_block_size, when quantization_config does not say
-_EXPERT_COUNTS = ("n_routed_experts", "num_experts", "num_local_experts")
 
 
 def dequantize_fp8(
@@ -96,7 +96,7 @@ def check_real_weights(
     layer = whole.keep_layers[-1]
     check.layer = layer
     cfg = load_hf_config(resolved)
-    routed = next((getattr(cfg, a) for a in _EXPERT_COUNTS if isinstance(getattr(cfg, a, None), int)), None)
+    routed = next((getattr(cfg, a) for a in EXPERT_KEYS if isinstance(getattr(cfg, a, None), int)), None)
     vocab = min(vocab_rows, cfg.vocab_size)
     for kept in range(min(experts, routed), 0, -1) if routed else [None]:
         meta = _meta_model(_reduced_config(cfg, layer, kept, vocab), layer, resolved.trust_remote_code)
@@ -143,7 +143,7 @@ def _reduced_config(cfg: PretrainedConfig, layer: int, experts: int | None, voca
     if isinstance(getattr(cfg, "pad_token_id", None), int) and cfg.pad_token_id >= vocab:
         cfg.pad_token_id = None  # an index past the rows kept
     if experts is not None:
-        for attr in _EXPERT_COUNTS:
+        for attr in EXPERT_KEYS:
             if isinstance(getattr(cfg, attr, None), int):
                 setattr(cfg, attr, experts)
         cfg.num_experts_per_tok = min(getattr(cfg, "num_experts_per_tok", experts) or experts, experts)
