@@ -48,7 +48,9 @@ def test_brackets_inside_strings_do_not_count_and_real_configs_read(tmp_path: Pa
     path.write_text('{"name": "' + "[" * 500 + '\\\\", "b": [[1]], "c": "\\"{"}')
     assert read_user_json(path) == {"name": "[" * 500 + "\\", "b": [[1]], "c": '"{'}
     repo = REPO
-    for config in sorted((repo / "configs/models").glob("*/config.json")):
+    configs = sorted((repo / "configs/models").glob("*/config.json"))
+    assert len(configs) > 5, configs  # the committed model configs, read as users' files
+    for config in configs:
         assert isinstance(read_user_json(config), dict)
     with pytest.raises(ValueError, match="malformed JSON"):
         (tmp_path / "bad.json").write_text("{")

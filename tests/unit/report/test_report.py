@@ -135,7 +135,9 @@ def test_a_plot_the_store_lacks_is_named_never_linked(recorded, tmp_path: Path) 
     assert "](parallel/memory.png)" not in markdown and "plot `parallel/memory.png` was not written" in markdown
     assert 'src="parallel/memory.png"' not in page
     run_dir = Path(urls["markdown"].removeprefix("file://")).parent
-    for link in re.findall(r"!\[[^\]]*\]\(([^)\s]+\.png)\)", markdown):
+    links = re.findall(r"!\[[^\]]*\]\(([^)\s]+\.png)\)", markdown)
+    assert links, "the report links no plot: nothing to check"
+    for link in links:
         assert (run_dir / link).is_file(), link
 
 
