@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, TypeAlias, TypedDict, TypeGuard
 
 import torch
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, JsonValue
 
 from day0.core.dtypes import ALL_DTYPES, dtype_name
 
@@ -51,9 +51,9 @@ __all__ = [
 OpArg: TypeAlias = Any
 """One argument (or result) of an aten call: a tensor, a tensor list, a scalar, a dtype, a device,
 None...: each op's schema decides, so the value is open."""
-ExampleArg: TypeAlias = Any
+ExampleArg: TypeAlias = JsonValue
 """One argument in the notation (module doc): a tensor description, a string, a number, None, a
-list or a keyword mapping of them, as captured or read back from JSON."""
+list or a keyword mapping of them, as captured or read back from JSON (`is_tensor_desc` tells a tensor)."""
 Example: TypeAlias = list[ExampleArg]
 """One call in the notation: its arguments, keyword arguments as a trailing `{'kwargs': {...}}`."""
 Call = tuple[list[OpArg], dict[str, OpArg]]
@@ -163,8 +163,9 @@ def is_tensor_desc(v: object) -> TypeGuard[TensorDesc]:
 
 def _split(example: Example) -> tuple[Example, dict[str, OpArg]]:
     """(positional descriptions, keyword arguments as values; recorded devices dropped)."""
-    if example and isinstance(example[-1], dict) and set(example[-1]) == {"kwargs"}:
-        return example[:-1], {k: _value(v) for k, v in example[-1]["kwargs"].items() if v != "<device>"}
+    last = example[-1] if example else None
+    if isinstance(last, dict) and set(last) == {"kwargs"} and isinstance(kwargs := last["kwargs"], dict):
+        return example[:-1], {k: _value(v) for k, v in kwargs.items() if v != "<device>"}
     return example, {}
 
 

@@ -27,9 +27,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, JsonValue
 
-from day0.core.typing import HFConfigDict, JsonObject
+from day0.core.typing import HFConfigDict
 from day0.errors import ModelError
 
 if TYPE_CHECKING:
@@ -95,7 +95,7 @@ class RopeContext(BaseModel):
     original_max_position_embeddings: int | None = None
     max_position_embeddings: int | None = None
     supported: int | None = Field(None, description="Longest context the config supports, tokens.")
-    parameters: JsonObject = Field(default_factory=dict, description="rope_scaling as config.json writes it.")
+    parameters: dict[str, JsonValue] = Field(default_factory=dict, description="rope_scaling as config.json writes it.")
 
     def describe(self) -> str:
         if self.kind == "default":
@@ -354,7 +354,7 @@ def compare_weights(
     entries: Iterable[TensorEntry],
     expected: Mapping[str, ExpectedTensor],
     ignore_unexpected: Iterable[str] = (),
-    quantization_config: JsonObject | None = None,
+    quantization_config: dict[str, JsonValue] | None = None,
 ) -> WeightsCheck:
     """Names, shapes and dtypes of a checkpoint against the model's (`shards` and `index` are the
     caller's to fill in). FP8 weights count with their scales, which the model does not list."""
@@ -395,12 +395,13 @@ def compare_weights(
 
 
 def _fp8_formats(
-    found: Mapping[str, TensorEntry], quantization_config: JsonObject
+    found: Mapping[str, TensorEntry], quantization_config: dict[str, JsonValue]
 ) -> tuple[list[FP8Format], set[str], list[str]]:
     """(schemes, scale tensor names, problems) of the FP8 weights: each `X.weight` at an FP8 dtype
     needs `X.weight_scale_inv` (one per block) or `X.weight_scale` (per tensor or output channel)."""
     block_cfg = quantization_config.get("weight_block_size")
-    block = list(block_cfg) if isinstance(block_cfg, list) and len(block_cfg) == 2 else [128, 128]
+    sizes = [b for b in block_cfg if type(b) is int] if isinstance(block_cfg, list) else []
+    block = sizes if isinstance(block_cfg, list) and len(sizes) == len(block_cfg) == 2 else [128, 128]
     schemes: dict[tuple[FP8Scheme, str, str], int] = defaultdict(int)
     scales: set[str] = {n for n in found if n.endswith((".input_scale", ".activation_scale"))}
     # names only (an index without its shards): a scale beside its weight is one, whatever the dtypes
@@ -544,7 +545,7 @@ class ReleaseCheck(BaseModel):
     directory: Path
     tokenizer: TokenizerCheck | None = None
     weights: WeightsCheck | None = None
-    quantization_config: JsonObject | None = Field(None, description="config.json's, as written.")
+    quantization_config: dict[str, JsonValue] | None = Field(None, description="config.json's, as written.")
     rope: RopeContext
     not_checked: list[str] = Field(default_factory=list, description="Checks the files at hand could not make.")
     problems: list[str] = Field(default_factory=list, description="What is wrong, naming the file and tensor.")
@@ -750,7 +751,7 @@ def _weight_problems(w: WeightsCheck) -> list[str]:
     return out + [f"FP8 scale: {p}" for p in w.scale_problems]
 
 
-def _quantization_findings(w: WeightsCheck, quant: JsonObject | None) -> tuple[list[str], list[str]]:
+def _quantization_findings(w: WeightsCheck, quant: dict[str, JsonValue] | None) -> tuple[list[str], list[str]]:
     """(problems, notes) of config.json's quantization_config against the FP8 tensors found."""
     n = sum(f.tensors for f in w.fp8)
     if not quant:

@@ -37,10 +37,9 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
-from pydantic import ValidationError
+from pydantic import JsonValue, ValidationError
 from starlette.requests import ClientDisconnect
 
-from day0.core.typing import JsonObject
 from day0.store import open_store
 from day0.webhook.dedupe import DedupeStore
 from day0.webhook.dispatch import Dispatcher, StoreCalls, Trigger, Unavailable
@@ -57,7 +56,7 @@ _SECRET_HEADER = b"x-webhook-secret"
 
 
 class _Refused(Exception):
-    def __init__(self, status: int, reason: str, detail: str | list[dict[str, str]] | None = None):
+    def __init__(self, status: int, reason: str, detail: JsonValue = None):
         self.status, self.reason, self.detail = status, reason, detail
 
 
@@ -91,7 +90,7 @@ def _parse(body: bytes) -> HubPayload:
     except RecursionError:
         raise _Refused(422, "invalid_payload", "payload nested too deeply") from None
     except ValidationError as exc:
-        fields = [
+        fields: list[JsonValue] = [
             {"field": clean(".".join(map(str, e["loc"])) or "<root>", 120), "message": clean(e["msg"], 200)}
             for e in exc.errors(include_url=False, include_input=False)[:10]
         ]
@@ -126,12 +125,12 @@ def create_app(settings: WebhookSettings, watch: WatchConfig | None = None, trig
     app = FastAPI(title="day0 webhook receiver", docs_url=None, redoc_url=None, openapi_url=None, lifespan=lifespan)
     app.state.metrics, app.state.dispatcher = metrics, dispatcher
 
-    async def accept(repo: str, sha: str, reason: str) -> tuple[int, JsonObject]:
+    async def accept(repo: str, sha: str, reason: str) -> tuple[int, dict[str, JsonValue]]:
         """Claim the release and queue it; or answer for the claim that exists. Nothing is claimed while
         Prefect is down (503: the hub's retry claims it once Prefect is back)."""
         if trigger is None and (why := await prefect.down(settings.health_timeout_s)):
             raise Unavailable(f"the Prefect API is down ({clean(why, 200)}); nothing was claimed")
-        answer: JsonObject = {"repo": repo, "sha": sha}
+        answer: dict[str, JsonValue] = {"repo": repo, "sha": sha}
         for _ in range(2):  # a claim released by a failing peer between our two reads: claim again once
             if await calls.claim(repo, sha):
                 try:
@@ -152,7 +151,7 @@ def create_app(settings: WebhookSettings, watch: WatchConfig | None = None, trig
             metrics.deduplicated.inc()
             answer = {"started": False, "duplicate": True, "reason": "duplicate", **answer}
             if run_id := known.get("flow_run_id"):
-                log.info("duplicate %s@%s (flow run %s)", repo, sha, clean(run_id, 64))
+                log.info("duplicate %s@%s (flow run %s)", repo, sha, clean(str(run_id), 64))
                 return 200, {**answer, "flow_run_id": run_id}
             if not dispatcher.holds(repo, sha):  # claimed elsewhere, or before a restart: make sure it runs
                 await calls(dedupe.enqueue, repo, sha)
@@ -161,7 +160,7 @@ def create_app(settings: WebhookSettings, watch: WatchConfig | None = None, trig
             return 202, {**answer, "queued": True}
         raise Unavailable(f"the claim of {repo}@{sha} is being released elsewhere")
 
-    async def handle(request: Request) -> tuple[int, JsonObject]:
+    async def handle(request: Request) -> tuple[int, dict[str, JsonValue]]:
         if not _secret_matches(request, secret):
             raise _Refused(401, "bad_secret")
         payload = _parse(await _read_limited(request, settings.max_body_bytes, settings.body_timeout_s))

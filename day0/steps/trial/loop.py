@@ -28,13 +28,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 import torch
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, JsonValue
 
 from day0.core.dtypes import DTYPES
 from day0.core.library_logs import quiet_known_library_logs
 from day0.core.recompute import Recompute
 from day0.core.training import GRAD_CLIP_NORM, WEIGHT_DECAY, clip_gradients, forward_loss, make_optimizer
-from day0.core.typing import HFConfigDict, JsonObject
+from day0.core.typing import HFConfigDict
 from day0.platforms.adapted import AdaptedKernel, apply_adaptations
 from day0.platforms.kernels import Platform, PlatformMode, load_vendor_plugin
 from day0.spec.cluster import PlatformSpec
@@ -211,7 +211,7 @@ def _state_dicts(model: torch.nn.Module, optimizer: torch.optim.Optimizer, distr
     return get_state_dict(model, optimizer, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
 
 
-def _load_state(model, optimizer, directory: Path, distributed: bool) -> list[JsonObject]:
+def _load_state(model, optimizer, directory: Path, distributed: bool) -> list[dict[str, JsonValue]]:
     model_sd = torch.load(directory / "model.pt", weights_only=True)
     optim_sd = torch.load(directory / "optimizer.pt", weights_only=True)
     if distributed:
@@ -230,7 +230,7 @@ def _load_state(model, optimizer, directory: Path, distributed: bool) -> list[Js
     return json.loads((directory / "history.json").read_text())
 
 
-def _save_state(directory: Path, model_sd, optim_sd, history: list[JsonObject]) -> None:
+def _save_state(directory: Path, model_sd, optim_sd, history: list[dict[str, JsonValue]]) -> None:
     torch.save(model_sd, directory / "model.pt")
     torch.save(optim_sd, directory / "optimizer.pt")
     (directory / "history.json").write_text(json.dumps(history))
@@ -266,7 +266,7 @@ def _device(cfg: LoopConfig, local_rank: int) -> torch.device:
 
 
 # Any: Ray Train's one config dict: LoopConfig's fields as data, a tensor, an actor handle, hooks
-def train_loop(config: dict[str, Any]) -> list[JsonObject]:
+def train_loop(config: dict[str, Any]) -> list[dict[str, JsonValue]]:
     """Ray Train's per-worker function. `config`: LoopConfig fields + `tokens` (1-D int tensor)
     + optional `event_log` (an EventLog actor handle) and `hooks` (LoopHooks). Returns rank 0's
     history (LoopStep dicts)."""
@@ -309,7 +309,7 @@ def run_steps(
     report=None,
     log=lambda kind, **kw: None,
     hooks: LoopHooks | None = None,
-) -> list[JsonObject]:
+) -> list[dict[str, JsonValue]]:
     """The loop itself; `report`/`checkpoint` are Ray Train's (None when run bare by the benchmark)."""
     hooks = hooks or LoopHooks()
     torch.set_num_threads(cfg.num_threads)
@@ -333,7 +333,7 @@ def run_steps(
     activations = SavedActivations(model)  # counted on the first step run (every step has the same shapes)
     counted: TrainingState | None = None
 
-    history: list[JsonObject] = []
+    history: list[dict[str, JsonValue]] = []
     if checkpoint is not None:
         with checkpoint.as_directory() as d:
             history = _load_state(model, optimizer, Path(d), distributed)

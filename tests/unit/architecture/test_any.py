@@ -11,7 +11,7 @@ from pathlib import Path
 from tests.fixtures.paths import REPO
 
 PRODUCT = ("day0", "cli", "flows", "tasks")
-CEILING = 199  # 232 when the guard came, 239 after that day's merges, 199 after issue 41: lower it, never raise it
+CEILING = 152  # 232 when the guard came, 239 after that day's merges, 152 after issue 41: lower it, never raise it
 """The uses of `Any` and of its aliases in the product (an alias's own name where it is defined, and
 imports, not counted)."""
 
