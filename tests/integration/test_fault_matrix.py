@@ -153,15 +153,7 @@ def test_catalogue_vendor_plugin_fails_step_5_through_ray_train(plugins: list[st
         update={"micro_batch": 4, "compute_dtype": "fp32", "platform": None, "device_type": "cpu"}
     )
     ref = [LoopStep.model_validate(h) for h in run_steps(ref_loop, data.tokens)]
-    curve = TrialCurve(
-        label="reference cpu-fp32 x1",
-        platform="cpu",
-        compute_dtype="fp32",
-        workers=1,
-        steps=[h.step for h in ref],
-        loss=[h.loss for h in ref],
-        grad_norm=[h.grad_norm for h in ref],
-    )
+    curve = TrialCurve.from_history(ref, "reference cpu-fp32 x1", "cpu", "fp32", workers=1)
     (tmp_path / "reference.json").write_text(curve.model_dump_json())
     trial = spec.trial.model_copy(update={"reference": str(tmp_path / "reference.json")})
     spec = spec.model_copy(update={"trial": trial})

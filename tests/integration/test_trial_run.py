@@ -88,15 +88,7 @@ def test_task_rerun_resumes_from_s3_checkpoint(
         # batches is another training, which the noise-derived threshold rightly refuses)
         for h in run_steps(tiny_loop(12, global_batch=2, micro_batch=2, lr_warmup_steps=1), tiny_data().tokens)
     ]
-    curve = TrialCurve(
-        label="stored reference",
-        platform="cpu",
-        compute_dtype="fp32",
-        workers=1,
-        steps=[h.step for h in ref],
-        loss=[h.loss for h in ref],
-        grad_norm=[h.grad_norm for h in ref],
-    )
+    curve = TrialCurve.from_history(ref, "stored reference", "cpu", "fp32", workers=1)
     (tmp_path / "ref.json").write_text(curve.model_dump_json())
     spec = _spec(f"s3://{s3_server.bucket}/runs", workers=1, reference=str(tmp_path / "ref.json"))
     analyzed = analyze_model(spec.model, spec.platform, spec.training.precision.compute)  # steps 1, 3, 4: real

@@ -54,6 +54,30 @@ class TrialCurve(BaseModel):
     grad_norm: list[float]
     tokens_per_s: float | None = Field(None, description="Steady state: tokens per step / median step time.")
 
+    @classmethod
+    def from_history(
+        cls,
+        history: list[LoopStep],
+        label: str,
+        platform: str,
+        compute_dtype: str,
+        workers: int,
+        **how: str | float | None,
+    ) -> TrialCurve:
+        """The curve of a run's steps; `how` sets the other fields (device, kernels, sharding, ...)."""
+        return cls.model_validate(
+            {
+                "label": label,
+                "platform": platform,
+                "compute_dtype": compute_dtype,
+                "workers": workers,
+                "steps": [h.step for h in history],
+                "loss": [h.loss for h in history],
+                "grad_norm": [h.grad_norm for h in history],
+                **how,
+            }
+        )
+
     def describe(self) -> str:
         """Where and how it ran, e.g. `cpu bf16 x2 (ddp)`."""
         extra = ", ".join(

@@ -137,18 +137,16 @@ def _kernels(loop: LoopConfig, history: list[LoopStep]) -> str:
 
 def _curve(label: str, platform: str, loop: LoopConfig, workers: int, run: TrainingRun) -> TrialCurve:
     h = run.history
-    return TrialCurve(
-        label=label,
-        platform=platform,
+    return TrialCurve.from_history(
+        h,
+        label,
+        platform,
+        loop.compute_dtype,
+        workers,
         device=loop.device_type,
         kernels=_kernels(loop, h),
-        compute_dtype=loop.compute_dtype,
-        workers=workers,
         sharding=loop.sharding,
         recompute=loop.recompute,
-        steps=[r.step for r in h],
-        loss=[r.loss for r in h],
-        grad_norm=[r.grad_norm for r in h],
         tokens_per_s=steady_tokens_per_s(h),
     )
 
