@@ -149,14 +149,21 @@ def submission_id(run_id: str, step: str) -> str:
     return f"day0-{clean}-{secrets.token_hex(3)}"
 
 
-def job_client(address: str, timeout_s: float = 60.0) -> JobSubmissionClient:
-    """A `JobSubmissionClient`, retried until the dashboard answers (a fresh head takes a while)."""
+def job_client(address: str, timeout_s: float = 60.0, *, auth_token: str | None = None) -> JobSubmissionClient:
+    """A `JobSubmissionClient`, retried until the dashboard answers (a fresh head takes a while).
+    `auth_token`: the head's Ray token, sent as a bearer token on every request (whatever this
+    process's own `RAY_AUTH_MODE`: the SDK adds Ray's token only when this process is in token mode)."""
+    from ray.exceptions import AuthenticationError
     from ray.job_submission import JobSubmissionClient
 
+    headers = {"Authorization": f"Bearer {auth_token}"} if auth_token else None
     deadline = time.monotonic() + timeout_s
     while True:
         try:
-            return JobSubmissionClient(address)
+            return JobSubmissionClient(address, headers=headers)
+        except AuthenticationError as exc:  # a refusal, not a head still starting: no retry
+            why = "a wrong token" if auth_token else "no token"
+            raise JobError(f"Ray dashboard at {address} refused a request with {why}: {exc.message}") from exc
         except (ConnectionError, RuntimeError) as exc:
             if time.monotonic() > deadline:
                 raise JobError(f"Ray dashboard at {address} not reachable after {timeout_s:.0f} s: {exc}") from exc
@@ -280,10 +287,11 @@ def run_job(
     placement: DriverPlacement | None = None,
     poll_s: float = 1.0,
     on_log: Progress | None = None,
+    auth_token: str | None = None,
 ) -> JobOutcome:
-    """Submit and wait. Cancellation (KeyboardInterrupt, task cancel) stops the job before re-raising,
-    so no driver is left running on the cluster."""
-    client = job_client(address)
+    """Submit and wait (with the head's Ray token, if it has one). Cancellation (KeyboardInterrupt,
+    task cancel) stops the job before re-raising, so no driver is left running on the cluster."""
+    client = job_client(address, auth_token=auth_token)
     start = time.monotonic()
     job = submit(client, entrypoint, sub_id=sub_id, runtime_env=runtime_env, metadata=metadata, placement=placement)
     try:

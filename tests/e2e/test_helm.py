@@ -296,11 +296,11 @@ RUNNER_ALLOWED = [
     ("create", "rayclusters.ray.io"), ("get", "rayclusters.ray.io"), ("list", "rayclusters.ray.io"),
     ("watch", "rayclusters.ray.io"), ("delete", "rayclusters.ray.io"), ("list", "pods"), ("watch", "pods"),
     ("delete", "pods"), ("list", "events"), ("watch", "events"), ("get", "nodes"), ("list", "nodes"),
-    ("watch", "nodes"),
+    ("watch", "nodes"), ("get", "secrets"),
 ]  # fmt: skip
 RUNNER_DENIED = [
     ("update", "rayclusters.ray.io"), ("patch", "rayclusters.ray.io"), ("create", "rayjobs.ray.io"),
-    ("create", "pods"), ("get", "pods"), ("create", "pods/portforward"), ("get", "services"), ("get", "secrets"),
+    ("create", "pods"), ("get", "pods"), ("create", "pods/portforward"), ("get", "services"), ("list", "secrets"),
     ("list", "configmaps"), ("create", "events"), ("delete", "nodes"), ("patch", "nodes"), ("create", "jobs.batch"),
 ]  # fmt: skip
 WORKER_ALLOWED = [

@@ -3,7 +3,8 @@
 Its Nodes run their pods as real process trees: a plain pod (init container, env and fieldRefs,
 ConfigMap/Secret/projected-token volumes, a readiness probe, graceful deletion), a crash loop, a
 Node deleted under its pods, and RayClusters built by `build_raycluster` that run real Ray: a job
-through the head's dashboard sees every worker, and the in-tree autoscaler grows an elastic pool.
+through the head's dashboard (with the cluster's Ray token; refused without it) sees every worker,
+and the in-tree autoscaler grows an elastic pool.
 """
 
 from __future__ import annotations
@@ -11,7 +12,10 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import socket
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -57,11 +61,11 @@ def pod_ready(core: Any, name: str) -> bool:
     return any(c.type == "Ready" and c.status == "True" for c in pod.status.conditions or [])
 
 
-def gone(core: Any, name: str) -> bool:
+def gone(core: Any, name: str, kind: str = "pod") -> bool:
     from kubernetes.client.exceptions import ApiException
 
     try:
-        core.read_namespaced_pod(name, NS)
+        getattr(core, f"read_namespaced_{kind}")(name, NS)
     except ApiException as exc:
         return exc.status == 404
     return False
@@ -412,7 +416,18 @@ def job_result(logs: str) -> dict[str, Any]:
     return dict(json.loads(line.removeprefix("RESULT ")))
 
 
-def test_a_raycluster_runs_real_ray_on_runner_nodes(api: Any, pod_runner: Any, s3_server: Any) -> None:
+def submit_status(address: str, token: str | None) -> int:
+    """The HTTP status of a bare job submission to the head's job API (no Ray SDK)."""
+    body = json.dumps({"entrypoint": "echo should-not-run"}).encode()
+    headers = {"Content-Type": "application/json", **({"Authorization": f"Bearer {token}"} if token else {})}
+    try:
+        with urllib.request.urlopen(urllib.request.Request(f"{address}/api/jobs/", body, headers), timeout=10) as r:
+            return int(r.status)
+    except urllib.error.HTTPError as exc:
+        return exc.code
+
+
+def test_a_raycluster_runs_real_ray_on_runner_nodes(api: Any, core: Any, pod_runner: Any, s3_server: Any) -> None:
     runner: PodRunner = pod_runner(*ray_pools(workers=3))
     store = {k: os.environ[k] for k in os.environ if k.startswith("DAY0_STORE_")}
     cluster = ray_cluster_spec(
@@ -427,7 +442,14 @@ def test_a_raycluster_runs_real_ray_on_runner_nodes(api: Any, pod_runner: Any, s
         pods = {p.metadata.labels["ray.io/group"]: p for p in rc.pods()}
         assert set(pods) == {"headgroup", "a", "b"}, sorted(pods)
         assert all(p.spec.node_name in runner.node_names for p in pods.values())
-        outcome = run_job(rc.dashboard_address(via="pod-ip"), f"python -c {shlex.quote(JOB)}", timeout_s=180)
+        address = rc.dashboard_address(via="pod-ip")
+        # Ray's token auth (KubeRay's authOptions): the job API refuses a submission without the token or with a
+        # wrong one, and the dashboard listens on the head pod's address only (the pods share this machine's
+        # network: a dashboard on 0.0.0.0 would answer on any 127.x address).
+        assert submit_status(address, None) == 401 and submit_status(address, "not-the-token") == 403
+        with pytest.raises(ConnectionRefusedError):
+            socket.create_connection(("127.254.254.254", 8265), timeout=5).close()
+        outcome = run_job(address, f"python -c {shlex.quote(JOB)}", timeout_s=180, auth_token=rc.auth_token())
         assert outcome.ok, outcome.logs_tail
         result = job_result(outcome.logs_tail)
         pod_ips = sorted(p.status.pod_ip for p in pods.values())
@@ -438,6 +460,7 @@ def test_a_raycluster_runs_real_ray_on_runner_nodes(api: Any, pod_runner: Any, s
         assert runner.processes()
     assert rc.get() is None and rc.pods() == []
     wait_for("no Ray process left", lambda: not runner.processes(), timeout_s=30)
+    wait_for("the token Secret deleted with its RayCluster", lambda: gone(core, rc.name, "secret"), timeout_s=30)
 
 
 COUNT_JOB = """
@@ -466,11 +489,11 @@ def test_a_lost_worker_node_is_replaced_and_its_pod_rejoins_ray(api: Any, core: 
         assert {"node-lost", "pod-replaced", "recovered"} <= kinds, rc.events
         (new,) = [p for p in rc.pods() if p.metadata.labels["ray.io/group"] == "a"]
         assert new.spec.node_name in runner.node_names and new.spec.node_name != lost_node
-        address = rc.dashboard_address(via="pod-ip")
+        address, token = rc.dashboard_address(via="pod-ip"), rc.auth_token()
         want = sorted(p.status.pod_ip for p in rc.pods())
 
         def rejoined() -> dict[str, Any] | None:  # Ray marks the lost raylet dead after its heartbeat timeout
-            outcome = run_job(address, f"python -c {shlex.quote(COUNT_JOB)}", timeout_s=120)
+            outcome = run_job(address, f"python -c {shlex.quote(COUNT_JOB)}", timeout_s=120, auth_token=token)
             assert outcome.ok, outcome.logs_tail
             result = job_result(outcome.logs_tail)
             return result if result["alive"] == want and lost_ip in result["dead"] else None
@@ -500,7 +523,12 @@ def test_the_autoscaler_grows_the_elastic_pool_for_a_bigger_job(api: Any, pod_ru
         groups = sorted(p.metadata.labels["ray.io/group"] for p in rc.pods())
         assert groups == ["fixed", "headgroup"], groups
         start = time.monotonic()
-        outcome = run_job(rc.dashboard_address(via="pod-ip"), f"python -c {shlex.quote(AUTOSCALE_JOB)}", timeout_s=300)
+        outcome = run_job(
+            rc.dashboard_address(via="pod-ip"),
+            f"python -c {shlex.quote(AUTOSCALE_JOB)}",
+            timeout_s=300,
+            auth_token=rc.auth_token(),
+        )
         print(f"placement group of 2 accelerators ready after {time.monotonic() - start:.1f} s (autoscaled)")
         assert outcome.ok, outcome.logs_tail
         assert job_result(outcome.logs_tail) == {"alive": 3, "accel": 2}

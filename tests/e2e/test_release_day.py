@@ -43,6 +43,7 @@ from typing import Any
 import httpx
 import pytest
 
+from day0.backends.kuberay.lifecycle import KubeRayCluster
 from tests.e2e._service import ORG, PREFECT_AUTH, TRIAL, Service, hub_snapshot
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(2700)]
@@ -127,8 +128,9 @@ class Watch:
             workers = svc.pods(svc.runs, f"ray.io/cluster={name},ray.io/node-type=worker")
             self.groups |= {p.metadata.labels["ray.io/group"] for p in workers if p.status.phase == "Running"}
             heads = svc.pods(svc.runs, f"ray.io/cluster={name},ray.io/node-type=head")
-            for head in [p for p in heads if p.status.pod_ip]:
-                self._ask_head(f"http://{head.status.pod_ip}:8265")
+            for head in [p for p in heads if p.status.pod_ip]:  # the job API wants the cluster's Ray token
+                token = KubeRayCluster.attach(name, svc.runs, api_client=svc.api).auth_token()
+                self._ask_head(f"http://{head.status.pod_ip}:8265", {"Authorization": f"Bearer {token}"})
         for ns in (svc.namespace, svc.runs):
             for pod in svc.pods(ns):
                 if self.secret in json.dumps(pod.to_dict(), default=str):
@@ -141,14 +143,14 @@ class Watch:
             if self.secret in cmdline:
                 self.leaks.add(f"command line of pid {pid}: {cmdline[:200]}")
 
-    def _ask_head(self, dashboard: str) -> None:
-        jobs = httpx.get(f"{dashboard}/api/jobs/", timeout=5).json()
+    def _ask_head(self, dashboard: str, auth: dict[str, str]) -> None:
+        jobs = httpx.get(f"{dashboard}/api/jobs/", headers=auth, timeout=5).json()
         for job in jobs:
             if self.secret in json.dumps(job):
                 self.leaks.add(f"Ray job API: job {job.get('submission_id')}")
             if job.get("submission_id"):
                 self.jobs[job["submission_id"]] = job
-        nodes = httpx.get(f"{dashboard}/nodes?view=summary", timeout=5).json()
+        nodes = httpx.get(f"{dashboard}/nodes?view=summary", headers=auth, timeout=5).json()
         for node in nodes.get("data", {}).get("summary", []):
             raylet = node.get("raylet", {})
             if raylet.get("isHeadNode"):

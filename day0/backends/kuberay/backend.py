@@ -34,7 +34,8 @@ __all__ = ["KubeRayBackend", "check_kuberay", "job_env"]
 # those reach the Ray containers from a Kubernetes Secret (`cluster.store_secret`), because a job's
 # runtime env is shown by the Ray dashboard's job API to anyone who can reach it.
 _JOB_ENV_PREFIXES = ("DAY0_STORE_", "AWS_")
-_JOB_ENV_NAMES = ("HF_HUB_OFFLINE", "RAY_AUTH_MODE")
+# Not RAY_AUTH_MODE: the cluster's pods are in token mode (KubeRay's env); the flow's own mode must not reach a driver.
+_JOB_ENV_NAMES = ("HF_HUB_OFFLINE",)
 _SECRET_WORDS = ("KEY", "SECRET", "TOKEN", "PASSWORD", "CREDENTIAL", "SESSION")
 
 

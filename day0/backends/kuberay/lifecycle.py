@@ -9,6 +9,8 @@ Contracts:
   life (created, ready, scale-up, node-lost, pod-replaced, recovered, deleted, ...) lands in `.events`.
 - Waiting is watching: `wait_ready`, `wait_recovered` and `delete` follow `ResourceWatch` streams
   (resumed by resourceVersion, relisted on 410 Gone) until the state they need, or their deadline.
+- Jobs go to the head with the cluster's Ray token (`auth_token`), read once from the Secret KubeRay
+  creates for it (the runner's only right on Secrets: `get`, in the runs namespace).
 - `delete` returns once the RayCluster and its pods are gone, force-deleting pods left on dead nodes.
 - `raycluster_session` always deletes on exit (success, error, cancellation) unless
   `ClusterSpec.keep_cluster`; `delete_run_clusters` sweeps leftovers by label.
@@ -17,6 +19,7 @@ Job submission to the head goes through `day0.backends.jobs` (shared with the lo
 
 from __future__ import annotations
 
+import base64
 import json
 import time
 from collections.abc import Callable, Iterator
@@ -100,6 +103,7 @@ class KubeRayCluster:
         self._core = client.CoreV1Api(api)
         self.events: list[ClusterEvent] = []
         self._monitor: ClusterMonitor | None = None
+        self._token: str | None = None
 
     @classmethod
     def attach(cls, name: str, namespace: str, *, api_client: client.ApiClient | None = None) -> KubeRayCluster:
@@ -136,6 +140,24 @@ class KubeRayCluster:
                 raise ClusterError(f"RayCluster {self.name}: the head pod has no IP yet")
             return f"http://{ips[0]}:8265"
         return f"http://{self.name}-head-svc.{self.namespace}.svc.cluster.local:8265"
+
+    def auth_token(self) -> str:
+        """The cluster's Ray token: key `auth_token` of the Secret KubeRay creates for `authOptions.mode:
+        token`, named after the cluster (KubeRay's `CheckName` leaves day0's short names as they are)."""
+        if self._token is None:
+            try:
+                secret = self._core.read_namespaced_secret(self.name, self.namespace)
+            except ApiException as exc:
+                hint = {404: "missing (KubeRay creates it with the cluster)", 403: "not readable by this account"}
+                raise ClusterError(
+                    f"RayCluster {self.namespace}/{self.name}: its Ray token Secret {self.name!r} is "
+                    f"{hint.get(exc.status, f'unreadable: HTTP {exc.status}')}: {_api_message(exc)}"
+                ) from exc
+            data = secret.data or {}
+            if "auth_token" not in data:
+                raise ClusterError(f"RayCluster {self.namespace}/{self.name}: Secret {self.name!r} has no auth_token")
+            self._token = base64.b64decode(data["auth_token"]).decode()
+        return self._token
 
     def _watch_self(self, deadline: float) -> ResourceWatch:
         return ResourceWatch(
@@ -234,13 +256,14 @@ class KubeRayCluster:
     def run_job(
         self, entrypoint: str, *, timeout_s: float, address: str | None = None, **job: Unpack[JobOptions]
     ) -> RunResult:
-        """Run a Ray job on the head while watching the cluster; lost nodes/pods are recovered
-        (KubeRay recreates the pods, the job resumes from its checkpoint through Ray Train's
+        """Run a Ray job on the head (with the cluster's token) while watching the cluster; lost
+        nodes/pods are recovered (KubeRay recreates the pods, the job resumes from its checkpoint through Ray Train's
         FailureConfig) and every event during the job is in the result."""
         first = len(self.events)
         self.start_monitor()
         try:
-            outcome = run_job(address or self.dashboard_address(), entrypoint, timeout_s=timeout_s, **job)
+            address = address or self.dashboard_address()
+            outcome = run_job(address, entrypoint, timeout_s=timeout_s, auth_token=self.auth_token(), **job)
         finally:
             self.stop_monitor()
         return RunResult(job=outcome, events=self.events[first:])

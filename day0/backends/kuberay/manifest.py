@@ -18,6 +18,13 @@ Contracts:
   service-account token. The one exception is the in-tree autoscaler's container, which must call the
   API server: it alone mounts a token, of KubeRay's per-cluster autoscaler account, which is why a
   head with an autoscaler keeps that account.
+- Ray's token authentication is on (`authOptions.mode: token`): KubeRay creates the cluster's token
+  Secret (named after the cluster, key `auth_token`, owned by the RayCluster, so deleted with it) and gives
+  every Ray container and the autoscaler `RAY_AUTH_MODE=token` and `RAY_AUTH_TOKEN` from it; the
+  dashboard and its job API refuse a request without the token (401) or with a wrong one (403).
+- The head's dashboard binds the pod's own address (`DAY0_POD_IP`, from the downward API), not
+  0.0.0.0: Ray >= 2.53 gets KubeRay's httpGet probes on the dashboard agent at the pod IP, and
+  nothing else in the pod calls the dashboard on localhost.
 """
 
 from __future__ import annotations
@@ -203,6 +210,9 @@ def _worker_group(pool: NodePool, replicas: int, image: str, meta: dict[str, str
     }
 
 
+POD_IP_ENV = "DAY0_POD_IP"
+
+
 def _head_group(
     image: str,
     meta: dict[str, str],
@@ -216,9 +226,16 @@ def _head_group(
         {"containerPort": 8265, "name": "dashboard"},
         {"containerPort": 10001, "name": "client"},
     ]
-    container = {"name": "ray-head", "image": image, "ports": ports, "resources": _resources(cpus, memory_gib)}
+    container = {
+        "name": "ray-head",
+        "image": image,
+        "ports": ports,
+        "resources": _resources(cpus, memory_gib),
+        "env": [{"name": POD_IP_ENV, "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}],
+    }
     return {
-        "rayStartParams": {"dashboard-host": "0.0.0.0", "num-cpus": "0"},
+        # The pod's address only: the job API is reached through the head Service or the pod IP, never localhost.
+        "rayStartParams": {"dashboard-host": f"$({POD_IP_ENV})", "num-cpus": "0"},
         "template": {
             "metadata": {"labels": {**meta, "app.kubernetes.io/component": "ray-head"}},
             "spec": {
@@ -275,6 +292,8 @@ def build_raycluster(
             [t.model_dump(exclude_none=True) for t in cluster.head.tolerations],
         ),
         "workerGroupSpecs": [_worker_group(p, workers.get(p.name, 0), image, meta) for p in cluster.node_pools],
+        # KubeRay creates the token Secret and puts the token in every Ray container and the autoscaler.
+        "authOptions": {"mode": "token"},
     }
     if any(p.elastic is not None for p in cluster.node_pools):
         spec["enableInTreeAutoscaling"] = True

@@ -180,7 +180,8 @@ def test_store_credentials_come_from_the_secret_in_every_ray_container_but_the_a
     groups = [rc["spec"]["headGroupSpec"], *rc["spec"]["workerGroupSpecs"]]
     for group in groups:
         (container,) = group["template"]["spec"]["containers"]
-        refs = {e["name"]: e["valueFrom"]["secretKeyRef"] for e in container["env"] if "valueFrom" in e}
+        secret_env = [e for e in container["env"] if "secretKeyRef" in e.get("valueFrom", {})]
+        refs = {e["name"]: e["valueFrom"]["secretKeyRef"] for e in secret_env}
         assert refs == {
             "DAY0_STORE_ACCESS_KEY_ID": {"name": "day0-s3", "key": "access-key-id"},
             "DAY0_STORE_SECRET_ACCESS_KEY": {"name": "day0-s3", "key": "secret-access-key"},
@@ -193,6 +194,23 @@ def test_store_credentials_come_from_the_secret_in_every_ray_container_but_the_a
         assert group["template"]["spec"]["containers"][0]["env"] == [{"name": "HOME", "value": "/tmp"}]
     with pytest.raises(ValueError, match="store_secret"):
         two_pools(store_secret="Not A Name")
+
+
+def test_ray_token_auth_is_on_and_the_dashboard_binds_the_head_pods_own_address() -> None:
+    """KubeRay's `authOptions` asks for Ray's token mode (KubeRay then creates the token Secret and
+    the pods' RAY_AUTH_* env); the dashboard listens on the pod IP, expanded by the kubelet from the
+    downward API, not on 0.0.0.0; a spec's own `dashboard-host` still wins."""
+    spec = build_raycluster(two_pools(), "r")["spec"]
+    assert spec["authOptions"] == {"mode": "token"}
+    head = spec["headGroupSpec"]
+    (container,) = head["template"]["spec"]["containers"]
+    env = {e["name"]: e for e in container["env"]}
+    assert head["rayStartParams"]["dashboard-host"] == "$(DAY0_POD_IP)"
+    assert env["DAY0_POD_IP"] == {"name": "DAY0_POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}
+    for group in spec["workerGroupSpecs"]:  # no day0 auth env: KubeRay adds RAY_AUTH_MODE/RAY_AUTH_TOKEN itself
+        assert not [e for e in group["template"]["spec"]["containers"][0]["env"] if e["name"].startswith("RAY_AUTH")]
+    own = build_raycluster(two_pools(ray_start_params={"dashboard-host": "0.0.0.0"}), "r")["spec"]
+    assert own["headGroupSpec"]["rayStartParams"]["dashboard-host"] == "0.0.0.0"
 
 
 def test_a_jobs_driver_asks_for_a_workers_driver_slot_and_step_6s_also_for_an_accelerator() -> None:

@@ -238,14 +238,18 @@ def test_ray_start_params_and_pod_env_reach_every_group_and_the_autoscaler() -> 
         {"name": "MY_POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
         {"name": "MODE", "value": "test"},
     ]
-    for group in (head, a, e):  # after HOME on the writable /tmp (a read-only root)
-        assert group["template"]["spec"]["containers"][0]["env"] == [{"name": "HOME", "value": "/tmp"}, *want]
+    home = {"name": "HOME", "value": "/tmp"}  # first: HOME on the writable /tmp (a read-only root)
+    pod_ip = {"name": "DAY0_POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}  # the dashboard's
+    assert head["template"]["spec"]["containers"][0]["env"] == [home, pod_ip, *want]
+    for group in (a, e):
+        assert group["template"]["spec"]["containers"][0]["env"] == [home, *want]
     assert spec["autoscalerOptions"]["env"] == want
 
 
 def test_without_options_the_manifest_is_unchanged() -> None:
     spec = build_raycluster(cluster(), "run")["spec"]
-    assert spec["headGroupSpec"]["template"]["spec"]["containers"][0]["env"] == [{"name": "HOME", "value": "/tmp"}]
+    for group in spec["workerGroupSpecs"]:
+        assert group["template"]["spec"]["containers"][0]["env"] == [{"name": "HOME", "value": "/tmp"}]
     assert "env" not in spec["autoscalerOptions"]
 
 

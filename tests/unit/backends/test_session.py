@@ -92,12 +92,14 @@ def test_job_env_carries_where_the_store_is_and_never_a_credential(monkeypatch: 
     monkeypatch.setenv("HOME_SECRET_UNRELATED", "x")
     monkeypatch.setenv("DAY0_TRIAL_FAULTS", '{"nan_at_step": 1}')  # a drill travels in the trial's request
     monkeypatch.setenv("DAY0_TESTING_ANYTHING", "1")
+    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")  # the flow's own Ray mode; the cluster's pods are in token mode
     env = job_env()
     assert env["DAY0_STORE_ENDPOINT_URL"] == "http://127.0.0.1:9" and env["DAY0_STORE_REGION"] == "eu-west-1"
     assert env["AWS_DEFAULT_REGION"] == "eu-west-1"
     assert "s3cr3t-value" not in env.values(), sorted(env)  # credentials come from the pods' Secret
     assert "HOME_SECRET_UNRELATED" not in env and env["PYTHONUNBUFFERED"] == "1"
     assert not [name for name in env if name.startswith(("DAY0_TRIAL_", "DAY0_TESTING_"))]
+    assert "RAY_AUTH_MODE" not in env  # it would override KubeRay's RAY_AUTH_MODE=token in the driver
 
 
 class _Req(BaseModel):
