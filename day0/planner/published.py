@@ -9,6 +9,8 @@ searched) and returns the chosen plan (`chosen`: a spec pinning its every knob r
 
 from __future__ import annotations
 
+import statistics
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -21,7 +23,7 @@ from day0.planner.search import plan_parallelism
 from day0.planner.step_time import model_flops_per_step
 from day0.spec.cluster import HardwareSpec
 from day0.spec.pipeline import Precision, TrainingSpec
-from day0.steps.parallel.config import ParallelConstraints, SoftwareName
+from day0.steps.parallel.config import SOFTWARE_PROFILES, ParallelConstraints, SoftwareName, SoftwareProfile
 
 if TYPE_CHECKING:
     from day0.model.structure import ModelStructure
@@ -31,6 +33,7 @@ __all__ = [
     "PublishedHardware",
     "PublishedRun",
     "RunPrediction",
+    "fit_gemm_efficiency",
     "megatron_flops_per_step",
     "predict_run",
     "published_step_seconds",
@@ -44,6 +47,8 @@ class _Model(BaseModel):
 
 
 class PublishedHardware(_Model):
+    device_type: Literal["cuda", "npu"] = "cuda"
+    resource: str | None = Field(None, description="The Kubernetes resource of one accelerator (an NPU's).")
     memory_gib: float
     bf16_tflops: float
     fp8_tflops: float | None = None
@@ -52,7 +57,7 @@ class PublishedHardware(_Model):
     inter_node_bandwidth_gbps: float
 
     def spec(self) -> HardwareSpec:
-        return HardwareSpec(**self.model_dump(exclude={"hbm_gbps"}))
+        return HardwareSpec(**self.model_dump(exclude={"hbm_gbps", "device_type", "resource"}))
 
 
 class PublishedRun(_Model):
@@ -72,7 +77,15 @@ class PublishedRun(_Model):
     offload: str | None = None
     sequence_parallel: bool | None = None
     software: SoftwareName | None = Field(
-        None, description="The training software's profile, where one describes it (its step-time band's runs)."
+        None,
+        description="The training software's profile, where one describes it: its figures under the row's own "
+        "`options`, and its step-time band's runs.",
+    )
+    miss: str | None = Field(None, description="Why the model misses this run by more than 20%, where it does.")
+    ambiguous: str | None = Field(
+        None,
+        description="Why the source's figure for this run is in doubt (it printed conflicting figures for the "
+        "same setup): validation reports such a run apart from its headline figures.",
     )
     options: dict[str, Any] = Field(default={})
     knobs: dict[str, int] = Field(
@@ -127,9 +140,15 @@ def published_step_seconds(run: PublishedRun, s: ModelStructure) -> float | None
     return None
 
 
-def run_options(run: PublishedRun, hw: PublishedHardware) -> PlannerOptions:
-    """The planner's options for a run: its stated knobs fixed, the rest searched, HBM from the datasheet."""
-    opts: dict[str, Any] = {"hbm_bandwidth_gbps": hw.hbm_gbps * HBM_FRACTION, **run.options}
+def run_options(run: PublishedRun, hw: PublishedHardware, software: SoftwareProfile | None = None) -> PlannerOptions:
+    """The planner's options for a run: its software profile's figures (`software`, else the row's own profile)
+    under what the row states, its stated knobs fixed, the rest searched, HBM from the datasheet."""
+    sw = software or (SOFTWARE_PROFILES[run.software] if run.software else None)
+    figures = sw.planner_figures() if sw else {}
+    opts: dict[str, Any] = {**figures, "hbm_bandwidth_gbps": hw.hbm_gbps * HBM_FRACTION, **run.options}
+    if sw:  # the profile's GEMM efficiencies over the datasheet's, a row's own over both
+        gemm = run.options.get("gemm_efficiency", {})
+        opts["gemm_efficiency"] = {**PlannerOptions().gemm_efficiency, **sw.gemm_efficiency, **gemm}
     if run.recompute:
         opts["recompute"] = [run.recompute]
     if run.zero_stage is not None:
@@ -144,7 +163,11 @@ def run_options(run: PublishedRun, hw: PublishedHardware) -> PlannerOptions:
     return PlannerOptions.model_validate(opts)
 
 
-def predict_run(run: PublishedRun, s: ModelStructure, hw: PublishedHardware) -> RunPrediction:
+def predict_run(
+    run: PublishedRun, s: ModelStructure, hw: PublishedHardware, software: SoftwareProfile | None = None
+) -> RunPrediction:
+    """The planner's prediction of `run` under the published degrees, with `software`'s figures (default: the
+    profile the row names)."""
     d = run.degrees
     constraints = ParallelConstraints(
         tensor_parallel=d.get("tp"),
@@ -167,7 +190,8 @@ def predict_run(run: PublishedRun, s: ModelStructure, hw: PublishedHardware) -> 
         run.per_node,
         host_memory_gib_per_accelerator=run.host_memory_gib_per_node / run.per_node,
     )
-    report = plan_parallelism(s, cluster, training, constraints, run_options(run, hw), find_min_accelerators=False)
+    options = run_options(run, hw, software)
+    report = plan_parallelism(s, cluster, training, constraints, options, find_min_accelerators=False)
     published = published_step_seconds(run, s)
     best = report.best
     if best is None:
@@ -195,3 +219,14 @@ def predict_run(run: PublishedRun, s: ModelStructure, hw: PublishedHardware) -> 
         message=report.message,
         chosen=best,
     )
+
+
+def fit_gemm_efficiency(errors_at: Callable[[float], Sequence[float]], low: float = 0.3, high: float = 1.0) -> float:
+    """The GEMM efficiency at which the median of `errors_at(efficiency)`, the signed step-time errors of a
+    software's published runs computing in one dtype, is zero (to 0.005), searched by bisection over
+    [low, high]: a higher efficiency predicts faster steps, so the errors fall as it rises. The median, not
+    the mean, so that one run the model misses for another cause does not move the figure for the rest."""
+    while high - low > 0.005:
+        mid = (low + high) / 2
+        low, high = (mid, high) if statistics.median(errors_at(mid)) > 0 else (low, mid)
+    return round((low + high) / 2, 3)

@@ -8,9 +8,9 @@ by `python -m benchmarks.bench_planner --validation` from tests/data/planner/pub
 (tests/unit/parallel/test_published_runs.py fails when the committed figures drift from the table).
 `step_time_band(profile, software)` turns them into factors: a run whose step the model predicts at t took
 t / (1 + e), so the central `COVERAGE` of the errors, e from its lower to its upper quantile, gives the band
-[t / (1 + e_hi), t / (1 + e_lo)]. Without a software profile the band is every run's (any software); a
-calibrated hardware profile has no published validation of its own: its band is the datasheet figures' and
-says so.
+[t / (1 + e_hi), t / (1 + e_lo)]. Without a software profile, or with one that no run of the table used, the
+band is every run's (any software), and says so; a calibrated hardware profile has no published validation of
+its own: its band is the datasheet figures' and says so.
 """
 
 import statistics
@@ -163,6 +163,14 @@ VALIDATION_ERRORS: dict[str, tuple[float, ...]] = {
         +0.030,
         +0.064,
     ),
+    "mindspeed-2025": (
+        -0.513,
+        -0.498,
+        -0.151,
+        -0.106,
+        -0.075,
+        +0.281,
+    ),
     "torchtitan-fsdp2-2024": (
         -0.437,
         -0.411,
@@ -214,13 +222,16 @@ def central_errors(errors: Sequence[float]) -> tuple[float, float]:
 def step_time_band(profile: str, software: str | None = None) -> StepTimeBand:
     """The band of a step time predicted under the hardware `profile` ("datasheet" or "calibrated") and the
     `software` profile (None: not stated)."""
-    errors = VALIDATION_ERRORS[software or "all"]
+    validated = software in VALIDATION_ERRORS
+    errors = VALIDATION_ERRORS[software if validated and software else "all"]
     low_error, high_error = central_errors(errors)
-    runs = f"{software} runs" if software else "runs (any software)"
+    runs = f"{software} runs" if validated else "runs (any software)"
     basis = (
         f"{COVERAGE:.0%} of the {len(errors)} published {runs} the datasheet figures were validated on took "
         f"between {1 / (1 + high_error):.2f}x and {1 / (1 + low_error):.2f}x the predicted step time"
     )
+    if software and not validated:
+        basis += f" (no published {software} run in the table yet: every run's band)"
     if profile != "datasheet":
         basis += f" (no published validation of a {profile} profile yet: the datasheet figures' band)"
     return StepTimeBand(

@@ -247,11 +247,25 @@ def _parallel_issues(spec: PipelineSpec, config: HFConfigDict) -> list[SpecIssue
 
 def _software_issues(spec: PipelineSpec) -> list[SpecIssue]:
     """A `planner.software` profile against the knobs pinned beside it: a ZeRO stage, an overlap or the
-    DualPipe schedule the software lacks, a written attention kind it does not run."""
+    DualPipe schedule the software lacks, a written attention kind it does not run, an accelerator or a compute
+    dtype it does not train on, a gradient reduction dtype its gradient buffer contradicts."""
     name, p = spec.planner.software, spec.parallel
     if name is None:
         return []
     sw, issues = SOFTWARE_PROFILES[name], []
+    device = spec.platform.device_type
+    if device not in sw.devices:
+        why = f"{sw.framework} runs on {list(sw.devices)} ({sw.sources['devices']})"
+        issues.append(_clash("planner.software", name, "platform.device_type", device, why))
+    compute = spec.training.precision.compute
+    if compute == "fp8" and "fp8" not in sw.gemm_efficiency:
+        why = f"{sw.framework} trains in {sorted(sw.gemm_efficiency)}, not fp8 ({sw.sources['gemm_efficiency']})"
+        issues.append(_clash("training.precision.compute", compute, "planner.software", name, why))
+    # a written planner.grad_dtype wins over the profile's (and is checked against the pin in _parallel_issues)
+    bf16_grads = sw.grad_dtype == "bf16" and not _written(spec.planner, "grad_dtype")
+    if p != "auto" and p.grad_reduce_dtype == "fp32" and bf16_grads:
+        why = f"{sw.framework} keeps gradients in bf16 and reduces them so ({sw.sources['grad_dtype']})"
+        issues.append(_clash("parallel.grad_reduce_dtype", "fp32", "planner.software", name, why))
     stage, field = None, ""
     if p != "auto" and p.zero_stage is not None:
         stage, field = p.zero_stage, "zero_stage"

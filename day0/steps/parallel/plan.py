@@ -51,14 +51,10 @@ def planner_inputs(
     )
     if p.software is not None:  # its figures where the spec writes none; pins and calibration come after
         sw = SOFTWARE_PROFILES[p.software]
-        figures = {k: getattr(sw, k) for k in ("grad_dtype", "flash_attention", "attention_efficiency")}
-        unwritten = {k: v for k, v in figures.items() if k not in p.model_fields_set}
-        searched = {
-            "zero_stages": list(sw.zero_stages),
-            "software_overlaps": list(sw.overlaps),
-            "software_dualpipe": sw.dualpipe,
-        }
-        options = options.model_copy(update=unwritten | searched)
+        figures = {k: v for k, v in sw.planner_figures().items() if k not in p.model_fields_set}
+        # its GEMM efficiencies over the datasheet's: a dtype the spec writes is merged over both below
+        gemm = options.gemm_efficiency | {str(dtype): value for dtype, value in sw.gemm_efficiency.items()}
+        options = options.model_copy(update=figures | {"gemm_efficiency": gemm})
     options = pin_options(spec, options)
     # a written assumption is kept as a pin is: the search does not try the other value (space.with_step4_techniques)
     written = {name: "planner." + name for name in ("fp8_activation_cache", "dualpipe") if name in p.model_fields_set}

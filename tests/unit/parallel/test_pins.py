@@ -258,10 +258,17 @@ def test_a_software_profile_sets_the_figures_the_spec_does_not_write() -> None:
             "grad_dtype",
             "flash_attention",
             "attention_efficiency",
+            "gemm_efficiency",
             "zero_stages",
             "overlaps",
             "dualpipe",
+            "devices",
         }
+    # its GEMM efficiencies, under a dtype the spec writes
+    gemm = options({"software": "torchtitan-fsdp2-2024", "gemm_efficiency": {"bf16": 0.7}}).gemm_efficiency
+    assert gemm["bf16"] == 0.7 and gemm["fp8"] == tt.gemm_efficiency["fp8"]
+    fsdp = options({"software": "fsdp-trainer-2024"})
+    assert fsdp.grad_dtype == "bf16" and fsdp.zero_stages == [0, 2, 3] and fsdp.software_overlaps == ["dp"]
     assert old.software_overlaps == ["dp"] and default.software_overlaps == ["tp", "ep", "dp"]
     s = spec_from_dict(raw | {"planner": planner | {"software": "torchtitan-fsdp2-2024"}})
     report = plan_for_spec(s, qwen())

@@ -112,6 +112,20 @@ CONTRADICTIONS = [
         "planner.flash_attention",
         "planner.software",
     ),
+    ({"planner": {"software": "mindspeed-2025"}}, "planner.software", "platform.device_type"),  # an H100 spec
+    (
+        {
+            "planner": {"software": "megatron-lm-2021"},
+            "training": {"seq_len": 4096, "global_batch": 512, "precision": {"compute": "fp8"}},
+        },
+        "training.precision.compute",
+        "planner.software",
+    ),
+    (
+        {"planner": {"software": "fsdp-trainer-2024"}, "parallel": {"grad_reduce_dtype": "fp32"}},
+        "parallel.grad_reduce_dtype",
+        "planner.software",
+    ),
 ]
 
 
