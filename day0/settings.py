@@ -127,6 +127,16 @@ class RunSettings(EnvSettings):
         le=3600,
         description="Seconds between a flow run's reads of its own state, to stop once it is Cancelling or Cancelled.",
     )
+    crash_settle_s: float = Field(
+        60.0,
+        ge=1,
+        le=3600,
+        description=(
+            "Seconds the recovery automation waits after a crash before it reschedules the run, so that every "
+            "report of one death (a process worker's comes after the flow's crash hooks ran) lands on the "
+            "Crashed run, not on its rerun."
+        ),
+    )
     lease_s: float = Field(
         30.0,
         ge=1,
