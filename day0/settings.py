@@ -129,7 +129,7 @@ class RunSettings(EnvSettings):
     )
     crash_settle_s: float = Field(
         60.0,
-        ge=1,
+        ge=10,  # Prefect's least window for a proactive trigger
         le=3600,
         description=(
             "Seconds the recovery automation waits after a crash before it reschedules the run, so that every "

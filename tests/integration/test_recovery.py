@@ -29,7 +29,7 @@ def _flow_run(client, tags: list[str]):  # type: ignore[no-untyped-def]  # Prefe
 def prefect(prefect_server: None, monkeypatch: pytest.MonkeyPatch) -> Iterator[object]:
     from prefect.client.orchestration import get_client
 
-    monkeypatch.setenv("DAY0_RUN_CRASH_SETTLE_S", "1")  # rescheduled at the triggers service's next pass (5 s)
+    monkeypatch.setenv("DAY0_RUN_CRASH_SETTLE_S", "10")  # Prefect's least; then the triggers service's next pass (5 s)
 
     with get_client(sync_client=True) as client:
         yield client
@@ -136,7 +136,8 @@ def test_a_run_whose_cancel_was_requested_is_not_rerun_after_it_crashed(prefect)
     assert "cancellation was requested before it crashed" in state.message, state
 
 
-HOOK_S = 4  # the flow's crash hooks in the worker, between its two reports (flows.adapt: its import, here 5-30 s)
+HOOK_S = 5  # the flow's crash hooks in the worker, between its two reports (flows.adapt: its import, here 5-30 s);
+# over the 3 s of the per-run-count dedupe that came before, under the settle time (10 s here)
 _CRASHY = """
 import os, pathlib, time
 from prefect import flow
@@ -166,7 +167,6 @@ def test_one_kill_of_a_process_worker_run_reschedules_it_once(prefect, tmp_path,
     from prefect.settings import PREFECT_API_URL
     from prefect.states import Cancelled
 
-    monkeypatch.setenv("DAY0_RUN_CRASH_SETTLE_S", str(HOOK_S + 2))
     ensure_recovery()
     (tmp_path / "crashy.py").write_text(_CRASHY)
     pool = f"kill-{uuid.uuid4().hex[:6]}"
