@@ -112,7 +112,8 @@ def _path_list(value: object) -> object:
 
 class RunSettings(EnvSettings):
     """How often a deployed flow run is started again after its process died (`flows.recovery`), how
-    often a running flow looks for a cancellation requested through Prefect (`flows.adapt`), and where
+    often a running flow looks for a cancellation requested through Prefect (`flows.adapt`), how long a
+    run's lock is its own without renewal (`day0.runs.lock`), and where
     the spec files that flow parameters name may be (`day0.spec.location`)."""
 
     env_prefix = "DAY0_RUN_"
@@ -125,6 +126,26 @@ class RunSettings(EnvSettings):
         gt=0,
         le=3600,
         description="Seconds between a flow run's reads of its own state, to stop once it is Cancelling or Cancelled.",
+    )
+    crash_settle_s: float = Field(
+        60.0,
+        ge=10,  # Prefect's least window for a proactive trigger
+        le=3600,
+        description=(
+            "Seconds the recovery automation waits after a crash before it reschedules the run, so that every "
+            "report of one death (a process worker's comes after the flow's crash hooks ran) lands on the "
+            "Crashed run, not on its rerun."
+        ),
+    )
+    lease_s: float = Field(
+        30.0,
+        ge=1,
+        le=600,
+        description=(
+            "Seconds a run's lock stays its own without renewal (renewed every third of it). A run whose pod "
+            "died is taken over this long after its last renewal: a rerun on another host waits at most this "
+            "long; hosts' clocks must agree to well within it."
+        ),
     )
     spec_roots: Annotated[list[Path], BeforeValidator(_path_list)] = Field(
         default_factory=lambda: [CONFIGS_DIR],

@@ -12,6 +12,7 @@ JSONDecodeError.
 from __future__ import annotations
 
 import errno
+import fcntl
 import json
 import os
 import re
@@ -104,6 +105,12 @@ class ArtifactStore(ABC):
     def create(self, key: str, data: bytes) -> bool:
         """Store `data` under `key` only if nothing is there, atomically; False when something was."""
 
+    @abstractmethod
+    def swap(self, key: str, expected: bytes, data: bytes | None) -> bool:
+        """Replace the object at `key` by `data` (delete it when None) only if it holds `expected`,
+        atomically (a compare-and-swap: the run lock's lease renewal, takeover and release); False when
+        it holds anything else or nothing."""
+
     def put_text(self, key: str, text: str, content_type: str = "text/plain; charset=utf-8") -> str:
         return self.put_bytes(key, text.encode(), content_type)
 
@@ -156,6 +163,29 @@ class FileStore(ArtifactStore):
         except FileExistsError:
             return False
         return True
+
+    def swap(self, key: str, expected: bytes, data: bytes | None) -> bool:
+        # Compare and write under an exclusive flock of the key's folder (swaps exclude each other); the
+        # write itself is a rename, so `create` never finds the key absent while a swap replaces it.
+        path = self._path(key)
+        try:
+            folder = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
+        except FileNotFoundError:
+            return False
+        try:
+            fcntl.flock(folder, fcntl.LOCK_EX)
+            try:
+                if path.read_bytes() != expected:
+                    return False
+            except FileNotFoundError:
+                return False
+            if data is None:
+                path.unlink()
+            else:
+                self._write(key, data, replace=True)
+            return True
+        finally:
+            os.close(folder)  # releases the flock
 
     def _write(self, key: str, data: bytes, replace: bool) -> None:
         """`write_atomically`, a full disk or a read-only folder reported as the store's state (exit 1)."""
@@ -264,6 +294,25 @@ class S3Store(ArtifactStore):
             self.client.put_object(Bucket=self.bucket, Key=self._key(key), Body=data, IfNoneMatch="*")
         except ClientError as exc:
             if exc.response.get("Error", {}).get("Code") in ("PreconditionFailed", "412"):
+                return False
+            raise StoreError(f"cannot write {self.url(key)}: {exc}") from None
+        except BotoCoreError as exc:
+            raise StoreUnavailable(f"storage {self.uri}: cannot reach the store: {exc}") from None
+        return True
+
+    def swap(self, key: str, expected: bytes, data: bytes | None) -> bool:
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        try:  # compared by content, written on the condition that the ETag read is still the object's
+            current = self.client.get_object(Bucket=self.bucket, Key=self._key(key))
+            if current["Body"].read() != expected:
+                return False
+            if data is None:
+                self.client.delete_object(Bucket=self.bucket, Key=self._key(key), IfMatch=current["ETag"])
+            else:
+                self.client.put_object(Bucket=self.bucket, Key=self._key(key), Body=data, IfMatch=current["ETag"])
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") in ("PreconditionFailed", "412", "NoSuchKey", "404"):
                 return False
             raise StoreError(f"cannot write {self.url(key)}: {exc}") from None
         except BotoCoreError as exc:

@@ -13,12 +13,14 @@ id, so the rerun sweeps the dead attempt's RayCluster by run id, reuses the comp
 the trial from its last checkpoint. A run started from the CLI (`day0 run`) has no deployment, so
 Prefect refuses to reschedule it: there the CLI's own resume applies.
 
-One crash, one reschedule: a dead process is reported Crashed twice (the worker's runner and the worker
-itself each propose it; on Kubernetes the observer too), and the second report, landing after the
-reschedule, crashed the rescheduled run again, so it was rescheduled twice and two attempts ran at once.
-The trigger counts per flow run and per Prefect run count (`prefect.run-count`, which an attempt raises as
-it starts) and fires once per `DUPLICATE_CRASH_S`: the second report of one crash is dropped, the crash of
-a later attempt is not.
+One crash, one reschedule: a dead process is reported Crashed twice. A process worker's runner reports
+it on the exit code, runs the flow's on_crashed hooks in the worker (importing the flow: seconds to tens of
+seconds for flows.adapt), and the worker then reports it again; on Kubernetes the observer reports it too.
+A report that lands on the Crashed run is refused (it is already terminal), but one that lands after the
+reschedule crashed the rescheduled run again (Scheduled may go to Crashed): it was rescheduled twice, and
+two attempts of one flow run ran at once. So the automation reschedules `DAY0_RUN_CRASH_SETTLE_S` after
+the crash (a proactive trigger: armed by the Crashed event, it fires when nothing moved the run on within
+that time), when every report of one death has landed on the Crashed run.
 
 The loop is bounded outside the flow body too: a second automation counts the reschedules of each flow run
 (its AwaitingRetry states) and the `DAY0_RUN_MAX_ATTEMPTS`-th one ends the run Failed, named
@@ -70,27 +72,34 @@ __all__ = [
 AUTOMATION_NAME = "day0-rerun-crashed-flow-runs"
 BOUND_NAME = "day0-stop-rerunning-after-max-attempts"
 TAG = "day0"  # on every deployment of prefect.yaml and of the chart's work pool
-DUPLICATE_CRASH_S = 3  # the reports of one crash come within a second; a rerun takes a worker poll (10 s) at least
 BOUND_WINDOW = dt.timedelta(days=7)  # the reschedules of one flow run are counted over this long
 CANCEL_WINS_NAME = "day0-keep-cancelled-flow-runs-cancelled"
 ZOMBIE_NAME = "day0-crash-flow-runs-without-heartbeat"
 ZOMBIE_BEATS = 2.5  # heartbeats missed before a run is taken for dead (one late beat is not a death)
 FINAL_EVENTS = {f"prefect.flow-run.{s}" for s in ("Completed", "Failed", "Cancelled", "Crashed")}
+# A crashed run that reaches one of these was moved on by someone else (a person, another automation)
+MOVED_ON_EVENTS = {
+    f"prefect.flow-run.{s}"
+    for s in ("Scheduled", "AwaitingRetry", "Pending", "Running", "Completed", "Failed", "Cancelling", "Cancelled")
+}
 
 
-def recovery_automation() -> AutomationCore:
-    """The automation: a Crashed flow run tagged `day0` goes to Scheduled, named AwaitingRetry."""
+def recovery_automation(settle_s: float) -> AutomationCore:
+    """The automation: a Crashed flow run tagged `day0` that nothing moved on within `settle_s` goes to
+    Scheduled, named AwaitingRetry."""
     return AutomationCore(
         name=AUTOMATION_NAME,
         description="day0: reschedule a flow run whose process died (flows/recovery.py); the flow bounds the attempts.",
         enabled=True,
         trigger=EventTrigger(
-            expect={"prefect.flow-run.Crashed"},
+            after={"prefect.flow-run.Crashed"},
+            expect=MOVED_ON_EVENTS,
+            match=ResourceSpecification({"prefect.resource.id": "prefect.flow-run.*"}),
             match_related=ResourceSpecification({"prefect.resource.id": f"prefect.tag.{TAG}"}),
-            for_each={"prefect.resource.id", "prefect.run-count"},
-            posture=Posture.Reactive,
+            for_each={"prefect.resource.id"},
+            posture=Posture.Proactive,
             threshold=1,
-            within=dt.timedelta(seconds=DUPLICATE_CRASH_S),
+            within=dt.timedelta(seconds=settle_s),
         ),
         actions=[
             ChangeFlowRunState(
@@ -186,9 +195,10 @@ def _automations() -> list[AutomationCore]:
     from prefect.settings import get_current_settings
 
     heartbeat_s = get_current_settings().flows.heartbeat_frequency or 180  # None: Prefect sends no heartbeat
+    settings = RunSettings()
     return [
-        recovery_automation(),
-        attempts_bound_automation(RunSettings().max_attempts),
+        recovery_automation(settings.crash_settle_s),
+        attempts_bound_automation(settings.max_attempts),
         cancel_wins_automation(),
         zombie_automation(heartbeat_s),
     ]

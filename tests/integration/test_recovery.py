@@ -11,7 +11,7 @@ from collections.abc import Iterator
 import pytest
 
 from day0.errors import UsageError
-from flows.recovery import AUTOMATION_NAME, DUPLICATE_CRASH_S, check_attempt, ensure_recovery
+from flows.recovery import AUTOMATION_NAME, check_attempt, ensure_recovery
 
 
 def _flow_run(client, tags: list[str]):  # type: ignore[no-untyped-def]  # Prefect's sync client and its models
@@ -26,8 +26,10 @@ def _flow_run(client, tags: list[str]):  # type: ignore[no-untyped-def]  # Prefe
 
 
 @pytest.fixture
-def prefect(prefect_server: None) -> Iterator[object]:
+def prefect(prefect_server: None, monkeypatch: pytest.MonkeyPatch) -> Iterator[object]:
     from prefect.client.orchestration import get_client
+
+    monkeypatch.setenv("DAY0_RUN_CRASH_SETTLE_S", "10")  # Prefect's least; then the triggers service's next pass (5 s)
 
     with get_client(sync_client=True) as client:
         yield client
@@ -55,7 +57,7 @@ def test_registering_twice_keeps_one_automation(prefect) -> None:  # type: ignor
     first = ensure_recovery()
     assert ensure_recovery() == first
     (automation,) = prefect.read_automations_by_name(AUTOMATION_NAME)
-    assert automation.enabled and automation.trigger.expect == {"prefect.flow-run.Crashed"}
+    assert automation.enabled and automation.trigger.after == {"prefect.flow-run.Crashed"}
     (action,) = automation.actions
     assert (action.type, action.state.value, action.name) == ("change-flow-run-state", "SCHEDULED", "AwaitingRetry")
 
@@ -93,19 +95,6 @@ def _judged(client) -> None:  # type: ignore[no-untyped-def]
     assert _state_after(client, sentinel.id).is_scheduled()
 
 
-def test_two_reports_of_one_crash_reschedule_the_run_once(prefect) -> None:  # type: ignore[no-untyped-def]
-    """Issue 44: a dead process is reported Crashed by the worker's runner and by the worker (on Kubernetes by
-    the observer too); each report was a reschedule, and two attempts of one flow run ran at once."""
-    from prefect.states import Crashed
-
-    ensure_recovery()
-    run = _flow_run(prefect, ["day0"])
-    _crash(prefect, run)
-    prefect.set_flow_run_state(run.id, Crashed(message="Flow run infrastructure exited with non-zero status code -9"))
-    _judged(prefect)
-    assert _reschedules(prefect, run.id) == 1, prefect.read_flow_run_states(run.id)
-
-
 def test_a_run_that_never_starts_stops_after_max_attempts_with_a_clear_state(
     prefect, monkeypatch: pytest.MonkeyPatch
 ) -> None:  # type: ignore[no-untyped-def]
@@ -117,7 +106,6 @@ def test_a_run_that_never_starts_stops_after_max_attempts_with_a_clear_state(
     ensure_recovery()
     run = _flow_run(prefect, ["day0"])
     for attempt in (1, 2):
-        time.sleep(DUPLICATE_CRASH_S)  # a worker takes a rescheduled run after its poll (10 s by default)
         prefect.set_flow_run_state(run.id, Pending(), force=True)  # submitted; its pod never runs the flow
         prefect.set_flow_run_state(run.id, Crashed(message="Kubernetes job failed: ErrImagePull"), force=True)
         _until(lambda n=attempt: _reschedules(prefect, run.id) == n)
@@ -146,3 +134,70 @@ def test_a_run_whose_cancel_was_requested_is_not_rerun_after_it_crashed(prefect)
     prefect.set_flow_run_state(run.id, Crashed(message="Execution was aborted by SystemExit 15"), force=True)
     state = _until(lambda: (s := prefect.read_flow_run(run.id).state).is_cancelled() and s)
     assert "cancellation was requested before it crashed" in state.message, state
+
+
+HOOK_S = 5  # the flow's crash hooks in the worker, between its two reports (flows.adapt: its import, here 5-30 s);
+# over the 3 s of the per-run-count dedupe that came before, under the settle time (10 s here)
+_CRASHY = """
+import os, pathlib, time
+from prefect import flow
+
+def sweep(flow, flow_run, state):  # stands for adapt's _sweep_clusters (flows.adapt imported, RayClusters swept)
+    time.sleep(float(os.environ["HOOK_S"]))
+
+@flow(on_crashed=[sweep])
+def crashy():
+    pathlib.Path(os.environ["PID_FILE"]).write_text(str(os.getpid()))
+    time.sleep(600)
+"""
+
+
+def test_one_kill_of_a_process_worker_run_reschedules_it_once(prefect, tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """Issue 44: `kill -9` of a deployment run's process was reported Crashed twice and rescheduled twice. A
+    process worker reports it twice: its runner on the exit code, then, after the flow's on_crashed hooks ran
+    in the worker (flows.adapt's import alone takes seconds), the worker itself. A report that lands after the
+    reschedule crashes the rescheduled run again; one that lands on the Crashed run is refused."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from prefect.client.schemas.actions import WorkPoolCreate
+    from prefect.flows import Flow
+    from prefect.settings import PREFECT_API_URL
+    from prefect.states import Cancelled
+
+    ensure_recovery()
+    (tmp_path / "crashy.py").write_text(_CRASHY)
+    pool = f"kill-{uuid.uuid4().hex[:6]}"
+    prefect.create_work_pool(WorkPoolCreate(name=pool, type="process"))
+    deployment_id = Flow.from_source(str(tmp_path), "crashy.py:crashy").deploy(  # type: ignore[attr-defined]
+        "d", work_pool_name=pool, tags=["day0"], print_next_steps=False, build=False, push=False
+    )
+    run = prefect.create_flow_run_from_deployment(deployment_id)
+    pid_file = tmp_path / "flow.pid"
+    env = {
+        **os.environ,
+        "PREFECT_API_URL": str(PREFECT_API_URL.value()),
+        "PID_FILE": str(pid_file),
+        "HOOK_S": str(HOOK_S),
+    }
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "prefect", "worker", "start", "--pool", pool, "--run-once"],
+        env=env,
+        stdout=(tmp_path / "worker.log").open("w"),
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while not pid_file.exists():
+            assert time.monotonic() < deadline and worker.poll() is None, (tmp_path / "worker.log").read_text()[-3000:]
+            time.sleep(0.2)
+        os.kill(int(pid_file.read_text()), signal.SIGKILL)
+        worker.wait(120)  # --run-once: it exits once it has reported the run
+        _judged(prefect)
+        states = prefect.read_flow_run_states(run.id)
+        assert _reschedules(prefect, run.id) == 1, [(s.name, s.message) for s in states]
+    finally:
+        prefect.set_flow_run_state(run.id, Cancelled(message="test over"), force=True)
+        worker.kill()

@@ -23,6 +23,12 @@ def exercise(store) -> None:
     assert store.get_json("a/b.json") == {"x": 2}
     with pytest.raises(StoreError, match="missing"):
         store.get_bytes("missing")
+    # compare-and-swap (the run lock's lease): only over the bytes expected
+    store.put_bytes("s/w.json", b"mine")
+    assert not store.swap("s/w.json", b"theirs", b"renewed") and store.get_bytes("s/w.json") == b"mine"
+    assert store.swap("s/w.json", b"mine", b"renewed") and store.get_bytes("s/w.json") == b"renewed"
+    assert store.swap("s/w.json", b"renewed", None) and not store.exists("s/w.json")
+    assert not store.swap("s/w.json", b"renewed", b"again") and not store.exists("s/w.json")
 
 
 def test_file_store(tmp_path: Path) -> None:
@@ -65,6 +71,30 @@ def test_s3_store_against_a_real_server(s3_server) -> None:
     # The objects are really on the server, under the prefix.
     keys = [o["Key"] for o in s3_server.client().list_objects_v2(Bucket=s3_server.bucket)["Contents"]]
     assert "runs/a/b.json" in keys
+
+
+@pytest.mark.integration
+def test_s3_swap_is_conditional_on_the_object_read(s3_server) -> None:
+    """A write that lands between the swap's read and its PUT wins: the PUT carries the ETag read (If-Match),
+    so a lease renewal never overwrites a takeover it did not see."""
+    import io
+
+    store = open_store(f"s3://{s3_server.bucket}/swap")
+    assert isinstance(store, S3Store)
+    store.put_bytes("lock/holder.json", b"mine")
+    read = store.client.get_object
+
+    def read_then_taken_over(**kwargs):  # type: ignore[no-untyped-def]
+        response = read(**kwargs)
+        response["Body"] = io.BytesIO(response["Body"].read())
+        store.client.put_object(Bucket=s3_server.bucket, Key="swap/lock/holder.json", Body=b"theirs")
+        return response
+
+    store.client.get_object = read_then_taken_over
+    assert not store.swap("lock/holder.json", b"mine", b"renewed")
+    assert not store.swap("lock/holder.json", b"mine", None)
+    store.client.get_object = read
+    assert store.get_bytes("lock/holder.json") == b"theirs"
 
 
 @pytest.mark.integration
