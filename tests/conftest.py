@@ -32,6 +32,7 @@ os.environ.setdefault(
 )
 
 REPO = Path(__file__).resolve().parent.parent
+pytest_plugins = ["tests.fixtures.timings"]  # per-test wall and CPU time, build/test-times.tsv
 # A test that uses a real service is an integration test whatever its module says, so
 # `make test-fast` (`-m "not integration and not e2e"`) never starts one.
 _SERVICE_FIXTURES = frozenset({"prefect_server", "local_ray", "s3_server"})
