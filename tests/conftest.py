@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from day0.core.ports import free_port
-from tests.fixtures import builds
+from tests.fixtures import builds, timings
 from tests.fixtures.privateuse1 import openreg  # noqa: F401 - the fixture, for every test module
 from tests.fixtures.release import tiny_fp8_release, tiny_release, tiny_releases  # noqa: F401 - built once per session
 
@@ -33,6 +33,7 @@ os.environ.setdefault(
 )
 
 REPO = Path(__file__).resolve().parent.parent
+pytest_plugins = ["tests.fixtures.timings"]  # per-test wall and CPU time, build/test-times.tsv
 # A test that uses a real service is an integration test whatever its module says, so
 # `make test-fast` (`-m "not integration and not e2e"`) never starts one.
 _SERVICE_FIXTURES = frozenset({"prefect_server", "local_ray", "s3_server"})
@@ -56,18 +57,26 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     module-scoped Ray cluster starts once), and the Kubernetes e2e tests all run on one worker, one
     after another (they share the control plane, and a process-backed RayCluster binds the GCS port
     of the whole machine). While the control plane is still to be built (tests/fixtures/builds.py
-    builds it in the background), the e2e tests go last, so both workers run other tests meanwhile.
-    A scheduler of our own, as xdist's `loadgroup` marks do not reach pytest 9's node ids."""
+    builds it in the background), the e2e tests go last, so both workers run other tests meanwhile;
+    the other scopes go longest first, by the last run's times (tests/fixtures/timings.py), so the
+    two workers finish together. A scheduler of our own, as xdist's `loadgroup` marks do not reach
+    pytest 9's node ids."""
     from xdist.scheduler import LoadScopeScheduling
 
     e2e_last = subprocess.run([str(REPO / "k8s/build.sh"), "--check"], capture_output=True).returncode != 0
+    seconds = timings.seconds_by_scope()
 
     class _ByModuleE2ETogether(LoadScopeScheduling):
+        _ordered = False
+
         def _split_scope(self, nodeid: str) -> str:
-            module = nodeid.split("::", 1)[0]
-            return "tests/e2e" if module.startswith("tests/e2e/") else module
+            return timings.scope_of(nodeid)
 
         def _assign_work_unit(self, node: Any) -> None:
+            if not self._ordered:  # the longest first (the last run's times), so both workers end together
+                self._ordered = True
+                for scope in sorted(self.workqueue, key=lambda scope: -seconds.get(scope, 0.0)):
+                    self.workqueue.move_to_end(scope)
             if e2e_last and "tests/e2e" in self.workqueue:
                 self.workqueue.move_to_end("tests/e2e")
             super()._assign_work_unit(node)

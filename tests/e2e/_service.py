@@ -45,7 +45,7 @@ TRIAL = {
 RELEASE_SPEC = {
     "platform": "cpu",
     "training": {"seq_len": 64, "global_batch": 4, "micro_batch": 2, "precision": {"compute": "bf16"}},
-    "validation": {"reference_dtype": "fp64"},
+    "validation": {"reference_dtype": "fp64", "production_elements": 1 << 20},  # see tests/fixtures/budgets.py
     "trial": TRIAL,
     "inference": {
         "quantization": "int8-weight",

@@ -22,6 +22,7 @@ from day0.backends.kuberay.manifest import GROUP, PLURAL, RUN_ID_LABEL, VERSION,
 from day0.runs.context import RunContext
 from day0.spec.pipeline import spec_from_dict
 from tests.e2e._day0_run import Day0Run
+from tests.fixtures.budgets import small_production_checks
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
 
@@ -50,6 +51,7 @@ def kuberay_spec(tmp_path: Path, name: str, pool: str, bucket: str) -> tuple[Pat
         },
         "storage": f"s3://{bucket}/{name}",
     }
+    raw = small_production_checks(raw)
     path = tmp_path / f"{name}.yaml"
     path.write_text(yaml.safe_dump(raw))
     return path, RunContext.create(spec_from_dict(raw)).run_id

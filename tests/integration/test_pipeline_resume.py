@@ -18,6 +18,12 @@ from tests.fixtures.cli import day0, start_day0
 pytestmark = pytest.mark.integration
 
 
+# In `make drill`, not `make test` (about 4 min here): its parts have faster tests, the rerun reusing
+# completed steps (test_adapt_flow.py::test_run_writes_results_report_and_resumes), the trial task
+# resuming from its last checkpoint (test_trial_run.py::test_task_rerun_resumes_from_s3_checkpoint), a
+# run stopped mid-trial leaving no complete-looking step (test_reaper.py), and the whole path on the
+# installed service (tests/e2e/test_release_day.py's lost flow-run pod resumed from its checkpoint).
+@pytest.mark.drill
 def test_killed_run_resumes_from_checkpoint(tmp_path: Path) -> None:
     spec = {
         "metadata": {"name": "resume-check"},

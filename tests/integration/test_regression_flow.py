@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.fixtures.budgets import small_production_checks
 from tests.fixtures.paths import REPO
 
 pytestmark = pytest.mark.integration
@@ -58,7 +59,7 @@ def test_unchanged_stack_passes_and_a_worse_kernel_is_named(tmp_path: Path, api_
         "steps": ["analyze", "operators"],
         "storage": f"file://{tmp_path}/runs",
     }
-    (tmp_path / "tiny.yaml").write_text(yaml.safe_dump(spec))
+    (tmp_path / "tiny.yaml").write_text(yaml.safe_dump(small_production_checks(spec)))
     store = tmp_path / "store"
     entry = {"name": "tiny", "spec": "tiny.yaml", "steps": ["analyze", "operators"]}
     broken = {"name": "broken", "spec": "missing.yaml", "steps": ["analyze", "operators"]}

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.fixtures.budgets import small_production_checks
 from tests.fixtures.paths import REPO
 
 pytestmark = pytest.mark.integration
@@ -29,7 +30,7 @@ def test_make_run_then_regression_twice_leaves_the_users_run_untouched(prefect_s
 
     env = {**os.environ, "PREFECT_API_URL": str(PREFECT_API_URL.value()), "PREFECT_HOME": str(tmp_path / "prefect")}
     store = tmp_path / "store"
-    spec = yaml.safe_load((REPO / "configs/pipelines/tiny-local.yaml").read_text())
+    spec = small_production_checks(yaml.safe_load((REPO / "configs/pipelines/tiny-local.yaml").read_text()))
     spec["storage"] = f"file://{store}"
     (tmp_path / "spec.yaml").write_text(yaml.safe_dump(spec))
     watch = {

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.fixtures.budgets import small_production_checks
 from tests.fixtures.cli import day0
 from tests.fixtures.release import add_tokenizer, make_fp8_release, read_tensors, save_model, write_checkpoint
 
@@ -21,14 +22,16 @@ def _run(release: Path, root: Path) -> tuple[dict, dict, str]:
     spec = root / "spec.yaml"
     spec.write_text(
         yaml.safe_dump(
-            {
-                "metadata": {"name": "release-day"},
-                "model": str(release),
-                "platform": "cpu",
-                "training": {"precision": {"compute": "bf16"}},
-                "steps": ["analyze", "operators"],
-                "storage": f"file://{root}/store",
-            }
+            small_production_checks(
+                {
+                    "metadata": {"name": "release-day"},
+                    "model": str(release),
+                    "platform": "cpu",
+                    "training": {"precision": {"compute": "bf16"}},
+                    "steps": ["analyze", "operators"],
+                    "storage": f"file://{root}/store",
+                }
+            )
         )
     )
     proc = day0("run", str(spec))

@@ -16,6 +16,7 @@ from uuid import UUID
 import pytest
 import yaml
 
+from tests.fixtures.budgets import small_production_checks
 from tests.fixtures.cli import day0
 from tests.fixtures.paths import REPO
 
@@ -47,7 +48,7 @@ def _spec(tmp_path: Path, name: str, **fields: object) -> Path:
         "storage": f"file://{tmp_path}/store",
     } | fields
     path = tmp_path / f"{name}.yaml"
-    path.write_text(yaml.safe_dump(spec))
+    path.write_text(yaml.safe_dump(small_production_checks(spec)))
     return path
 
 
