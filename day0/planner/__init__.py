@@ -1,6 +1,7 @@
 """The parallelism planner and the memory/communication optimiser that steps 3 and 4 (and `day0 plan`) run.
 
-Contract: pure functions over step 1's `ModelStructure` (no torch, no I/O). `plan_parallelism` ranks
+Contract: pure functions over one `PlanningProblem` (step 1's `ModelStructure`, the cluster, the training
+setup, the pins and the options, built once; no torch, no I/O). `plan_parallelism` ranks
 feasible plans (or says why none fits and how many accelerators would); `choose_optimizations` picks
 memory/communication techniques for a chosen plan, each with its estimated memory and time effect.
 Around them: `pins` (the knobs a spec's `parallel:` pins), `profile` (the platform's calibrated
@@ -14,6 +15,7 @@ verdicts and report text are the steps' (`day0.steps.parallel`, `day0.steps.opti
 
 from day0.planner.inputs import ClusterFigures, CommSettings, PlannerOptions, cluster_figures, cluster_from_spec
 from day0.planner.optimize import choose_optimizations
+from day0.planner.problem import PlanningProblem
 from day0.planner.results import Plan, PlanSearch
 from day0.planner.search import brute_force, min_accelerators, plan_parallelism
 
@@ -23,6 +25,7 @@ __all__ = [
     "Plan",
     "PlanSearch",
     "PlannerOptions",
+    "PlanningProblem",
     "brute_force",
     "choose_optimizations",
     "cluster_figures",

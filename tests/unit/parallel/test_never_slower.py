@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from day0.planner import cluster_figures, plan_parallelism
+from day0.planner import PlanningProblem, cluster_figures, plan_parallelism
 from day0.planner.inputs import PlannerOptions
 from day0.planner.optimize import _MIN_GAIN
 from day0.planner.published import run_options
@@ -87,9 +87,11 @@ def test_dualpipe_is_searched_where_the_software_has_it_with_its_schedule_rules(
     training = TrainingSpec(seq_len=run.seq_len, global_batch=run.global_batch, precision={"compute": "fp8"})
     pins = ParallelConstraints(tensor_parallel=1, pipeline_parallel=16, expert_parallel=64, data_parallel=128)
     s = structure(run.model)
-    report = plan_parallelism(s, cluster, training, pins, options, find_min_accelerators=False)
+    report = plan_parallelism(PlanningProblem.of(s, cluster, training, pins, options), find_min_accelerators=False)
     assert report.options.dualpipe and report.best is not None
     d = report.best.parallel
     assert d.virtual_pipeline_stages == 1 and d.num_microbatches % 2 == 0 and d.num_microbatches >= 2 * 16
-    one = plan_parallelism(s, cluster, training, pins, options.model_copy(update={"software_dualpipe": False}))
+    one = plan_parallelism(
+        PlanningProblem.of(s, cluster, training, pins, options.model_copy(update={"software_dualpipe": False}))
+    )
     assert not one.options.dualpipe and one.best is not None and one.best.time.step_s > report.best.time.step_s
