@@ -23,7 +23,7 @@ from day0.planner.inputs import GIB
 from day0.planner.memory import param_bytes, usable_bytes
 from day0.planner.problem import PlanningProblem
 from day0.planner.results import MEMORY_TERMS, Infeasibility, Plan, PlanSearch, make_plan
-from day0.planner.space import enumerate_degrees, with_step4_techniques
+from day0.planner.space import enumerate_degrees, with_techniques_on
 from day0.planner.values import OFFLOADS, RECOMPUTES, Degrees, MemoryEstimate, MemoryKnobs
 
 __all__ = ["best_knobs", "brute_force", "min_accelerators", "overflow_reason", "plan_parallelism"]
@@ -76,8 +76,8 @@ def _schedules(problem: PlanningProblem) -> list[PlanningProblem]:
 
 
 def _searched(problem: PlanningProblem) -> PlanningProblem:
-    """`problem` with the techniques step 4 would switch on (`with_step4_techniques`): the plans ranked."""
-    return problem.with_options(with_step4_techniques(problem.options, problem.training.precision.compute))
+    """`problem` with the techniques step 4 would switch on (`with_techniques_on`): the plans ranked."""
+    return problem.with_options(with_techniques_on(problem.options, problem.training.precision.compute))
 
 
 def _fastest(searches: list[PlanSearch]) -> PlanSearch:

@@ -2,10 +2,10 @@
 a run; `day0 plan` calls it directly."""
 
 from day0.model.structure import ModelStructure
-from day0.planner.optimize import choose_optimizations
 from day0.planner.problem import PlanningProblem
 from day0.spec.pipeline import PipelineSpec
 from day0.steps.optimize.result import OptimizationReport
+from day0.steps.optimize.techniques import choose_optimizations
 from day0.steps.parallel.result import PlanReport
 
 __all__ = ["optimize_for_spec"]

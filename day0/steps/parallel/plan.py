@@ -61,7 +61,7 @@ def planner_inputs(
         }
         options = options.model_copy(update=unwritten | searched)
     options = pin_options(spec, options)
-    # a written assumption is kept as a pin is: the search does not try the other value (space.with_step4_techniques)
+    # a written assumption is kept as a pin is: the search does not try the other value (space.with_techniques_on)
     written = {name: "planner." + name for name in ("fp8_activation_cache", "dualpipe") if name in p.model_fields_set}
     if written:
         options = options.model_copy(update={"pinned": written | options.pinned})

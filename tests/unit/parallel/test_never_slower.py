@@ -5,7 +5,7 @@ what the source leaves out, steps 3 and 4 choose for it as they would for a user
 `day0 plan SPEC --json` (step 4's step time): the same run with its degrees pinned only, and with nothing
 pinned (`parallel: auto`, the run's accelerators). The one allowance is step 4's own rule: where the published
 setup states a lossy technique (fp8 MoE dispatch, bf16 gradient reduction) the planner's plan declines because
-it saves under 1% there (`optimize._MIN_GAIN`)."""
+it saves under 1% there (`techniques._MIN_GAIN`)."""
 
 from __future__ import annotations
 
@@ -16,10 +16,10 @@ import pytest
 
 from day0.planner import PlanningProblem, cluster_figures, plan_parallelism
 from day0.planner.inputs import PlannerOptions
-from day0.planner.optimize import _MIN_GAIN
 from day0.planner.published import run_options
 from day0.planner.space import micro_batches
 from day0.spec.pipeline import TrainingSpec
+from day0.steps.optimize.techniques import _MIN_GAIN
 from day0.steps.parallel.config import ParallelConstraints
 from tests.fixtures.published import (
     HARDWARE,

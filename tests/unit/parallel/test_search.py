@@ -20,12 +20,12 @@ from day0.planner import (
 from day0.planner.bounds import static_lower_bound
 from day0.planner.evaluate import PlanContext
 from day0.planner.model import model_costs
-from day0.planner.optimize import choose_optimizations
 from day0.planner.space import enumerate_degrees, knob_settings
 from day0.planner.stages import partition, rank_groups
 from day0.planner.values import OFFLOADS, RECOMPUTES
 from day0.spec.cluster import PlatformSpec
 from day0.spec.pipeline import TrainingSpec, load_spec, load_yaml
+from day0.steps.optimize.techniques import choose_optimizations
 from day0.steps.parallel.config import ParallelConstraints
 from day0.steps.parallel.result import PlanReport
 from tests.fixtures import paths

@@ -7,10 +7,10 @@ import pytest
 from day0.model.structure import ModelStructure
 from day0.paths import CONFIGS_DIR
 from day0.planner import PlanningProblem, cluster_figures, plan_parallelism
-from day0.planner.optimize import choose_optimizations
 from day0.spec.cluster import PlatformSpec
 from day0.spec.pipeline import TrainingSpec, load_yaml
 from day0.steps.optimize.result import OptimizationReport
+from day0.steps.optimize.techniques import choose_optimizations
 from day0.steps.parallel.result import PlanReport
 from tests.fixtures import paths
 

@@ -1,7 +1,7 @@
 """Step 4: memory and communication techniques for a chosen plan, each with its estimated effect.
 
 Contract: `choose_optimizations` is pure. Step 3 ranks plans with the techniques switched on that step 4
-would take (`space.with_step4_techniques`: the software's overlaps; fp8 dispatch and activation caching with
+would take (`space.with_techniques_on`: the software's overlaps; fp8 dispatch and activation caching with
 fp8 compute). For the plan's parallel degrees step 4 then (1) turns on, in turn, each communication technique
 that shortens the step (overlaps; bf16 gradient reduction when it saves >1% of the step; fp8 MoE dispatch only
 when training already computes in fp8, as DeepSeek-V3 sec. 3.3 does) and switches a lossy one step 3 ranked
@@ -18,11 +18,11 @@ from __future__ import annotations
 from day0.planner.evaluate import PlanContext
 from day0.planner.frameworks import FrameworkSetup, framework_configs
 from day0.planner.inputs import CommSettings, PlannerOptions
-from day0.planner.optimization import Optimization, SequenceStep, TechniqueChoice, TechniqueOption
 from day0.planner.problem import PlanningProblem
 from day0.planner.results import Plan, make_plan
 from day0.planner.search import best_knobs
 from day0.planner.values import OFFLOADS, RECOMPUTES, Degrees, MemoryKnobs
+from day0.steps.optimize.optimization import Optimization, SequenceStep, TechniqueChoice, TechniqueOption
 
 __all__ = ["Optimization", "TechniqueChoice", "TechniqueOption", "choose_optimizations"]
 
