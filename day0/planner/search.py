@@ -1,5 +1,5 @@
-"""Step 3: search parallel plans (TP, PP with virtual stages, EP and expert-TP, CP, DP, micro-batch) and
-memory knobs (ZeRO stage, recompute, offload) for the best feasible step time.
+"""The search: parallel plans (TP, PP with virtual stages, EP and expert-TP, CP, DP, micro-batch) and memory
+knobs (ZeRO stage, recompute, offload) for the best feasible step time, over one `PlanningProblem`.
 
 Contract: `plan_parallelism` is pure and deterministic: a best-first branch and bound over degree tuples
 (sorted by a time lower bound; a memory lower bound discards tuples no knob setting can fit) returning
@@ -100,13 +100,8 @@ def plan_parallelism(problem: PlanningProblem, find_min_accelerators: bool = Tru
 def _search(problem: PlanningProblem, find_min_accelerators: bool, cutoff: float = math.inf) -> PlanSearch:
     """The best-first search of one schedule; with a `cutoff`, only tuples whose bound is under it."""
     t0 = time.perf_counter()
-    costs, cluster, training, cons, options = (
-        problem.costs,
-        problem.cluster,
-        problem.training,
-        problem.constraints,
-        problem.options,
-    )
+    p = problem
+    costs, cluster, training, cons, options = p.costs, p.cluster, p.training, p.constraints, p.options
     rejected: Counter[str] = Counter()
     knobs = problem.knobs
     bound_of = StaticBound(costs, cluster, training, options)

@@ -1,4 +1,4 @@
-"""The search space of step 3: every degree tuple (TP, CP, PP with virtual stages, EP and expert-TP,
+"""The search space: every degree tuple (TP, CP, PP with virtual stages, EP and expert-TP,
 DP, micro-batch) meeting the structural constraints, and every memory-knob setting (ZeRO stage,
 recompute, offload) the options allow. `day0.planner.search` walks it; `min_accelerators` sizes
 clusters with it.
