@@ -31,9 +31,9 @@ __all__ = ["best_knobs", "brute_force", "min_accelerators", "overflow_reason", "
 _MAX_ACCELERATORS = 1 << 18
 
 
-def _key(d: Degrees, k: MemoryKnobs, step: float) -> tuple:
+def _degrees_key(d: Degrees) -> tuple[int, ...]:
+    """The degrees' part of the ranking key, in tie-break order."""
     return (
-        step,
         d.tensor_parallel,
         d.pipeline_parallel,
         d.virtual_pipeline_stages,
@@ -41,10 +41,11 @@ def _key(d: Degrees, k: MemoryKnobs, step: float) -> tuple:
         d.expert_parallel,
         d.expert_tensor_parallel,
         d.micro_batch,
-        k.zero_stage,
-        RECOMPUTES.index(k.recompute),
-        OFFLOADS.index(k.offload),
     )
+
+
+def _key(d: Degrees, k: MemoryKnobs, step: float) -> tuple:
+    return (step, *_degrees_key(d), k.zero_stage, RECOMPUTES.index(k.recompute), OFFLOADS.index(k.offload))
 
 
 def best_knobs(
@@ -110,23 +111,7 @@ def _search(problem: PlanningProblem, find_min_accelerators: bool, cutoff: float
     # static bound reaches the front, and the search stops when any bound is above the kept plans
     degrees = list(enumerate_degrees(costs, cluster, training, cons, options, rejected))
     # ties broken on the degrees in `_key`'s order (its knob part is the same for every tuple here)
-    queue = [
-        (
-            bound_of.quick(d),
-            0,
-            (
-                d.tensor_parallel,
-                d.pipeline_parallel,
-                d.virtual_pipeline_stages,
-                d.context_parallel,
-                d.expert_parallel,
-                d.expert_tensor_parallel,
-                d.micro_batch,
-            ),
-            i,
-        )
-        for i, d in enumerate(degrees)
-    ]
+    queue = [(bound_of.quick(d), 0, _degrees_key(d), i) for i, d in enumerate(degrees)]
     if cutoff < math.inf:  # a tuple whose bound reaches the cutoff is never evaluated: not queued
         queue = [q for q in queue if q[0] < cutoff]
     heapq.heapify(queue)
