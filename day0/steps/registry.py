@@ -139,7 +139,7 @@ class Need(NamedTuple):
 
 def needs(step: str) -> tuple[Need, ...]:
     """The results `step`'s `run` reads, from its typed signature (after `ctx` and `progress`)."""
-    run = REGISTRY[step].run
+    run = step_spec(step).run
     hints, found = get_type_hints(run), []
     for name, param in inspect.signature(run).parameters.items():
         hint = hints.get(name)

@@ -8,6 +8,7 @@ import datetime as dt
 from day0.report.scorecard import rows
 from day0.runs.context import StepRecord
 from day0.spec.pipeline import spec_from_dict
+from day0.steps.registry import needs
 from flows.adapt import plan_steps
 from tests.fixtures.report import recorded_results
 
@@ -26,6 +27,7 @@ def test_calibration_is_planned_before_step_3_only_when_the_spec_asks() -> None:
     both = spec_from_dict(SPEC | {"steps": ["analyze", "parallel"], "planner": {"calibrate": True}})
     assert plan_steps(both, only=["analyze"]) == ["analyze"]  # no step 3, no calibration
     assert plan_steps(spec_from_dict(SPEC)) == ["analyze", "parallel"]
+    assert needs("calibrate") == ()  # the gate reads what it needs as a step's: nothing
 
 
 def _record(step: str, **fields: object) -> StepRecord:
