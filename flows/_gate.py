@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from day0.core.result import StepResult
 from day0.errors import Day0Error
 from day0.runs.context import RunContext, StepRecord
-from day0.steps.registry import needs
+from day0.steps.registry import SUBSTEPS, needs
 from tasks._step import one_line, step_logger
 
 if TYPE_CHECKING:
@@ -61,11 +61,9 @@ class StepGate:
         step: str = task.name
         if step not in self.steps:
             return None
-        blocked = [
-            f"step {n.step} {self._unavailable.get(n.step, 'failed')}"
-            for n in needs(step)
-            if n.required and not _passed(results.get(n.step))
-        ]
+        required = [n.step for n in needs(step) if n.required]
+        required += [name for name, sub in SUBSTEPS.items() if sub.parent == step and name in self.steps]
+        blocked = [f"step {s} {self._unavailable.get(s, 'failed')}" for s in required if not _passed(results.get(s))]
         if blocked:
             self._skip(step, "needs " + ", ".join(blocked))
             return None

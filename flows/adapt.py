@@ -43,11 +43,11 @@ from day0.settings import RunSettings
 from day0.spec.checks import check_steps
 from day0.spec.location import read_spec_document
 from day0.spec.pipeline import STEPS, PipelineSpec, load_spec, spec_from_dict
-from day0.steps.registry import pods_needed, prerequisites
+from day0.steps.registry import pods_needed, prerequisites, with_substeps
 from flows._artifacts import publish_report_artifacts
 from flows._gate import StepGate
 from flows.recovery import cancel_requested_earlier, check_attempt
-from tasks.steps import TASKS
+from tasks.steps import SUBSTEP_TASKS, TASKS
 
 if TYPE_CHECKING:
     from prefect import Flow
@@ -60,7 +60,8 @@ __all__ = ["adapt", "check_runnable", "plan_steps", "spec_parameter"]
 
 
 def plan_steps(spec: PipelineSpec, only: list[str] | None = None) -> list[str]:
-    """The steps to run in pipeline order: those wanted (`only`, else the spec's) and their prerequisites."""
+    """The steps to run in pipeline order: those wanted (`only`, else the spec's) and their prerequisites,
+    with the sub-steps the spec asks for (step 3's calibration) before their parent."""
     if only and (unknown := [s for s in only if s not in STEPS]):
         raise UsageError(f"--only: unknown step(s) {unknown}; expected some of {list(STEPS)}")
     wanted = [s for s in spec.steps if not only or s in only]
@@ -74,7 +75,7 @@ def plan_steps(spec: PipelineSpec, only: list[str] | None = None) -> list[str]:
 
     for step in wanted:
         add(step)
-    return [s for s in STEPS if s in needed]
+    return with_substeps(spec, [s for s in STEPS if s in needed])
 
 
 def check_runnable(spec: PipelineSpec, steps: list[str]) -> None:
@@ -207,7 +208,7 @@ def _run_steps(ctx: RunContext, steps: list[str], start: float) -> JsonObject:
         pods = pods_needed(pipeline_spec, steps)
         with _stop_when_cancelled(ctx.flow_run_id, cancel), run_backend(ctx, pods, progress=log.info):
             for step in steps:  # each gated on the results its `run` reads (`day0.steps.registry`)
-                results[step] = gate.run(TASKS[step], ctx, results)
+                results[step] = gate.run(TASKS.get(step) or SUBSTEP_TASKS[step], ctx, results)
     except KeyboardInterrupt:  # Ctrl-C, or our watcher's SIGINT
         if not cancel.is_set():
             raise

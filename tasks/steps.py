@@ -8,10 +8,10 @@ from prefect.cache_policies import NO_CACHE
 
 from day0.core.result import StepResult
 from day0.runs.context import RunContext
-from day0.steps.registry import REGISTRY, StepSpec
+from day0.steps.registry import REGISTRY, SUBSTEPS, StepSpec
 from tasks._step import StepProgress, run_step, step_logger
 
-__all__ = ["TASKS", "step_task"]
+__all__ = ["SUBSTEP_TASKS", "TASKS", "step_task"]
 
 
 def step_task(spec: StepSpec) -> Task[..., StepResult]:
@@ -25,3 +25,5 @@ def step_task(spec: StepSpec) -> Task[..., StepResult]:
 
 # The steps as tasks, in pipeline order.
 TASKS: dict[str, Task[..., StepResult]] = {name: step_task(spec) for name, spec in REGISTRY.items()}
+# The sub-steps as tasks of their own (`day0.steps.registry.SUBSTEPS`).
+SUBSTEP_TASKS: dict[str, Task[..., StepResult]] = {name: step_task(sub.step) for name, sub in SUBSTEPS.items()}

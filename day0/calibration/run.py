@@ -19,7 +19,7 @@ from pydantic import BaseModel, Field, field_validator
 import day0
 from day0.backends.resources import accelerator_resource, task_options
 from day0.calibration import figures as fig
-from day0.core.result import Progress
+from day0.core.result import Judgement, Progress, StepResult
 from day0.planner.profile import CalibratedProfile, CollectivePoint, GemmPoint, Measurement, store_profile
 from day0.spec.cluster import PlatformSpec
 from day0.store import ArtifactStore
@@ -88,10 +88,18 @@ class FigureRow(BaseModel):
     unit: str
 
 
-class CalibrationReport(BaseModel):
+class CalibrationReport(StepResult):
+    """What `day0 calibrate` measured and stored; also the result of step 3's calibration sub-step
+    (`planner.calibrate: true`), which a resumed run reuses instead of measuring again."""
+
+    STEP = "calibrate"
+
     profile: CalibratedProfile
     store_key: str
     seconds: float
+
+    def judge(self) -> Judgement:
+        return Judgement(verdict="pass", headline={"calibrated": f"{self.profile.platform} in {self.seconds:.0f} s"})
 
     def rows(self) -> list[FigureRow]:
         p, hw = self.profile, self.profile.datasheet

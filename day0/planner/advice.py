@@ -12,19 +12,11 @@ chosen (or leanest) degree tuple, so the lines cost a handful of evaluations, no
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-from day0.planner.evaluate import PlanContext
-from day0.planner.inputs import GIB, ClusterFigures, PlannerOptions, costs_for
+from day0.planner.inputs import GIB
+from day0.planner.problem import PlanningProblem
 from day0.planner.results import ClusterPoint, Plan, PlanSearch, degrees_label
 from day0.planner.search import best_knobs, min_accelerators, plan_parallelism
-from day0.planner.space import knob_settings
 from day0.planner.values import OFFLOADS, RECOMPUTES, Degrees
-from day0.spec.pipeline import TrainingSpec
-from day0.steps.parallel.config import ParallelConstraints
-
-if TYPE_CHECKING:
-    from day0.model.structure import ModelStructure
 
 __all__ = ["elastic_points", "next_steps"]
 
@@ -33,9 +25,11 @@ _FULL = {"recompute": list(RECOMPUTES), "zero_stages": [0, 1, 2, 3], "offload": 
 _KNOB_OPTION = {"recompute": "recompute", "zero_stage": "zero_stages", "offload": "offload"}
 
 
-def _resized(constraints: ParallelConstraints | None) -> ParallelConstraints:
+def _resized(problem: PlanningProblem) -> PlanningProblem:
     """The pins that still mean something on a cluster of another size (DP and the count follow it)."""
-    return (constraints or ParallelConstraints()).model_copy(update={"data_parallel": None, "accelerators": None})
+    return problem.with_constraints(
+        problem.constraints.model_copy(update={"data_parallel": None, "accelerators": None})
+    )
 
 
 def _point(label: str, n: int, plan: Plan | None, message: str) -> ClusterPoint:
@@ -53,15 +47,9 @@ def _point(label: str, n: int, plan: Plan | None, message: str) -> ClusterPoint:
     )
 
 
-def elastic_points(
-    structure: ModelStructure,
-    cluster: ClusterFigures,
-    training: TrainingSpec,
-    constraints: ParallelConstraints | None,
-    options: PlannerOptions,
-    report: PlanSearch,
-) -> list[ClusterPoint]:
+def elastic_points(problem: PlanningProblem, report: PlanSearch) -> list[ClusterPoint]:
     """The best plan at the elastic minimum and at the maximum (empty without an elastic pool)."""
+    cluster = problem.cluster
     low = cluster.elastic_min_accelerators
     if low is None:
         return []
@@ -72,26 +60,22 @@ def elastic_points(
     if low == 0:
         return [_point(f"elastic minimum (nodes: {lows})", 0, None, "no accelerators at the pools' minima"), top]
     small = plan_parallelism(
-        structure, cluster.with_accelerators(low), training, _resized(constraints), options, find_min_accelerators=False
+        _resized(problem).with_cluster(cluster.with_accelerators(low)), find_min_accelerators=False
     )
     return [_point(f"elastic minimum (nodes: {lows})", low, small.best, small.message), top]
 
 
-def _context(structure: ModelStructure, report: PlanSearch, d: Degrees, options: PlannerOptions) -> PlanContext:
-    costs = costs_for(structure, options, report.training.precision.compute)
-    return PlanContext(costs, report.cluster, report.training, d, options)
-
-
-def _fastest(ctx: PlanContext, options: PlannerOptions) -> tuple[float, float] | None:
+def _fastest(problem: PlanningProblem, d: Degrees) -> tuple[float, float] | None:
     """(step s, GiB) of the fastest fitting knob setting of a tuple, or None when none fits."""
-    found = best_knobs(ctx, knob_settings(options))
+    ctx = problem.context(d)
+    found = best_knobs(ctx, problem.knobs)
     if found is None:
         return None
     return found[0][0], ctx.memory(found[1]).total_bytes / GIB
 
 
-def _micro_batch_line(structure: ModelStructure, report: PlanSearch, best: Plan) -> str | None:
-    o, d, tr = report.options, best.parallel, report.training
+def _micro_batch_line(searched: PlanningProblem, best: Plan) -> str | None:
+    o, d, tr = searched.options, best.parallel, searched.training
     if "micro_batch" not in o.pinned:
         return None
     lines = []
@@ -102,7 +86,7 @@ def _micro_batch_line(structure: ModelStructure, report: PlanSearch, best: Plan)
         if d.virtual_pipeline_stages > 1 and m % d.pipeline_parallel:
             continue
         other = d.__class__(**{**_fields(d), "micro_batch": mb, "num_microbatches": m})
-        got = _fastest(_context(structure, report, other, o.model_copy(update={"micro_batches": [mb]})), o)
+        got = _fastest(searched.with_options(o.model_copy(update={"micro_batches": [mb]})), other)
         if got is not None and got[0] < best.time.step_s:
             lines.append((got[0], mb, got[1]))
     if not lines:
@@ -119,14 +103,13 @@ def _fields(d: Degrees) -> dict[str, int]:
     return {k: getattr(d, k) for k in d.__dataclass_fields__}
 
 
-def _unpin_lines(structure: ModelStructure, report: PlanSearch, plan: Plan, fits: bool) -> list[str]:
+def _unpin_lines(searched: PlanningProblem, plan: Plan, fits: bool) -> list[str]:
     """For each pinned memory knob: the fastest setting on these degrees with that knob free."""
-    o, out = report.options, []
+    o, out = searched.options, []
     for knob, option in _KNOB_OPTION.items():
         if knob not in o.pinned:
             continue
-        free = o.model_copy(update={option: _FULL[option]})
-        got = _fastest(_context(structure, report, plan.parallel, free), free)
+        got = _fastest(searched.with_options(o.model_copy(update={option: _FULL[option]})), plan.parallel)
         if got is None:
             continue
         pinned_value = getattr(plan.memory_knobs, knob)
@@ -143,34 +126,29 @@ def _unpin_lines(structure: ModelStructure, report: PlanSearch, plan: Plan, fits
     return out
 
 
-def _fit_line(structure: ModelStructure, report: PlanSearch, leanest: Plan) -> str | None:
+def _fit_line(searched: PlanningProblem, leanest: Plan) -> str | None:
     """When nothing fits and no knob is pinned: does any ZeRO/recompute/offload make the leanest fit?"""
-    free = report.options.model_copy(update=_FULL)
-    got = _fastest(_context(structure, report, leanest.parallel, free), free)
+    got = _fastest(searched.with_options(searched.options.model_copy(update=_FULL)), leanest.parallel)
     return None if got is None else f"{degrees_label(leanest.parallel)} fits with other memory knobs: {got[1]:.1f} GiB"
 
 
-def next_steps(
-    structure: ModelStructure,
-    report: PlanSearch,
-    constraints: ParallelConstraints | None,
-    platform: str,
-) -> list[str]:
+def next_steps(problem: PlanningProblem, report: PlanSearch, platform: str) -> list[str]:
     """What to do next, one line each (see the module contract)."""
+    searched = problem.with_cluster(report.cluster).with_options(report.options)  # what the search ranked with
     out: list[str] = []
     best = report.best
     if best is not None:
-        line = _micro_batch_line(structure, report, best)
+        line = _micro_batch_line(searched, best)
         out += [line] if line else []
-        out += _unpin_lines(structure, report, best, fits=True)
+        out += _unpin_lines(searched, best, fits=True)
     elif report.closest_infeasible:
         leanest = report.closest_infeasible[0]
-        out += _unpin_lines(structure, report, leanest, fits=False)
-        line = _fit_line(structure, report, leanest) if not report.options.pinned else None
+        out += _unpin_lines(searched, leanest, fits=False)
+        line = _fit_line(searched, leanest) if not report.options.pinned else None
         out += [line] if line else []
     need = report.min_accelerators
     if need is None and report.tuples_considered:
-        need = min_accelerators(structure, report.cluster, report.training, _resized(constraints), report.options)[0]
+        need = min_accelerators(_resized(searched))[0]
     if need is not None:
         per, now = report.cluster.per_node, report.cluster.accelerators
         where = f"of the {now} here" if need < now else ("this cluster" if need == now else f"the cluster has {now}")

@@ -17,6 +17,8 @@ each chunk and stores the others' activations whole.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from day0.planner import step_time as st
 from day0.planner import timing as tm
 from day0.planner.plan_memory import MemoryContext
@@ -163,7 +165,7 @@ class PlanContext(MemoryContext):
         """`time(k).step_s`, without building the estimate."""
         return self._parts(k)[0]
 
-    def step_table(self, knobs: list[MemoryKnobs]) -> list[float]:
+    def step_table(self, knobs: Sequence[MemoryKnobs]) -> list[float]:
         """`step_seconds` of each knob setting, the shared parts computed once (the search's inner loop:
         local lookups rather than method calls per setting)."""
         if not self._time_ready:

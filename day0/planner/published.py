@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from day0.core.precision import DType
 from day0.planner.inputs import PlannerOptions, cluster_figures
 from day0.planner.model import model_costs
+from day0.planner.problem import PlanningProblem
 from day0.planner.results import Plan
 from day0.planner.search import plan_parallelism
 from day0.planner.step_time import model_flops_per_step
@@ -190,8 +191,8 @@ def predict_run(
         run.per_node,
         host_memory_gib_per_accelerator=run.host_memory_gib_per_node / run.per_node,
     )
-    options = run_options(run, hw, software)
-    report = plan_parallelism(s, cluster, training, constraints, options, find_min_accelerators=False)
+    problem = PlanningProblem.of(s, cluster, training, constraints, run_options(run, hw, software))
+    report = plan_parallelism(problem, find_min_accelerators=False)
     published = published_step_seconds(run, s)
     best = report.best
     if best is None:

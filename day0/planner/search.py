@@ -1,5 +1,5 @@
-"""Step 3: search parallel plans (TP, PP with virtual stages, EP and expert-TP, CP, DP, micro-batch) and
-memory knobs (ZeRO stage, recompute, offload) for the best feasible step time.
+"""The search: parallel plans (TP, PP with virtual stages, EP and expert-TP, CP, DP, micro-batch) and memory
+knobs (ZeRO stage, recompute, offload) for the best feasible step time, over one `PlanningProblem`.
 
 Contract: `plan_parallelism` is pure and deterministic: a best-first branch and bound over degree tuples
 (sorted by a time lower bound; a memory lower bound discards tuples no knob setting can fit) returning
@@ -13,32 +13,27 @@ import heapq
 import math
 import time
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from day0.planner.bounds import StaticBound
 from day0.planner.evaluate import PlanContext
 from day0.planner.explain import pinned_layout_reasons
-from day0.planner.inputs import GIB, ClusterFigures, PlannerOptions, costs_for
+from day0.planner.inputs import GIB
 from day0.planner.memory import param_bytes, usable_bytes
-from day0.planner.model import ModelCosts
+from day0.planner.problem import PlanningProblem
 from day0.planner.results import MEMORY_TERMS, Infeasibility, Plan, PlanSearch, make_plan
-from day0.planner.space import enumerate_degrees, knob_settings, with_step4_techniques
+from day0.planner.space import enumerate_degrees, with_techniques_on
 from day0.planner.values import OFFLOADS, RECOMPUTES, Degrees, MemoryEstimate, MemoryKnobs
-from day0.spec.pipeline import TrainingSpec
-from day0.steps.parallel.config import ParallelConstraints
-
-if TYPE_CHECKING:
-    from day0.model.structure import ModelStructure
 
 __all__ = ["best_knobs", "brute_force", "min_accelerators", "overflow_reason", "plan_parallelism"]
 
 _MAX_ACCELERATORS = 1 << 18
 
 
-def _key(d: Degrees, k: MemoryKnobs, step: float) -> tuple:
+def _degrees_key(d: Degrees) -> tuple[int, ...]:
+    """The degrees' part of the ranking key, in tie-break order."""
     return (
-        step,
         d.tensor_parallel,
         d.pipeline_parallel,
         d.virtual_pipeline_stages,
@@ -46,14 +41,15 @@ def _key(d: Degrees, k: MemoryKnobs, step: float) -> tuple:
         d.expert_parallel,
         d.expert_tensor_parallel,
         d.micro_batch,
-        k.zero_stage,
-        RECOMPUTES.index(k.recompute),
-        OFFLOADS.index(k.offload),
     )
 
 
+def _key(d: Degrees, k: MemoryKnobs, step: float) -> tuple:
+    return (step, *_degrees_key(d), k.zero_stage, RECOMPUTES.index(k.recompute), OFFLOADS.index(k.offload))
+
+
 def best_knobs(
-    ctx: PlanContext, knobs: list[MemoryKnobs], worse_than: tuple | None = None
+    ctx: PlanContext, knobs: Sequence[MemoryKnobs], worse_than: tuple | None = None
 ) -> tuple[tuple, MemoryKnobs] | None:
     """The fastest knob setting that fits: times first (cheap), memory checked in that order; None also
     when every setting that fits ranks after `worse_than` (the search's worst kept plan). Within one
@@ -71,16 +67,18 @@ def best_knobs(
     return None
 
 
-def _constraints(constraints: ParallelConstraints | None) -> ParallelConstraints:
-    return constraints or ParallelConstraints()
-
-
-def _schedules(options: PlannerOptions) -> list[PlannerOptions]:
+def _schedules(problem: PlanningProblem) -> list[PlanningProblem]:
     """The pipeline schedules searched: the options' own, and DualPipe beside 1F1B where the software has it
     and the spec neither pins nor writes it (issue 39: a published DualPipe plan beat the planner's own)."""
+    options = problem.options
     if options.dualpipe or not options.software_dualpipe or "dualpipe" in options.pinned:
-        return [options]
-    return [options, options.model_copy(update={"dualpipe": True})]
+        return [problem]
+    return [problem, problem.with_options(options.model_copy(update={"dualpipe": True}))]
+
+
+def _searched(problem: PlanningProblem) -> PlanningProblem:
+    """`problem` with the techniques step 4 would switch on (`with_techniques_on`): the plans ranked."""
+    return problem.with_options(with_techniques_on(problem.options, problem.training.precision.compute))
 
 
 def _fastest(searches: list[PlanSearch]) -> PlanSearch:
@@ -89,62 +87,31 @@ def _fastest(searches: list[PlanSearch]) -> PlanSearch:
     return min(feasible, key=lambda s: s.plans[0].time.step_s) if feasible else searches[0]
 
 
-def plan_parallelism(
-    structure: ModelStructure,
-    cluster: ClusterFigures,
-    training: TrainingSpec,
-    constraints: ParallelConstraints | None = None,
-    options: PlannerOptions | None = None,
-    find_min_accelerators: bool = True,
-) -> PlanSearch:
+def plan_parallelism(problem: PlanningProblem, find_min_accelerators: bool = True) -> PlanSearch:
     """Ranked feasible plans (best per degree tuple) or, if none fits, why and the accelerators needed; with
     two schedules searched (`_schedules`), the plans of the one with the fastest plan."""
-    first, *others = _schedules(with_step4_techniques(options or PlannerOptions(), training.precision.compute))
-    found = _search(structure, cluster, training, constraints, first, find_min_accelerators)
+    first, *others = _schedules(_searched(problem))
+    found = _search(first, find_min_accelerators)
     if found.best is None:  # DualPipe's tuples are 1F1B's with more memory: none fits either
         return found
     cutoff = found.best.time.step_s  # only a faster plan changes the answer
-    return _fastest([found, *(_search(structure, cluster, training, constraints, o, False, cutoff) for o in others)])
+    return _fastest([found, *(_search(o, False, cutoff) for o in others)])
 
 
-def _search(
-    structure: ModelStructure,
-    cluster: ClusterFigures,
-    training: TrainingSpec,
-    constraints: ParallelConstraints | None,
-    options: PlannerOptions,
-    find_min_accelerators: bool,
-    cutoff: float = math.inf,
-) -> PlanSearch:
+def _search(problem: PlanningProblem, find_min_accelerators: bool, cutoff: float = math.inf) -> PlanSearch:
     """The best-first search of one schedule; with a `cutoff`, only tuples whose bound is under it."""
     t0 = time.perf_counter()
-    cons = _constraints(constraints)
-    costs = costs_for(structure, options, training.precision.compute)
+    p = problem
+    costs, cluster, training, cons, options = p.costs, p.cluster, p.training, p.constraints, p.options
     rejected: Counter[str] = Counter()
-    knobs = knob_settings(options)
+    knobs = problem.knobs
     bound_of = StaticBound(costs, cluster, training, options)
     # best-first on a two-level bound: every tuple enters with the cheap compute-only bound, and is
     # re-queued with the static bound when it first reaches the front; a tuple is evaluated when its
     # static bound reaches the front, and the search stops when any bound is above the kept plans
     degrees = list(enumerate_degrees(costs, cluster, training, cons, options, rejected))
     # ties broken on the degrees in `_key`'s order (its knob part is the same for every tuple here)
-    queue = [
-        (
-            bound_of.quick(d),
-            0,
-            (
-                d.tensor_parallel,
-                d.pipeline_parallel,
-                d.virtual_pipeline_stages,
-                d.context_parallel,
-                d.expert_parallel,
-                d.expert_tensor_parallel,
-                d.micro_batch,
-            ),
-            i,
-        )
-        for i, d in enumerate(degrees)
-    ]
+    queue = [(bound_of.quick(d), 0, _degrees_key(d), i) for i, d in enumerate(degrees)]
     if cutoff < math.inf:  # a tuple whose bound reaches the cutoff is never evaluated: not queued
         queue = [q for q in queue if q[0] < cutoff]
     heapq.heapify(queue)
@@ -159,7 +126,7 @@ def _search(
             heapq.heappush(queue, (bound_of(d), 1, tie, i))
             continue
         visited += 1
-        ctx = PlanContext(costs, cluster, training, d, options, bound_of.rates)
+        ctx = problem.context(d, bound_of.rates)
         if len(kept) >= options.keep_plans and ctx.time_lower_bound() > -kept[0][0][0]:
             continue  # before the memory bound: with plans kept, the leanest setup is not reported
         lb = ctx.memory_lower_bound()
@@ -188,13 +155,13 @@ def _search(
     ranked = sorted(((tuple(-x for x in neg), k, ctx) for neg, k, ctx in kept), key=lambda r: r[0])
     layout = pinned_layout_reasons(costs, cluster, training, cons, options) if not degrees else []
     outcome = _Outcome(ranked, rejected, min_mem, len(degrees), evaluated, time.perf_counter() - t0, layout)
-    report = _report(structure, cluster, training, cons, options, outcome, find_min_accelerators)
+    report = _report(problem, outcome, find_min_accelerators)
     if not report.plans and leanest is not None:
         report.closest_infeasible = [_leanest_plan(leanest, knobs)]
     return report
 
 
-def _leanest_plan(ctx: PlanContext, knobs: list[MemoryKnobs]) -> Plan:
+def _leanest_plan(ctx: PlanContext, knobs: Sequence[MemoryKnobs]) -> Plan:
     """The least-memory knob setting of a tuple, as an infeasible plan that says by how much it misses
     and which terms hold the memory."""
     k = min(knobs, key=lambda k: (ctx.memory(k).total_bytes, _key(ctx.d, k, 0.0)))
@@ -218,32 +185,19 @@ def overflow_reason(m: MemoryEstimate) -> str:
     )
 
 
-def brute_force(
-    structure: ModelStructure,
-    cluster: ClusterFigures,
-    training: TrainingSpec,
-    constraints: ParallelConstraints | None = None,
-    options: PlannerOptions | None = None,
-) -> PlanSearch:
+def brute_force(problem: PlanningProblem) -> PlanSearch:
     """Every (degree tuple, knob setting) evaluated in full: the reference the pruned search must match."""
-    options = with_step4_techniques(options or PlannerOptions(), training.precision.compute)
-    return _fastest([_brute_force(structure, cluster, training, constraints, o) for o in _schedules(options)])
+    return _fastest([_brute_force(o) for o in _schedules(_searched(problem))])
 
 
-def _brute_force(
-    structure: ModelStructure,
-    cluster: ClusterFigures,
-    training: TrainingSpec,
-    constraints: ParallelConstraints | None,
-    options: PlannerOptions,
-) -> PlanSearch:
+def _brute_force(problem: PlanningProblem) -> PlanSearch:
     t0 = time.perf_counter()
-    cons = _constraints(constraints)
-    costs = costs_for(structure, options, training.precision.compute)
+    options = problem.options
     rejected: Counter[str] = Counter()
-    knobs, ranked, evaluated, tuples, min_mem = knob_settings(options), [], 0, 0, math.inf
-    for d in enumerate_degrees(costs, cluster, training, cons, options, rejected):
-        ctx, tuples, best = PlanContext(costs, cluster, training, d, options), tuples + 1, None
+    knobs, ranked, evaluated, tuples, min_mem = problem.knobs, [], 0, 0, math.inf
+    p = problem
+    for d in enumerate_degrees(p.costs, p.cluster, p.training, p.constraints, options, rejected):
+        ctx, tuples, best = problem.context(d), tuples + 1, None
         for k in knobs:
             evaluated += 1
             step, m = ctx.step_seconds(k), ctx.memory(k)
@@ -256,57 +210,42 @@ def _brute_force(
             ranked.append(best)
     ranked = sorted(ranked, key=lambda r: r[0])[: options.keep_plans]
     outcome = _Outcome(ranked, rejected, min_mem, tuples, evaluated, time.perf_counter() - t0)
-    return _report(structure, cluster, training, cons, options, outcome, False)
+    return _report(problem, outcome, False)
 
 
-def min_accelerators(
-    structure: ModelStructure,
-    cluster: ClusterFigures,
-    training: TrainingSpec,
-    constraints: ParallelConstraints | None = None,
-    options: PlannerOptions | None = None,
-) -> tuple[int | None, float]:
+def min_accelerators(problem: PlanningProblem) -> tuple[int | None, float]:
     """(smallest whole-node accelerator count with a feasible plan, or None up to 2^18; model-state bytes
     with every state sharded). Doubles from the model-state floor to the first count that fits, then scans
     the whole-node counts below it (feasibility is not monotone: batch and layer divisibility)."""
-    options = with_step4_techniques(options or PlannerOptions(), training.precision.compute)
-    if options.micro_batches is None:  # feasibility only: the least micro-batch is the leanest
-        options = options.model_copy(update={"micro_batches": [1]})
-    costs = costs_for(structure, options, training.precision.compute)
-    cons = _constraints(constraints).model_copy(update={"accelerators": None})
-    prec = training.precision
+    problem = _searched(problem)
+    if problem.options.micro_batches is None:  # feasibility only: the least micro-batch is the leanest
+        problem = problem.with_options(problem.options.model_copy(update={"micro_batches": [1]}))
+    problem = problem.with_constraints(problem.constraints.model_copy(update={"accelerators": None}))
+    structure, cluster, options = problem.structure, problem.cluster, problem.options
+    prec = problem.training.precision
     pb = param_bytes(prec.compute, prec.master_weights, options.grad_dtype, options.optimizer_state_dtype)
     states = structure.params_total * pb.total
     usable = usable_bytes(cluster.memory_bytes, options.fragmentation_fraction, options.framework_overhead_gib)
     floor_nodes = max(1, math.ceil(states / max(usable, 1) / cluster.per_node))
-    knobs = sorted(knob_settings(options), key=lambda k: (-k.zero_stage, -RECOMPUTES.index(k.recompute)))
+    knobs = sorted(problem.knobs, key=lambda k: (-k.zero_stage, -RECOMPUTES.index(k.recompute)))
     nodes = 2 ** math.ceil(math.log2(floor_nodes))
     while nodes * cluster.per_node <= _MAX_ACCELERATORS:
-        if _fits(costs, cluster.with_accelerators(nodes * cluster.per_node), training, cons, options, knobs):
+        if _fits(problem.with_cluster(cluster.with_accelerators(nodes * cluster.per_node)), knobs):
             below = (
                 n
                 for n in range(max(floor_nodes, nodes // 2 + 1), nodes)
-                if _fits(costs, cluster.with_accelerators(n * cluster.per_node), training, cons, options, knobs)
+                if _fits(problem.with_cluster(cluster.with_accelerators(n * cluster.per_node)), knobs)
             )
             return next(below, nodes) * cluster.per_node, states
         nodes *= 2
     return None, states
 
 
-def _fits(
-    costs: ModelCosts,
-    cluster: ClusterFigures,
-    training: TrainingSpec,
-    cons: ParallelConstraints,
-    options: PlannerOptions,
-    knobs: list[MemoryKnobs],
-) -> bool:
+def _fits(problem: PlanningProblem, knobs: list[MemoryKnobs]) -> bool:
     """Whether any degree tuple and knob setting fits (tuples tried leanest first)."""
+    p = problem
     ctxs = sorted(
-        (
-            PlanContext(costs, cluster, training, d, options)
-            for d in enumerate_degrees(costs, cluster, training, cons, options)
-        ),
+        (p.context(d) for d in enumerate_degrees(p.costs, p.cluster, p.training, p.constraints, p.options)),
         key=lambda c: c.memory_lower_bound(),
     )
     for ctx in ctxs:
@@ -328,15 +267,8 @@ class _Outcome:
     layout: list[str] = field(default_factory=list)  # why the pinned degrees admit no layout, with numbers
 
 
-def _report(
-    structure: ModelStructure,
-    cluster: ClusterFigures,
-    training: TrainingSpec,
-    cons: ParallelConstraints,
-    options: PlannerOptions,
-    outcome: _Outcome,
-    find_min: bool,
-) -> PlanSearch:
+def _report(problem: PlanningProblem, outcome: _Outcome, find_min: bool) -> PlanSearch:
+    structure, cluster, training, options = problem.structure, problem.cluster, problem.training, problem.options
     ranked, rejected, min_mem, tuples = outcome.ranked, outcome.rejected, outcome.min_memory, outcome.tuples
     plans = []
     for i, (_key, k, ctx) in enumerate(ranked, 1):
@@ -350,7 +282,7 @@ def _report(
         )
         for r, n in rejected.most_common()
     ]
-    n_acc, gib = cons.accelerators or cluster.accelerators, cluster.hardware.figure("memory_gib")
+    n_acc, gib = problem.constraints.accelerators or cluster.accelerators, cluster.hardware.figure("memory_gib")
     need, notes = None, []
     if plans:
         best = plans[0]
@@ -369,7 +301,7 @@ def _report(
             why = "; ".join(outcome.layout) if outcome.layout else "see rejected"
             message += f"; no parallel layout satisfies the constraints ({why})"
         elif find_min:
-            need, states = min_accelerators(structure, cluster, training, cons, options)
+            need, states = min_accelerators(problem)
             floor = math.ceil(
                 states
                 / usable_bytes(cluster.memory_bytes, options.fragmentation_fraction, options.framework_overhead_gib)
@@ -384,7 +316,7 @@ def _report(
                 if need
                 else f"; no count up to {_MAX_ACCELERATORS} fits"
             )
-    if structure.moe and "deepseek" in structure.model_type and len(_schedules(options)) == 1 and not options.dualpipe:
+    if structure.moe and "deepseek" in structure.model_type and len(_schedules(problem)) == 1 and not options.dualpipe:
         notes.append("1F1B schedule assumed; parallel.dualpipe: true plans DeepSeek-V3's DualPipe (two weight copies)")
     return PlanSearch(
         model=structure.model,

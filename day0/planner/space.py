@@ -1,4 +1,4 @@
-"""The search space of step 3: every degree tuple (TP, CP, PP with virtual stages, EP and expert-TP,
+"""The search space: every degree tuple (TP, CP, PP with virtual stages, EP and expert-TP,
 DP, micro-batch) meeting the structural constraints, and every memory-knob setting (ZeRO stage,
 recompute, offload) the options allow. `day0.planner.search` walks it; `min_accelerators` sizes
 clusters with it.
@@ -16,7 +16,7 @@ from day0.planner.values import OFFLOADS, RECOMPUTES, Degrees, MemoryKnobs
 from day0.spec.pipeline import TrainingSpec
 from day0.steps.parallel.config import ParallelConstraints
 
-__all__ = ["enumerate_degrees", "knob_settings", "micro_batches", "with_step4_techniques"]
+__all__ = ["enumerate_degrees", "knob_settings", "micro_batches", "with_techniques_on"]
 
 
 def _divisors(n: int) -> list[int]:
@@ -24,7 +24,7 @@ def _divisors(n: int) -> list[int]:
     return sorted({*small, *(n // i for i in small)})
 
 
-def with_step4_techniques(options: PlannerOptions, compute: str) -> PlannerOptions:
+def with_techniques_on(options: PlannerOptions, compute: str) -> PlannerOptions:
     """`options` with the techniques step 4 would switch on where they pay, so the search ranks complete
     plans: every communication overlap the training software has, and with fp8 compute fp8 MoE dispatch
     and fp8 activation caching (Transformer Engine's fp8 linears keep their inputs in fp8; the cache only

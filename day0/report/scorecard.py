@@ -22,7 +22,7 @@ from markdown_it import MarkdownIt
 from day0.core.result import StepResult, worst
 from day0.report.text import inert
 from day0.runs.context import StepRecord
-from day0.steps.registry import scorecard
+from day0.steps.registry import REGISTRY, scorecard
 
 __all__ = [
     "GLANCE",
@@ -37,8 +37,9 @@ __all__ = [
     "scorecard_markdown",
 ]
 
-# (row, the steps behind it): numerical, plan, convergence, application, in pipeline order.
-SCORECARD: tuple[tuple[str, tuple[str, ...]], ...] = scorecard()
+# (row, the steps behind it): numerical, plan, convergence, application, in pipeline order; a sub-step
+# (step 3's calibration) counts in its parent's row when it ran.
+SCORECARD: tuple[tuple[str, tuple[str, ...]], ...] = scorecard(substeps=True)
 GLANCE = 2  # figures per step shown at a glance
 MARK = {
     "pass": "PASS",
@@ -88,7 +89,7 @@ def first_failure(steps: tuple[str, ...], records: dict[str, StepRecord]) -> tup
 
 def _unchecked(steps: tuple[str, ...], records: dict[str, StepRecord], results: dict[str, StepResult]) -> list[str]:
     """What the row's checks left undone: its steps that did not run, and checks a step could not make."""
-    out = [f"{s}: not run" for s in steps if s not in records]
+    out = [f"{s}: not run" for s in steps if s not in records and s in REGISTRY]  # a sub-step runs when asked
     return out + [f"{s}: {u}" for s in steps if s in records and (r := results.get(s)) for u in r.judge().unproven]
 
 

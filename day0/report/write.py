@@ -25,7 +25,7 @@ from day0.report.scorecard import MARK, SCORECARD, first_failure, outcome, rows,
 from day0.report.text import OWN_PLOT, PLOT, inert
 from day0.runs.context import RunContext, RunManifest, StepRecord
 from day0.steps.analyze.result import AnalyzeResult
-from day0.steps.registry import REGISTRY
+from day0.steps.registry import step_spec
 
 __all__ = ["SCORECARD", "write_report"]
 
@@ -56,7 +56,7 @@ def _results(
         if (result := held.get(r.step)) is not None:
             out[r.step] = result
         elif store.exists(key := ctx.key(r.step, "result.json")):
-            out[r.step] = store.get_model(key, REGISTRY[r.step].result)
+            out[r.step] = store.get_model(key, step_spec(r.step).result)
     return out
 
 

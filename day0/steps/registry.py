@@ -5,6 +5,10 @@ In the spirit of torchtitan's `ModelSpec`: one `StepSpec` per step folder (`day0
 The flow's task list, the results a step reads (from its `run` signature), the scorecard's rows and
 the accelerator pods a run needs at trial scale are all read from here.
 
+A sub-step (`SUBSTEPS`: step 3's calibration) is part of a step that runs just before it when the spec
+asks for it (`wanted`), with a step's record, folder, scorecard line and resumption; its parent is skipped
+when it fails.
+
 A step's `run(ctx, progress, **results)` takes the results it reads as typed keyword arguments:
 one without a default must have passed for the step to run; one defaulting to None is passed only
 when its step ran and passed (step 5 trains with step 2's adaptations when there are some).
@@ -20,8 +24,9 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple, get_type_hints
 
 from day0.backends.jobs import StepJob
+from day0.calibration.run import CalibrationReport
 from day0.core.result import StepResult
-from day0.spec.pipeline import PipelineSpec, Step
+from day0.spec.pipeline import PipelineSpec
 from day0.steps.analyze import run as analyze
 from day0.steps.analyze.result import AnalyzeResult
 from day0.steps.inference import job as inference_job
@@ -38,7 +43,19 @@ from day0.steps.trial import job as trial_job
 from day0.steps.trial import run as trial
 from day0.steps.trial.result import TrialResult
 
-__all__ = ["REGISTRY", "Need", "StepSpec", "needs", "pods_needed", "prerequisites", "scorecard"]
+__all__ = [
+    "REGISTRY",
+    "SUBSTEPS",
+    "Need",
+    "StepSpec",
+    "SubStep",
+    "needs",
+    "pods_needed",
+    "prerequisites",
+    "scorecard",
+    "step_spec",
+    "with_substeps",
+]
 
 
 def _no_pods(spec: PipelineSpec) -> int:
@@ -51,7 +68,7 @@ def _no_variant() -> str | None:
 
 @dataclass(frozen=True)
 class StepSpec:
-    name: Step
+    name: str  # a `Step`, or a sub-step's name
     result: type[StepResult]
     run: Callable[..., StepResult]  # run.py's `run(ctx, progress, **results it reads)`
     scorecard_row: str  # the report's scorecard row this step's verdict counts in
@@ -82,6 +99,36 @@ REGISTRY: dict[str, StepSpec] = {
 }
 
 
+@dataclass(frozen=True)
+class SubStep:
+    step: StepSpec  # its name, result and `run(ctx, progress)`; its scorecard row is its parent's
+    parent: str  # the step it is part of, which it runs just before
+    wanted: Callable[[PipelineSpec], bool]  # whether the spec asks for it
+
+
+SUBSTEPS: dict[str, SubStep] = {
+    "calibrate": SubStep(
+        StepSpec("calibrate", CalibrationReport, parallel.calibrate, REGISTRY["parallel"].scorecard_row),
+        "parallel",
+        lambda spec: spec.planner.calibrate,
+    ),
+}
+
+
+def step_spec(name: str) -> StepSpec:
+    """The step or sub-step called `name`."""
+    return REGISTRY[name] if name in REGISTRY else SUBSTEPS[name].step
+
+
+def with_substeps(spec: PipelineSpec, steps: list[str]) -> list[str]:
+    """`steps` with the sub-steps `spec` asks for, each just before its parent."""
+    out = []
+    for step in steps:
+        out += [name for name, sub in SUBSTEPS.items() if sub.parent == step and sub.wanted(spec)]
+        out.append(step)
+    return out
+
+
 class Need(NamedTuple):
     """A result a step reads: its keyword, the step that makes it, and whether it must have passed."""
 
@@ -92,7 +139,7 @@ class Need(NamedTuple):
 
 def needs(step: str) -> tuple[Need, ...]:
     """The results `step`'s `run` reads, from its typed signature (after `ctx` and `progress`)."""
-    run = REGISTRY[step].run
+    run = step_spec(step).run
     hints, found = get_type_hints(run), []
     for name, param in inspect.signature(run).parameters.items():
         hint = hints.get(name)
@@ -112,12 +159,14 @@ def prerequisites(step: str) -> tuple[str, ...]:
 def pods_needed(spec: PipelineSpec, steps: list[str]) -> int:
     """Accelerator worker pods the planned steps need at trial scale (at least one; step 3's
     full-scale plan is reported, not launched)."""
-    return max([1, *(REGISTRY[s].pods(spec) for s in steps)])
+    return max([1, *(step_spec(s).pods(spec) for s in steps)])
 
 
-def scorecard() -> tuple[tuple[str, tuple[str, ...]], ...]:
-    """(row, the steps behind it), rows in pipeline order."""
+def scorecard(substeps: bool = False) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """(row, the steps behind it), rows in pipeline order; with `substeps`, each sub-step before its parent."""
     rows: dict[str, list[str]] = {}
     for s in REGISTRY.values():
-        rows.setdefault(s.scorecard_row, []).append(s.name)
+        row = rows.setdefault(s.scorecard_row, [])
+        row += [name for name, sub in SUBSTEPS.items() if substeps and sub.parent == s.name]
+        row.append(s.name)
     return tuple((row, tuple(steps)) for row, steps in rows.items())

@@ -97,8 +97,15 @@ def test_planner_calibrate_measures_the_platform_before_step_3(prefect_server, t
         import ray
 
         ray.shutdown()  # the calibration started Ray in this process: later tests start their own
-    assert out["executed"] == ["analyze", "parallel"]
-    assert (tmp_path / profile_key("cpu")).exists(), "the calibrated profile is in the run's store"
+    # a sub-step of step 3 with its own record and folder (issue 41), not a side call inside step 3
+    assert out["executed"] == ["analyze", "calibrate", "parallel"]
+    assert (tmp_path / out["prefix"] / "calibrate/result.md").read_text().startswith("# Calibration of `cpu`")
+    profile = tmp_path / profile_key("cpu")
+    assert profile.exists(), "the calibrated profile is in the run's store"
+    measured = profile.read_bytes()
+    again = adapt(spec=spec)  # resumed: the calibration is reused, not measured again
+    assert again["executed"] == [] and again["reused"] == ["analyze", "calibrate", "parallel"]
+    assert profile.read_bytes() == measured
     plan = yaml.safe_load((tmp_path / out["prefix"] / "parallel/result.json").read_text())
     notes = plan["notes"] + plan["cluster"]["notes"]
     assert any("calibrated profile" in note for note in notes), notes

@@ -1,4 +1,4 @@
-"""Step 4's result: the optimiser's choice for step 3's best plan (`day0.planner.optimization.Optimization`)
+"""Step 4's result: the optimiser's choice for step 3's best plan (`day0.steps.optimize.optimization.Optimization`)
 with its verdict, files and text.
 
 Contract: `skipped` when step 3 found no plan, `fail` when the optimized plan does not fit, else `pass`
@@ -8,7 +8,7 @@ with the techniques chosen, their effect against not using them, and the final m
 
 from day0.core.result import Judgement, StepResult
 from day0.planner.inputs import GIB, CommSettings
-from day0.planner.optimization import Optimization
+from day0.steps.optimize.optimization import Optimization
 from day0.yamlio import safe_dump
 
 __all__ = ["OptimizationReport"]

@@ -14,6 +14,7 @@ from day0.model.structure import ModelStructure
 from day0.planner.advice import elastic_points, next_steps
 from day0.planner.inputs import ClusterFigures, CommSettings, PlannerOptions, cluster_from_spec
 from day0.planner.pins import constraints_for, pin_options
+from day0.planner.problem import PlanningProblem
 from day0.planner.profile import CalibratedProfile, apply_profile
 from day0.planner.search import plan_parallelism
 from day0.planner.uncertainty import step_time_band
@@ -30,10 +31,10 @@ def plan_for_spec(
 ) -> PlanReport:
     """Ranked plans for `spec` over step 1's structure, with the elastic pool's two ends and what next."""
     cluster, options = planner_inputs(spec, profile)
-    constraints = constraints_for(spec)
-    search = plan_parallelism(structure, cluster, spec.training, constraints, options)
-    elastic = elastic_points(structure, cluster, spec.training, constraints, options, search)
-    advice = next_steps(structure, search, constraints, spec.platform.name)
+    problem = PlanningProblem.of(structure, cluster, spec.training, constraints_for(spec), options)
+    search = plan_parallelism(problem)
+    elastic = elastic_points(problem, search)
+    advice = next_steps(problem, search, spec.platform.name)
     calibrated = profile is not None and spec.planner.profile != "datasheet"
     band = step_time_band("calibrated" if calibrated else "datasheet", spec.planner.software)
     return PlanReport.of(search.model_copy(update={"elastic": elastic, "advice": advice}).with_band(band))
@@ -56,7 +57,7 @@ def planner_inputs(
         gemm = options.gemm_efficiency | {str(dtype): value for dtype, value in sw.gemm_efficiency.items()}
         options = options.model_copy(update=figures | {"gemm_efficiency": gemm})
     options = pin_options(spec, options)
-    # a written assumption is kept as a pin is: the search does not try the other value (space.with_step4_techniques)
+    # a written assumption is kept as a pin is: the search does not try the other value (space.with_techniques_on)
     written = {name: "planner." + name for name in ("fp8_activation_cache", "dualpipe") if name in p.model_fields_set}
     if written:
         options = options.model_copy(update={"pinned": written | options.pinned})

@@ -5,7 +5,7 @@ what the source leaves out, steps 3 and 4 choose for it as they would for a user
 `day0 plan SPEC --json` (step 4's step time): the same run with its degrees pinned only, and with nothing
 pinned (`parallel: auto`, the run's accelerators). The one allowance is step 4's own rule: where the published
 setup states a lossy technique (fp8 MoE dispatch, bf16 gradient reduction) the planner's plan declines because
-it saves under 1% there (`optimize._MIN_GAIN`)."""
+it saves under 1% there (`techniques._MIN_GAIN`)."""
 
 from __future__ import annotations
 
@@ -14,12 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from day0.planner import cluster_figures, plan_parallelism
+from day0.planner import PlanningProblem, cluster_figures, plan_parallelism
 from day0.planner.inputs import PlannerOptions
-from day0.planner.optimize import _MIN_GAIN
 from day0.planner.published import run_options
 from day0.planner.space import micro_batches
 from day0.spec.pipeline import TrainingSpec
+from day0.steps.optimize.techniques import _MIN_GAIN
 from day0.steps.parallel.config import ParallelConstraints
 from tests.fixtures.published import (
     HARDWARE,
@@ -87,9 +87,11 @@ def test_dualpipe_is_searched_where_the_software_has_it_with_its_schedule_rules(
     training = TrainingSpec(seq_len=run.seq_len, global_batch=run.global_batch, precision={"compute": "fp8"})
     pins = ParallelConstraints(tensor_parallel=1, pipeline_parallel=16, expert_parallel=64, data_parallel=128)
     s = structure(run.model)
-    report = plan_parallelism(s, cluster, training, pins, options, find_min_accelerators=False)
+    report = plan_parallelism(PlanningProblem.of(s, cluster, training, pins, options), find_min_accelerators=False)
     assert report.options.dualpipe and report.best is not None
     d = report.best.parallel
     assert d.virtual_pipeline_stages == 1 and d.num_microbatches % 2 == 0 and d.num_microbatches >= 2 * 16
-    one = plan_parallelism(s, cluster, training, pins, options.model_copy(update={"software_dualpipe": False}))
+    one = plan_parallelism(
+        PlanningProblem.of(s, cluster, training, pins, options.model_copy(update={"software_dualpipe": False}))
+    )
     assert not one.options.dualpipe and one.best is not None and one.best.time.step_s > report.best.time.step_s

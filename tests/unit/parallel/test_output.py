@@ -16,7 +16,7 @@ import pytest
 
 from day0.model.structure import ModelStructure
 from day0.paths import CONFIGS_DIR
-from day0.planner import cluster_figures, plan_parallelism
+from day0.planner import PlanningProblem, cluster_figures, plan_parallelism
 from day0.planner.frameworks import GRAD_DTYPE_DEFAULTS, FrameworkSetup, framework_configs, to_toml
 from day0.spec.cluster import PlatformSpec
 from day0.spec.pipeline import TrainingSpec, load_spec, load_yaml
@@ -60,7 +60,9 @@ CASES = [  # model, platform, accelerators, per node, seq, global batch: CP, PP,
 def test_the_critical_path_sums_to_the_step_and_the_rest_is_marked_hidden(case: tuple) -> None:
     model, platform, n, per_node, seq, gb = case
     report = plan_parallelism(
-        structure(model), cluster_figures(_hw(platform), n, per_node), TrainingSpec(seq_len=seq, global_batch=gb)
+        PlanningProblem.of(
+            structure(model), cluster_figures(_hw(platform), n, per_node), TrainingSpec(seq_len=seq, global_batch=gb)
+        )
     )
     assert report.plans
     for p in report.plans[:10]:
@@ -183,7 +185,14 @@ def test_the_elastic_pool_is_planned_at_its_minimum_and_maximum() -> None:
     assert (low.accelerators, high.accelerators) == (32, 64) and "cloud-elastic 0" in low.label
     assert high.step_s == report.best.time.step_s
     alone = plan_parallelism(
-        structure("qwen3-30b-a3b"), report.cluster.with_accelerators(32), report.training, None, report.options, False
+        PlanningProblem.of(
+            structure("qwen3-30b-a3b"),
+            report.cluster.with_accelerators(32),
+            report.training,
+            None,
+            report.options,
+        ),
+        False,
     )
     assert low.feasible and low.step_s == pytest.approx(alone.best.time.step_s, rel=1e-12)
     assert "## Elastic cluster" in report.to_markdown()

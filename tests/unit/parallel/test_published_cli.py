@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from day0.planner.optimize import _MIN_GAIN
+from day0.steps.optimize.techniques import _MIN_GAIN
 from tests.fixtures.published import (
     HARDWARE,
     MISSES,
@@ -101,7 +101,7 @@ def test_mean_error_of_the_runs_within_the_bound(folder: Path) -> None:
 def test_with_the_degrees_only_the_planners_choice_is_never_slower(run_id: str, folder: Path) -> None:
     """The planner's own knobs on the published degrees, by its own estimate, against the published knobs.
     The one allowance is step 4's own rule: a lossy technique (fp8 MoE dispatch, bf16 gradient reduction)
-    the published setup uses is declined when it saves under 1% (`optimize._MIN_GAIN`)."""
+    the published setup uses is declined when it saves under 1% (`techniques._MIN_GAIN`)."""
     _, pinned, free, differ = _cli(run_id, folder)
     lossy = differ and differ <= {"dispatch_dtype", "grad_reduce_dtype"}
     bound = pinned * (1 + (_MIN_GAIN if lossy else 1e-9))

@@ -9,16 +9,23 @@ import yaml
 
 from day0.model.structure import ModelStructure
 from day0.paths import CONFIGS_DIR
-from day0.planner import PlannerOptions, brute_force, cluster_figures, cluster_from_spec, plan_parallelism
+from day0.planner import (
+    PlannerOptions,
+    PlanningProblem,
+    brute_force,
+    cluster_figures,
+    cluster_from_spec,
+    plan_parallelism,
+)
 from day0.planner.bounds import static_lower_bound
 from day0.planner.evaluate import PlanContext
 from day0.planner.model import model_costs
-from day0.planner.optimize import choose_optimizations
 from day0.planner.space import enumerate_degrees, knob_settings
 from day0.planner.stages import partition, rank_groups
 from day0.planner.values import OFFLOADS, RECOMPUTES
 from day0.spec.cluster import PlatformSpec
 from day0.spec.pipeline import TrainingSpec, load_spec, load_yaml
+from day0.steps.optimize.techniques import choose_optimizations
 from day0.steps.parallel.config import ParallelConstraints
 from day0.steps.parallel.result import PlanReport
 from tests.fixtures import paths
@@ -40,8 +47,8 @@ def test_pruned_search_equals_brute_force(model: str, n: int, gb: int, seq: int,
     s, cluster = structure(model), cluster_figures(H100, n, 8)
     training, options = TrainingSpec(seq_len=seq, global_batch=gb), PlannerOptions(keep_plans=keep)
     smart, brute = (
-        plan_parallelism(s, cluster, training, options=options),
-        brute_force(s, cluster, training, options=options),
+        plan_parallelism(PlanningProblem.of(s, cluster, training, options=options)),
+        brute_force(PlanningProblem.of(s, cluster, training, options=options)),
     )
     assert smart.plans and [p.model_dump() for p in smart.plans] == [p.model_dump() for p in brute.plans]
     assert smart.configurations_evaluated < brute.configurations_evaluated
@@ -68,10 +75,12 @@ def test_degree_constraints_hold() -> None:
 def test_fixed_degrees_are_respected() -> None:
     s, cluster = structure("qwen3-30b-a3b"), cluster_figures(H100, 64, 8)
     report = plan_parallelism(
-        s,
-        cluster,
-        TrainingSpec(seq_len=4096, global_batch=256),
-        ParallelConstraints(tensor_parallel=2, expert_parallel=16, max_pipeline_parallel=2),
+        PlanningProblem.of(
+            s,
+            cluster,
+            TrainingSpec(seq_len=4096, global_batch=256),
+            ParallelConstraints(tensor_parallel=2, expert_parallel=16, max_pipeline_parallel=2),
+        )
     )
     assert report.plans
     assert all(
@@ -108,7 +117,9 @@ def test_stage_partition_balances_flops_and_covers_layers() -> None:
 def test_plan_yaml_has_the_pipeline_vocabulary() -> None:
     report = PlanReport.of(
         plan_parallelism(
-            structure("llama-3-8b"), cluster_figures(H100, 16, 8), TrainingSpec(seq_len=8192, global_batch=64)
+            PlanningProblem.of(
+                structure("llama-3-8b"), cluster_figures(H100, 16, 8), TrainingSpec(seq_len=8192, global_batch=64)
+            )
         )
     )
     doc = yaml.safe_load(report.to_yaml())
@@ -123,7 +134,9 @@ def test_plan_yaml_has_the_pipeline_vocabulary() -> None:
 
 def test_memory_breakdown_terms_sum_to_total() -> None:
     report = plan_parallelism(
-        structure("deepseek-v3"), cluster_figures(H100, 512, 8), TrainingSpec(seq_len=4096, global_batch=1024)
+        PlanningProblem.of(
+            structure("deepseek-v3"), cluster_figures(H100, 512, 8), TrainingSpec(seq_len=4096, global_batch=1024)
+        )
     )
     for p in report.plans[:5]:
         m = p.memory
@@ -146,8 +159,8 @@ def test_memory_breakdown_terms_sum_to_total() -> None:
 def test_step4_reports_each_technique_and_never_slows_the_plan() -> None:
     s, cluster = structure("deepseek-v3"), cluster_figures(H100, 512, 8)
     training = TrainingSpec(seq_len=4096, global_batch=1024)
-    report = plan_parallelism(s, cluster, training)
-    opt = choose_optimizations(s, cluster, training, report.best)
+    report = plan_parallelism(PlanningProblem.of(s, cluster, training))
+    opt = choose_optimizations(PlanningProblem.of(s, cluster, training), report.best)
     names = {t.technique for t in opt.techniques}
     assert {"recompute", "zero stage", "offload", "dp overlap", "gradient reduce dtype"} <= names
     assert opt.plan.feasible and opt.step_after_s <= opt.step_before_s

@@ -6,11 +6,11 @@ import pytest
 
 from day0.model.structure import ModelStructure
 from day0.paths import CONFIGS_DIR
-from day0.planner import cluster_figures, plan_parallelism
-from day0.planner.optimize import choose_optimizations
+from day0.planner import PlanningProblem, cluster_figures, plan_parallelism
 from day0.spec.cluster import PlatformSpec
 from day0.spec.pipeline import TrainingSpec, load_yaml
 from day0.steps.optimize.result import OptimizationReport
+from day0.steps.optimize.techniques import choose_optimizations
 from day0.steps.parallel.result import PlanReport
 from tests.fixtures import paths
 
@@ -29,7 +29,7 @@ def _hardware(platform: str):
 def feasible() -> tuple:
     s, cluster = _structure("llama-3-8b"), cluster_figures(_hardware("h100"), 16, 8)
     training = TrainingSpec(seq_len=8192, global_batch=64)
-    return s, cluster, training, PlanReport.of(plan_parallelism(s, cluster, training))
+    return s, cluster, training, PlanReport.of(plan_parallelism(PlanningProblem.of(s, cluster, training)))
 
 
 def test_a_feasible_plan_passes_with_its_headline(feasible: tuple) -> None:
@@ -49,9 +49,11 @@ def test_a_feasible_plan_passes_with_its_headline(feasible: tuple) -> None:
 def test_no_plan_fails_naming_why_and_the_minimum_count() -> None:
     report = PlanReport.of(
         plan_parallelism(
-            _structure("deepseek-v3"),
-            cluster_figures(_hardware("h800"), 8, 8),
-            TrainingSpec(seq_len=4096, global_batch=1536),
+            PlanningProblem.of(
+                _structure("deepseek-v3"),
+                cluster_figures(_hardware("h800"), 8, 8),
+                TrainingSpec(seq_len=4096, global_batch=1536),
+            )
         )
     )
     assert report.verdict == "fail" and not report.passed and len(report.reasons) == 1
@@ -66,7 +68,7 @@ def test_no_plan_fails_naming_why_and_the_minimum_count() -> None:
 
 def test_step4_passes_with_techniques_and_their_effect(feasible: tuple) -> None:
     s, cluster, training, report = feasible
-    opt = OptimizationReport.of(choose_optimizations(s, cluster, training, report.best))
+    opt = OptimizationReport.of(choose_optimizations(PlanningProblem.of(s, cluster, training), report.best))
     assert opt.STEP == "optimize" and opt.verdict == "pass"
     h = opt.headline
     used = [t for t in opt.techniques if t.chosen != t.baseline]
@@ -82,7 +84,7 @@ def test_step4_passes_with_techniques_and_their_effect(feasible: tuple) -> None:
 def test_step4_fails_when_the_optimized_plan_does_not_fit(feasible: tuple) -> None:
     s, _, training, report = feasible
     small = cluster_figures(_hardware("h100"), 16, 8, memory_gib=4)
-    opt = OptimizationReport.of(choose_optimizations(s, small, training, report.best))
+    opt = OptimizationReport.of(choose_optimizations(PlanningProblem.of(s, small, training), report.best))
     assert opt.verdict == "fail"
     assert opt.reasons[0].startswith("the optimized plan does not fit: needs") and "4 GiB available" in opt.reasons[0]
     assert "FAIL" in opt.to_markdown().splitlines()[0]

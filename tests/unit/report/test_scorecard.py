@@ -5,7 +5,6 @@ not be proven is said as such, and a failed row (and the report's title) names w
 from __future__ import annotations
 
 import datetime as dt
-import json
 from pathlib import Path
 
 from day0.core.result import StepResult
@@ -13,12 +12,7 @@ from day0.report.scorecard import rows
 from day0.report.write import write_report
 from day0.runs.context import StepRecord
 from day0.steps.analyze.result import AnalyzeResult
-from tests.fixtures.report import DATA, TYPES, recorded_run
-
-
-def _recorded() -> dict[str, StepResult]:
-    entries = [json.loads(line) for line in DATA.read_text().splitlines()[1:]]
-    return {e["step"]: TYPES[e["step"]].model_validate(e["result"]) for e in entries}
+from tests.fixtures.report import recorded_results, recorded_run
 
 
 def _record(step: str, result: StepResult, **change: object) -> StepRecord:
@@ -50,7 +44,7 @@ def _no_device_probe(analyzed: AnalyzeResult, proven_op: str | None = None) -> A
 
 def test_a_row_whose_step_did_not_run_is_not_pass() -> None:
     """The issue's plan-only run: step 1 passed, step 2 never ran; the numerical row said PASS."""
-    results = _recorded()
+    results = recorded_results()
     analyzed = results["analyze"]
     assert analyzed.verdict == "pass"  # the premise: step 1 alone passes
     plan_only = {s: _record(s, results[s]) for s in ("analyze", "parallel", "optimize")}
@@ -63,7 +57,7 @@ def test_a_row_whose_step_did_not_run_is_not_pass() -> None:
 
 
 def test_a_probe_that_ran_no_kernel_is_not_a_pass_of_the_numerical_row() -> None:
-    results = _recorded()
+    results = recorded_results()
     blind = {**results, "analyze": _no_device_probe(results["analyze"])}
     records = {s: _record(s, r) for s, r in blind.items()}
     records["operators"] = _record("operators", results["operators"], verdict="pass", reasons=[])
@@ -77,7 +71,7 @@ def test_a_probe_that_ran_no_kernel_is_not_a_pass_of_the_numerical_row() -> None
 
 def test_a_failed_row_leads_with_what_failed_first(tmp_path: Path) -> None:
     """The issue's run: FAIL beside "ops 87 of 87 checked pass", the failing op only in the folded reasons."""
-    results = _recorded()
+    results = recorded_results()
     reason = "aten::_log_softmax at bf16: max rel 3.1e-01 beyond rtol"
     records = {s: _record(s, r) for s, r in results.items()}
     records["operators"] = _record("operators", results["operators"], verdict="fail", reasons=[reason, "later"])

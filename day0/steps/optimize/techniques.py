@@ -1,7 +1,7 @@
 """Step 4: memory and communication techniques for a chosen plan, each with its estimated effect.
 
 Contract: `choose_optimizations` is pure. Step 3 ranks plans with the techniques switched on that step 4
-would take (`space.with_step4_techniques`: the software's overlaps; fp8 dispatch and activation caching with
+would take (`space.with_techniques_on`: the software's overlaps; fp8 dispatch and activation caching with
 fp8 compute). For the plan's parallel degrees step 4 then (1) turns on, in turn, each communication technique
 that shortens the step (overlaps; bf16 gradient reduction when it saves >1% of the step; fp8 MoE dispatch only
 when training already computes in fp8, as DeepSeek-V3 sec. 3.3 does) and switches a lossy one step 3 ranked
@@ -15,20 +15,14 @@ torchtitan configs (`frameworks`). The result model is `optimization.Optimizatio
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from day0.planner.evaluate import PlanContext
 from day0.planner.frameworks import FrameworkSetup, framework_configs
-from day0.planner.inputs import ClusterFigures, CommSettings, PlannerOptions, costs_for
-from day0.planner.optimization import Optimization, SequenceStep, TechniqueChoice, TechniqueOption
+from day0.planner.inputs import CommSettings, PlannerOptions
+from day0.planner.problem import PlanningProblem
 from day0.planner.results import Plan, make_plan
 from day0.planner.search import best_knobs
-from day0.planner.space import knob_settings
 from day0.planner.values import OFFLOADS, RECOMPUTES, Degrees, MemoryKnobs
-from day0.spec.pipeline import TrainingSpec
-
-if TYPE_CHECKING:
-    from day0.model.structure import ModelStructure
+from day0.steps.optimize.optimization import Optimization, SequenceStep, TechniqueChoice, TechniqueOption
 
 __all__ = ["Optimization", "TechniqueChoice", "TechniqueOption", "choose_optimizations"]
 
@@ -42,16 +36,9 @@ _OFF = {
 }
 
 
-def _ctx(
-    structure: ModelStructure,
-    cluster: ClusterFigures,
-    training: TrainingSpec,
-    d: Degrees,
-    options: PlannerOptions,
-    comm: CommSettings,
-) -> PlanContext:
-    costs = costs_for(structure, options, training.precision.compute)
-    return PlanContext(costs, cluster, training, d, options.model_copy(update={"comm": comm}))
+def _ctx(problem: PlanningProblem, d: Degrees, comm: CommSettings) -> PlanContext:
+    """The cost model of `d` with the communication techniques `comm` (the costs do not depend on them)."""
+    return problem.with_options(problem.options.model_copy(update={"comm": comm})).context(d)
 
 
 def _comm_candidates(d: Degrees, options: PlannerOptions, moe: bool) -> list[tuple[str, str, dict]]:
@@ -77,16 +64,10 @@ def _knob_change(before: MemoryKnobs, after: MemoryKnobs) -> str:
     return "memory knobs re-picked: " + ", ".join(parts)
 
 
-def choose_optimizations(
-    structure: ModelStructure,
-    cluster: ClusterFigures,
-    training: TrainingSpec,
-    plan: Plan,
-    options: PlannerOptions | None = None,
-) -> Optimization:
-    options = options or PlannerOptions()
+def choose_optimizations(problem: PlanningProblem, plan: Plan) -> Optimization:
+    structure, options = problem.structure, problem.options
     d, base_knobs = plan.parallel, plan.memory_knobs
-    base = _ctx(structure, cluster, training, d, options, options.comm)
+    base = _ctx(problem, d, options.comm)
     before_t, before_m = base.step_seconds(base_knobs), base.memory(base_knobs).total_bytes
     sequence = [SequenceStep(after="step 3's plan", step_s=before_t, delta_s=0.0, memory_bytes=before_m)]
     comm, knobs = _applicable(options.comm, d, options, structure.moe is not None), base_knobs
@@ -95,20 +76,19 @@ def choose_optimizations(
     # are judged again after each re-pick until the knobs settle (issue 39: fp8 dispatch was declined
     # against the knobs before the re-pick, which its own table then showed saving 12%)
     for _ in range(4):
-        comm = _techniques(structure, cluster, training, d, options, comm, knobs, reasons, sequence)
-        ctx = _ctx(structure, cluster, training, d, options, comm)
-        found = best_knobs(ctx, knob_settings(options))
+        comm = _techniques(problem, d, comm, knobs, reasons, sequence)
+        ctx = _ctx(problem, d, comm)
+        found = best_knobs(ctx, problem.knobs)
         if found is None or found[1] == knobs:
             break
         change, knobs = _knob_change(knobs, found[1]), found[1]
         memory = ctx.memory(knobs).total_bytes
         sequence.append(_row(change, ctx.step_seconds(knobs), sequence[-1].step_s, memory))
-    ctx = _ctx(structure, cluster, training, d, options, comm)
+    ctx = _ctx(problem, d, comm)
     final = make_plan(ctx, knobs, ctx.memory(knobs), ctx.time(knobs)).model_copy(update={"rank": plan.rank})
-    techniques = _memory_choices(ctx, knobs, options) + _comm_choices(
-        structure, cluster, training, d, options, comm, knobs, reasons
-    )
-    setup = FrameworkSetup(training, options, comm, structure.num_layers, structure.moe is not None, cluster.per_node)
+    techniques = _memory_choices(ctx, knobs, options) + _comm_choices(problem, d, comm, knobs, reasons)
+    moe, per_node = structure.moe is not None, problem.cluster.per_node
+    setup = FrameworkSetup(problem.training, options, comm, structure.num_layers, moe, per_node)
     return Optimization(
         model=structure.model,
         plan=final,
@@ -124,11 +104,8 @@ def choose_optimizations(
 
 
 def _techniques(
-    structure: ModelStructure,
-    cluster: ClusterFigures,
-    training: TrainingSpec,
+    problem: PlanningProblem,
     d: Degrees,
-    options: PlannerOptions,
     comm: CommSettings,
     knobs: MemoryKnobs,
     reasons: dict[str, str],
@@ -137,9 +114,10 @@ def _techniques(
     """One pass over the communication techniques under `knobs`: each switched on where it shortens the
     step (a lossy one by over 1%), a lossy one step 3 ranked with switched back off where it saves less;
     `reasons` and `sequence` record what changed."""
+    options = problem.options
     t_prev = sequence[-1].step_s
     memory = sequence[-1].memory_bytes
-    for technique, value, update in _comm_candidates(d, options, structure.moe is not None):
+    for technique, value, update in _comm_candidates(d, options, problem.structure.moe is not None):
         field = next(iter(update))
         lossy = technique in ("dispatch dtype", "gradient reduce dtype")
         if field in options.pinned:
@@ -148,7 +126,7 @@ def _techniques(
         if field.endswith("_overlap") and field.removesuffix("_overlap") not in options.software_overlaps:
             reasons[technique] = "kept off: the training software has no such overlap (planner.software)"
             continue
-        if technique == "dispatch dtype" and training.precision.compute != "fp8":
+        if technique == "dispatch dtype" and problem.training.precision.compute != "fp8":
             reasons[technique] = "kept bf16: fp8 dispatch only with fp8 training (accuracy)"
             continue
         on = getattr(comm, field) == update[field]
@@ -156,7 +134,7 @@ def _techniques(
             reasons.setdefault(technique, "on in step 3's plan (the search ranks plans with it)")
             continue
         trial = comm.model_copy(update={field: _OFF[field]} if on else update)
-        t_new = _ctx(structure, cluster, training, d, options, trial).step_seconds(knobs)
+        t_new = _ctx(problem, d, trial).step_seconds(knobs)
         if on:  # a lossy technique step 3 ranked with: kept only where it saves over 1%
             if t_prev >= t_new * (1 - _MIN_GAIN):
                 comm, reasons[technique] = trial, "switched back off: saves under 1% of the step for this plan"
@@ -226,25 +204,19 @@ def _memory_choices(ctx: PlanContext, k: MemoryKnobs, options: PlannerOptions) -
 
 
 def _comm_choices(
-    structure: ModelStructure,
-    cluster: ClusterFigures,
-    training: TrainingSpec,
-    d: Degrees,
-    options: PlannerOptions,
-    comm: CommSettings,
-    k: MemoryKnobs,
-    reasons: dict[str, str],
+    problem: PlanningProblem, d: Degrees, comm: CommSettings, k: MemoryKnobs, reasons: dict[str, str]
 ) -> list[TechniqueChoice]:
-    ctx = _ctx(structure, cluster, training, d, options, comm)
+    options = problem.options
+    ctx = _ctx(problem, d, comm)
     ref = ctx.memory(k)
     ref_m, ref_t = ref.total_bytes, ctx.step_seconds(k)
     out = []
-    for technique, value, update in _comm_candidates(d, options, structure.moe is not None):
+    for technique, value, update in _comm_candidates(d, options, problem.structure.moe is not None):
         field = next(iter(update))
         on = getattr(comm, field) == update[field]
         off_value = _OFF[field]
         alt = comm.model_copy(update={field: off_value if on else update[field]})
-        alt_ctx = _ctx(structure, cluster, training, d, options, alt)
+        alt_ctx = _ctx(problem, d, alt)
         label_on, label_off = value, ("off" if isinstance(off_value, bool) else str(off_value or options.grad_dtype))
         opts = [
             TechniqueOption(
