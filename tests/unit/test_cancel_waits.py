@@ -32,6 +32,22 @@ def _cancel_when(started: threading.Event, requested_at: list[float]) -> None:
     threading.Thread(target=request, daemon=True).start()
 
 
+def test_a_cancel_calls_the_waits_stop_and_the_wait_ends_in_an_interrupt() -> None:
+    stopped = threading.Event()
+
+    def wait_until_stopped() -> None:  # a wait that its stop makes raise its own error (Ray's ActorDiedError)
+        if not stopped.wait(30):
+            raise AssertionError("the wait was never stopped")
+        raise RuntimeError("the actor died")
+
+    with pytest.raises(KeyboardInterrupt) as raised, cancel.stopped_on_cancel(stopped.set):
+        threading.Thread(target=cancel.request).start()  # the watcher's thread
+        wait_until_stopped()
+    assert isinstance(raised.value.__cause__, RuntimeError)
+    with pytest.raises(KeyboardInterrupt), cancel.stopped_on_cancel(stopped.set):  # cancelled: no new wait starts
+        raise AssertionError("the body ran after the cancel")
+
+
 @pytest.mark.integration
 def test_a_cancel_aborts_a_ray_train_fit_at_its_first_step(local_ray: None, tmp_path: Path) -> None:
     from day0.steps.trial.ray_train import run_training
