@@ -37,11 +37,15 @@ def _deaf_to_sigint() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
-def _wait_for_line(cli: subprocess.Popen[str], log: Path, needle: str, timeout_s: float = 300) -> None:
+def _wait_for_first_step(client, cli: subprocess.Popen[str], timeout_s: float = 300) -> None:  # type: ignore[no-untyped-def]
+    """Until the trial said its first step: its Prefect progress artifact is created then (`StepProgress`)."""
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
+
+    first = ArtifactFilter(key=ArtifactFilterKey(any_=["killed-trial-progress"]))
     deadline = time.monotonic() + timeout_s
-    while needle not in log.read_text() and cli.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert needle in log.read_text(), f"never logged {needle!r} (exit {cli.poll()}):\n{log.read_text()[-3000:]}"
+    while not client.read_artifacts(artifact_filter=first) and cli.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert client.read_artifacts(artifact_filter=first), f"the trial never said its first step (exit {cli.poll()})"
 
 
 def test_day0_run_marked_cancelled_mid_trial_stops_within_seconds(tmp_path: Path, prefect_server: None) -> None:
@@ -54,10 +58,10 @@ def test_day0_run_marked_cancelled_mid_trial_stops_within_seconds(tmp_path: Path
 
     api = str(PREFECT_API_URL.value())
     cli = _start_run(tmp_path, preexec_fn=_deaf_to_sigint, PREFECT_API_URL=api)
-    _wait_for_line(cli, tmp_path / "cli.log", "step 1/")  # the trial's first step, on its Ray Train workers
-    before = _wait_for(cli, ("raylet", "RayTrainWorker"))
-    token = _token_of(next(pid for pid, cmd in before.items() if "gcs_server" in cmd))
     with get_client(sync_client=True) as client:
+        _wait_for_first_step(client, cli)  # on its Ray Train workers
+        before = _wait_for(cli, ("raylet", "RayTrainWorker"))
+        token = _token_of(next(pid for pid, cmd in before.items() if "gcs_server" in cmd))
         run = _running_run(client, f"file://{tmp_path}/store")
         t0 = time.monotonic()
         client.set_flow_run_state(run.id, Cancelled(message="marked cancelled"), force=True)
