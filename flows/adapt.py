@@ -31,6 +31,7 @@ from prefect.runtime import flow_run
 from prefect.states import Cancelled
 
 from day0.backends.session import check_backend, run_backend, sweep_run
+from day0.core import cancel
 from day0.core.result import StepResult
 from day0.core.typing import JsonObject
 from day0.errors import Day0Error, RunFailed, UsageError
@@ -87,14 +88,16 @@ def check_runnable(spec: PipelineSpec, steps: list[str]) -> None:
 
 
 @contextmanager
-def _stop_when_cancelled(flow_run_id: str | None, requested: threading.Event) -> Iterator[None]:
-    """Turn a cancellation requested through Prefect (the run reads Cancelling or Cancelled) into SIGINT
-    (KeyboardInterrupt) in the main thread, setting `requested` first.
+def _stop_when_cancelled(flow_run_id: str | None) -> Iterator[None]:
+    """Turn a cancellation requested through Prefect (the run reads Cancelling or Cancelled) into the
+    process's cancel (`day0.core.cancel.request`: the waits registered for it are stopped from here, a
+    Ray Train fit aborted), then SIGINT (KeyboardInterrupt) in the main thread.
 
     Why: a worker cancels the runs it started by signalling their process, but a run started in
     this process (`day0 run`, `python -m flows.adapt`) only changes state to Cancelling. Raising
-    here runs the same `finally` blocks as Ctrl-C and SIGTERM: the Ray job is stopped, the
-    RayCluster deleted, the report written."""
+    there runs the same `finally` blocks as Ctrl-C and SIGTERM: the Ray job is stopped, the
+    RayCluster deleted, the report written. The signal alone was not enough: one landing where the main
+    thread does not act on it is lost, and a trial went on training to its end (issue 42 item 5)."""
     if flow_run_id is None or threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -114,8 +117,8 @@ def _stop_when_cancelled(flow_run_id: str | None, requested: threading.Event) ->
                 # state forced through the API or the UI), and it still computes until stopped
                 if state is not None and (state.is_cancelling() or state.is_cancelled()) and not done.is_set():
                     print("day0: the flow run was cancelled: stopping", file=sys.stderr)
-                    requested.set()
-                    # a real signal to the main thread: it also interrupts a blocking call there
+                    cancel.request()
+                    # a real signal to the main thread: it interrupts Python code and blocking calls there
                     signal.pthread_kill(main, signal.SIGINT)
                     return
 
@@ -202,26 +205,28 @@ def _run_steps(ctx: RunContext, steps: list[str], start: float) -> JsonObject:
     """The flow's body once the run's lock is held: the steps, then the manifest and the report."""
     log, pipeline_spec = get_run_logger(), ctx.spec
     ctx.begin_attempt()
-    gate, cancel = StepGate(ctx, steps), threading.Event()
+    gate = StepGate(ctx, steps)
     results: dict[str, StepResult | None] = {}
+    cancel.clear()  # a run before this one in the process may have been cancelled
     try:
         pods = pods_needed(pipeline_spec, steps)
-        with _stop_when_cancelled(ctx.flow_run_id, cancel), run_backend(ctx, pods, progress=log.info):
+        with _stop_when_cancelled(ctx.flow_run_id), run_backend(ctx, pods, progress=log.info):
             for step in steps:  # each gated on the results its `run` reads (`day0.steps.registry`)
+                cancel.raise_if_requested()  # a cancel never starts the next step, whatever became of the signal
                 results[step] = gate.run(TASKS.get(step) or SUBSTEP_TASKS[step], ctx, results)
-    except KeyboardInterrupt:  # Ctrl-C, or our watcher's SIGINT
-        if not cancel.is_set():
+    except KeyboardInterrupt:  # Ctrl-C, our watcher's SIGINT, or a wait it stopped (`day0.core.cancel`)
+        if not cancel.requested():
             raise
     except TerminationSignal:  # SIGTERM: a kill, or a worker's runner stopping a run it cancels
         if not _cancel_requested(ctx.flow_run_id):  # one API read, on this path only
             raise
-        cancel.set()
+        cancel.request()
     finally:  # also on SIGTERM/cancellation: the report shows what ran and what did not
         manifest = ctx.publish_manifest()
         report = write_report(ctx, time.perf_counter() - start, steps, manifest=manifest, results=results)
         log.info("report: %s", report["html"])
         publish_report_artifacts(ctx, report)
-    if cancel.is_set():
+    if cancel.requested():
         # The run ends Cancelled, as a worker marks a run it stopped, not Crashed (the engine's verdict
         # on an interrupt), which the recovery automation (flows/recovery.py) would rerun.
         # Prefect takes a returned state as the run's final one and raises CancelledRun to the caller,

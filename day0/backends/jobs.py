@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Generic, Literal, TypedDict, TypeVar, cast
 
 from pydantic import BaseModel, Field
 
+from day0.core import cancel
 from day0.core.result import Progress
 from day0.core.typing import JsonObject
 
@@ -223,6 +224,7 @@ def wait(
         status = str(getattr(info.status, "value", info.status))
         if status in _TERMINAL:
             break
+        cancel.raise_if_requested()  # run_job stops the job on the way out
         if time.monotonic() - start > timeout_s:
             timed_out = True
             client.stop_job(sub_id)

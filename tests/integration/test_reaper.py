@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -52,16 +53,21 @@ def _env(tmp_path: Path) -> dict[str, str]:
     return {"PREFECT_HOME": str(tmp_path / "prefect"), "HF_HUB_OFFLINE": "1", "RAY_USAGE_STATS_ENABLED": "0"}
 
 
-def _start_run(tmp_path: Path, **env: str) -> subprocess.Popen[str]:
+def _start_run(tmp_path: Path, preexec_fn: Callable[[], object] | None = None, **env: str) -> subprocess.Popen[str]:
     spec = tmp_path / "spec.yaml"
     spec.write_text(yaml.safe_dump(long_trial_spec("killed", f"file://{tmp_path}/store")))
-    return _start(tmp_path, "run", spec, **env)
+    return _start(tmp_path, "run", spec, preexec_fn=preexec_fn, **env)
 
 
-def _start(tmp_path: Path, *args: str | Path, **env: str) -> subprocess.Popen[str]:
-    """`day0 *args` with its own Prefect home and no token of ours, logging into tmp_path/cli.log."""
+def _start(
+    tmp_path: Path, *args: str | Path, preexec_fn: Callable[[], object] | None = None, **env: str
+) -> subprocess.Popen[str]:
+    """`day0 *args` with its own Prefect home and no token of ours, logging into tmp_path/cli.log
+    (`preexec_fn` run in the child before it starts, as subprocess.Popen's)."""
     log = (tmp_path / "cli.log").open("w")
-    return start_day0(*args, env=_env(tmp_path) | env, drop=_DROP, stdout=log, stderr=subprocess.STDOUT)
+    return start_day0(
+        *args, env=_env(tmp_path) | env, drop=_DROP, stdout=log, stderr=subprocess.STDOUT, preexec_fn=preexec_fn
+    )
 
 
 def _wait_for(cli: subprocess.Popen[str], needles: tuple[str, ...], timeout_s: float = 300) -> dict[int, str]:

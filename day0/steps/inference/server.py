@@ -43,6 +43,7 @@ from typing import Literal
 import httpx
 from pydantic import BaseModel, Field
 
+from day0.core import cancel
 from day0.core.ports import free_port
 
 __all__ = [
@@ -163,6 +164,7 @@ class Server:
             if self.health()[0] == 200:
                 self.startup_s = time.monotonic() - started
                 return
+            cancel.raise_if_requested()  # the caller's `finally` stops the server
             time.sleep(0.5)
         raise ServingError(f"{self.config.name} did not answer /health within {self.config.startup_timeout_s:.0f} s")
 

@@ -21,6 +21,7 @@ from urllib.parse import urlparse
 from pydantic import BaseModel, Field
 
 from day0.backends.local.ray import interruptible
+from day0.core import cancel
 from day0.core.result import Progress
 from day0.errors import Day0Error
 from day0.settings import StoreSettings
@@ -29,6 +30,7 @@ from day0.steps.trial.loop import LoopConfig, LoopHooks, LoopStep, train_loop
 if TYPE_CHECKING:
     from pyarrow.fs import FileSystem
     from ray.actor import ActorHandle
+    from ray.train.v2._internal.execution.controller import TrainController
 
 __all__ = [
     "EventLog",
@@ -257,11 +259,21 @@ def run_training(
             return self.inner.make_decision(training_failed_error)
 
     class Trainer(TorchTrainer):
+        controller: ActorHandle[TrainController] | None = None
+
         # Ray Train's SIGINT handler aborts the controller instead of raising, stays installed after the fit,
         # and calls sys.exit(0) once the controller is gone: Ctrl-C was exit 1, not an interrupt. Without it
         # Ctrl-C interrupts the trial as any step (KeyboardInterrupt: recorded as interrupted, exit 130).
-        def _register_sigint_handler(self, controller: object) -> None:
-            pass
+        # Called with the controller before the fit waits on it: kept for a cancel to abort (`abort`).
+        def _register_sigint_handler(self, controller: ActorHandle[TrainController]) -> None:
+            self.controller = controller
+            if cancel.requested():  # requested while the controller started: `abort` found none
+                self.abort()
+
+        def abort(self) -> None:
+            """Ray Train's own abort (its Ctrl-C): the workers are stopped, and the fit's wait raises."""
+            if self.controller is not None:
+                self.controller.abort.remote()
 
         # Ray Train takes no failure policy from its public API: the one `fit` builds from FailureConfig
         # is wrapped on its way to the controller.
@@ -291,7 +303,8 @@ def run_training(
         # one log serves the reference and the candidate: the events before this run are not its own
         start = cast(int, ray.get(log.count.remote()))
         relay = ProgressRelay(lambda i: ray.get(log.since.remote(i)), start, name, progress or (lambda _line: None))
-        with interruptible(), relay:
+        # a cancel stops the fit from the canceller's thread: an interrupt alone can be lost in Ray's wait
+        with interruptible(), relay, cancel.stopped_on_cancel(trainer.abort):
             result, error = trainer.fit(), None
     except TrainingFailedError as exc:  # retries exhausted: report what the checkpoints kept
         result, error = None, exc
