@@ -262,6 +262,11 @@ PLAIN_VARIABLES = {
         "cli.reaper",
         "Set by `day0 run` on itself: marks the processes it starts, so a dead run's leftovers are found and stopped.",
     ),
+    "DAY0_POD_IP": (
+        "day0.backends.kuberay.manifest",
+        "Set on a RayCluster's head container from the downward API (the pod's IP): its dashboard and job API bind "
+        "there, not on 0.0.0.0.",
+    ),
 }
 _SETTINGS_CLASS = re.compile(r"^class (\w+)\(EnvSettings\):", re.MULTILINE)
 

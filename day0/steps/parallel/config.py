@@ -14,7 +14,7 @@ from pydantic import BaseModel, Field
 
 from day0.core.recompute import Recompute
 from day0.spec.base import HBM_GBPS, MAX_ACCELERATORS, UserModel
-from day0.steps.parallel.software import SOFTWARE_PROFILES, SoftwareName, SoftwareProfile
+from day0.steps.parallel.config_software import SOFTWARE_PROFILES, SoftwareName, SoftwareProfile
 
 __all__ = [
     "SOFTWARE_PROFILES",

@@ -5,7 +5,7 @@ same), checked on the source, no imports executed:
 2. Inside `day0`, tiers: the foundation (`core` < `errors`, `paths`, `settings`, `yamlio`, `store`,
    `plots`, `provenance`) < the model, the spec and runs (`model` < `spec` < the backend's interface,
    `backends.base`, `backends.jobs` and `backends.local` < `runs`; `spec.base` and each step's
-   section of the spec, `steps/<step>/config.py`, sit below `spec`) < the libraries (`backends`,
+   section of the spec, `steps/<step>/config.py` and its `config_*.py` parts, sit below `spec`) < the libraries (`backends`,
    `platforms`, `planner`, `calibration`, `webhook`) < the steps (`steps/<step>/`) < what reads every
    step (`steps.registry`, `report`, `regression`); a module imports its own (sub-)tier or lower ones.
 3. `core` is the bottom: it imports nothing else of `day0`.
@@ -96,8 +96,8 @@ def _part(module: str) -> str | None:
         return "steps.registry"
     if parts[1:3] == ["spec", "base"]:
         return "spec.base"
-    if parts[1] == "steps" and parts[-1] == "config":
-        return "steps.config"
+    if parts[1] == "steps" and (parts[-1] == "config" or parts[-1].startswith("config_")):
+        return "steps.config"  # `config_<part>.py`: a part of the section its `config.py` re-exports
     if parts[1] == "backends" and len(parts) > 2 and parts[2] in _BACKEND_INTERFACE:
         return "backends.interface"
     return parts[1]
