@@ -207,6 +207,25 @@ def test_keep_cluster_is_honoured(api: Any, pools: tuple[str, str]) -> None:
     assert_gone(rc)
 
 
+def test_a_handle_deletes_only_the_cluster_it_created(api: Any) -> None:
+    """A fenced attempt's teardown leaves the cluster of the same name a later attempt made (issue 44)."""
+    cluster = spec("x", "y", nodes=1, elastic_max=1)
+    manifest = build_raycluster(cluster, "e2e replaced", workers={"fixed": 0, "elastic": 0})
+    earlier, later = KubeRayCluster(manifest, api_client=api), KubeRayCluster(manifest, api_client=api)
+    earlier.create()
+    KubeRayCluster.attach(earlier.name, earlier.namespace, api_client=api).delete()  # the later attempt's sweep
+    later.create()
+    try:
+        assert earlier.uid and later.uid and earlier.uid != later.uid
+        earlier.delete()
+        kept = later.get()
+        assert kept is not None and kept["metadata"]["uid"] == later.uid
+        assert earlier.events[-1].message == "already replaced by a later attempt's"
+    finally:
+        later.delete()
+    assert later.get() is None
+
+
 def test_bad_manifest_is_rejected_by_the_crd(api: Any) -> None:
     cluster = spec("x", "y", nodes=1, elastic_max=1)
     manifest = build_raycluster(cluster, "e2e invalid", workers={"fixed": 1, "elastic": 0})

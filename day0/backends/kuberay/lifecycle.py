@@ -104,6 +104,7 @@ class KubeRayCluster:
         self.events: list[ClusterEvent] = []
         self._monitor: ClusterMonitor | None = None
         self._token: str | None = None
+        self.uid: str | None = None  # the object this handle created: `delete` removes that one only
 
     @classmethod
     def attach(cls, name: str, namespace: str, *, api_client: client.ApiClient | None = None) -> KubeRayCluster:
@@ -181,7 +182,9 @@ class KubeRayCluster:
     # -- lifecycle --
     def create(self) -> None:
         try:
-            self._custom.create_namespaced_custom_object(GROUP, VERSION, self.namespace, PLURAL, self.manifest)
+            created = self._custom.create_namespaced_custom_object(
+                GROUP, VERSION, self.namespace, PLURAL, self.manifest
+            )
         except ApiException as exc:
             hint = {
                 404: f"namespace {self.namespace!r} or the RayCluster CRD ({GROUP}/{VERSION}) is missing: "
@@ -192,6 +195,7 @@ class KubeRayCluster:
             raise ClusterError(
                 f"creating RayCluster {self.namespace}/{self.name}: {hint}: {_api_message(exc)}"
             ) from exc
+        self.uid = cast(KubeObject, created)["metadata"]["uid"]
         self.events.append(ClusterEvent(kind="created", message=f"{self.desired_workers()} workers requested"))
 
     def _ready_by(self, deadline: float) -> bool:
@@ -274,12 +278,20 @@ class KubeRayCluster:
         )
 
     def delete(self, timeout_s: float = 120.0) -> None:
-        """Delete the RayCluster and wait until it and its pods are gone; force-delete stragglers."""
+        """Delete the RayCluster and wait until it and its pods are gone; force-delete stragglers.
+
+        A handle that created its cluster deletes that object only (a UID precondition): a later attempt of
+        the same run, which took the run's lease over (`day0.runs.lock`), makes a cluster of the same name,
+        and a fenced attempt's teardown must leave it alone."""
+        only = client.V1DeleteOptions(preconditions=client.V1Preconditions(uid=self.uid)) if self.uid else None
         try:
             self._custom.delete_namespaced_custom_object(
-                GROUP, VERSION, self.namespace, PLURAL, self.name, propagation_policy="Background"
+                GROUP, VERSION, self.namespace, PLURAL, self.name, propagation_policy="Background", body=only
             )
         except ApiException as exc:
+            if exc.status == 409 and self.uid:  # the precondition failed: the name is another cluster's now
+                self.events.append(ClusterEvent(kind="deleted", message="already replaced by a later attempt's"))
+                return
             if exc.status != 404:
                 raise ClusterError(f"deleting RayCluster {self.name}: {_api_message(exc)}") from exc
         if not self._gone_by(time.monotonic() + timeout_s):

@@ -5,8 +5,9 @@ same), checked on the source, no imports executed:
 2. Inside `day0`, tiers: the foundation (`core` < `errors`, `paths`, `settings`, `yamlio`, `store`,
    `plots`, `provenance`) < the model, the spec and runs (`model` < `spec` < the backend's interface,
    `backends.base`, `backends.jobs` and `backends.local` < `runs`; `spec.base` and each step's
-   section of the spec, `steps/<step>/config.py` and its `config_*.py` parts, sit below `spec`) < the libraries (`backends`,
-   `platforms`, `planner`, `calibration`, `webhook`) < the steps (`steps/<step>/`) < what reads every
+   section of the spec, `steps/<step>/config.py` and its `config_*.py` parts, sit below `spec`) < the
+   libraries (`backends`, `platforms`, `planner`, `calibration`, `webhook`) < the steps
+   (`steps/<step>/`) < what reads every
    step (`steps.registry`, `report`, `regression`); a module imports its own (sub-)tier or lower ones.
 3. `core` is the bottom: it imports nothing else of `day0`.
 4. A step reaches another step only through its `result` module; a step's `run` module may also
