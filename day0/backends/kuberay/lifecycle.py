@@ -195,7 +195,7 @@ class KubeRayCluster:
             raise ClusterError(
                 f"creating RayCluster {self.namespace}/{self.name}: {hint}: {_api_message(exc)}"
             ) from exc
-        self.uid = cast(KubeObject, created)["metadata"]["uid"]
+        self.uid = cast("dict[str, dict[str, str]]", created)["metadata"]["uid"]
         self.events.append(ClusterEvent(kind="created", message=f"{self.desired_workers()} workers requested"))
 
     def _ready_by(self, deadline: float) -> bool:

@@ -51,6 +51,7 @@ def test_runs_as_one_ray_task() -> None:
     import ray
 
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    ray.shutdown()  # a Ray left connected by a test before this one on the worker (as `local_ray` does)
     ray.init(address="local", num_cpus=1, include_dashboard=False, log_to_driver=False)
     try:
         result = run_operators_on_ray(_request())

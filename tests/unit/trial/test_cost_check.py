@@ -164,6 +164,7 @@ def test_the_default_spec_calibrates_before_step_3_so_its_cost_check_is_calibrat
 
     ctx = RunContext.create(spec)
     ctx.use_backend(Backend())
+    step3.calibrate(ctx, lambda _msg: None)  # the sub-step the flow runs before step 3 (`SUBSTEPS`)
     plans = step3.run(ctx, lambda _msg: None, Analyzed())  # type: ignore[arg-type]
     assert [(r.workers, r.store) for r in calibrated] == [(spec.trial.workers, spec.storage)]
     assert any("calibrated profile" in note for note in plans.notes + plans.cluster.notes)
