@@ -12,6 +12,7 @@ chosen (or leanest) degree tuple, so the lines cost a handful of evaluations, no
 
 from __future__ import annotations
 
+from day0.planner.evaluate import PlanContext
 from day0.planner.inputs import GIB
 from day0.planner.problem import PlanningProblem
 from day0.planner.results import ClusterPoint, Plan, PlanSearch, degrees_label
@@ -67,7 +68,7 @@ def elastic_points(problem: PlanningProblem, report: PlanSearch) -> list[Cluster
 
 def _fastest(problem: PlanningProblem, d: Degrees) -> tuple[float, float] | None:
     """(step s, GiB) of the fastest fitting knob setting of a tuple, or None when none fits."""
-    ctx = problem.context(d)
+    ctx = PlanContext(problem, d)
     found = best_knobs(ctx, problem.knobs)
     if found is None:
         return None

@@ -1,7 +1,7 @@
 """A cheap lower bound on a plan's step time that needs no per-rank work, for ordering and cutting
 degree tuples before the full cost model runs.
 
-Contract: `StaticBound(...)(d) <= PlanContext(...).time(k).step_s` for every knob setting `k`. It calls
+Contract: `StaticBound(problem)(d) <= PlanContext(problem, d).time(k).step_s` for every knob setting `k`. It calls
 the cost model's own terms (`step_time`, `memory`) with the *mean* pipeline stage: the whole model's
 work divided by PP. The slowest stage is never faster than the mean, and each stage term is convex
 in the stage's work (Jensen's inequality), so the mean stage's time bounds the slowest stage's; the
@@ -16,19 +16,18 @@ from __future__ import annotations
 from day0.planner import memory as mem
 from day0.planner import step_time as st
 from day0.planner import timing as tm
-from day0.planner.inputs import ClusterFigures, PlannerOptions
-from day0.planner.model import ModelCosts
+from day0.planner.problem import PlanningProblem
 from day0.planner.rates import RateCache
 from day0.planner.stages import layer_counts, stage_work
 from day0.planner.step_time import StageWork
 from day0.planner.values import Degrees
-from day0.spec.pipeline import TrainingSpec
 
 __all__ = ["StaticBound", "static_lower_bound"]
 
 
 class StaticBound:
-    def __init__(self, costs: ModelCosts, cluster: ClusterFigures, training: TrainingSpec, options: PlannerOptions):
+    def __init__(self, problem: PlanningProblem):
+        costs, cluster, training, options = problem.costs, problem.cluster, problem.training, problem.options
         self.costs, self.cluster, self.training, self.o = costs, cluster, training, options
         prec = training.precision
         self.rates = RateCache(costs, cluster, training.seq_len, prec.compute, options)
@@ -131,8 +130,6 @@ class StaticBound:
         )
 
 
-def static_lower_bound(
-    costs: ModelCosts, cluster: ClusterFigures, training: TrainingSpec, d: Degrees, options: PlannerOptions
-) -> float:
+def static_lower_bound(problem: PlanningProblem, d: Degrees) -> float:
     """One-off `StaticBound` (the search builds it once and calls it per tuple)."""
-    return StaticBound(costs, cluster, training, options)(d)
+    return StaticBound(problem)(d)

@@ -1,6 +1,6 @@
 """The cost model: memory per accelerator and time per step for one plan (degrees + memory knobs).
 
-Contract: `PlanContext(costs, cluster, training, degrees, options)` precomputes everything that depends
+Contract: `PlanContext(problem, degrees)` precomputes everything that depends
 only on the parallel degrees; `memory(knobs)` and `time(knobs)` are then cheap, pure and deterministic,
 so the pruned search and the brute-force enumerator give bit-identical numbers for the same plan.
 `step_seconds(knobs)` and `fits(knobs)` are the same sums without building the estimates (what the

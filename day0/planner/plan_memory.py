@@ -14,12 +14,11 @@ import math
 
 from day0.planner import memory as mem
 from day0.planner import step_time as st
-from day0.planner.inputs import GIB, ClusterFigures, PlannerOptions
-from day0.planner.model import ModelCosts
+from day0.planner.inputs import GIB
+from day0.planner.problem import PlanningProblem
 from day0.planner.rates import RateCache
 from day0.planner.stages import rank_groups
 from day0.planner.values import Degrees, MemoryEstimate, MemoryKnobs
-from day0.spec.pipeline import TrainingSpec
 
 __all__ = ["MemoryContext"]
 
@@ -27,24 +26,18 @@ __all__ = ["MemoryContext"]
 class MemoryContext:
     """Everything about one degree tuple's memory that does not depend on the memory knobs."""
 
-    def __init__(
-        self,
-        costs: ModelCosts,
-        cluster: ClusterFigures,
-        training: TrainingSpec,
-        d: Degrees,
-        options: PlannerOptions,
-        rates: RateCache | None = None,
-    ):
-        self.costs, self.cluster, self.training, self.d, self.o = costs, cluster, training, d, options
-        self._rate_cache = rates
+    def __init__(self, problem: PlanningProblem, d: Degrees, rates: RateCache | None = None):
+        self.problem, self.d, self._rate_cache = problem, d, rates
+        self.costs, self.cluster, self.training = problem.costs, problem.cluster, problem.training
+        self.o = options = problem.options
+        training = self.training
         prec = training.precision
         self.pb = mem.param_bytes(prec.compute, prec.master_weights, options.grad_dtype, options.optimizer_state_dtype)
         self.groups, self.layers_per_rank = rank_groups(
-            costs, d.pipeline_parallel, d.virtual_pipeline_stages, training.seq_len
+            self.costs, d.pipeline_parallel, d.virtual_pipeline_stages, training.seq_len
         )
         self.tokens = training.seq_len * d.micro_batch / d.context_parallel  # per rank, gathered over TP (SP)
-        self.capacity = cluster.memory_bytes
+        self.capacity = self.cluster.memory_bytes
         self._mem_ready = self._time_ready = False
         self._cache: dict[tuple, float] = {}
         self._act: dict[str, list[float]] = {}

@@ -4,7 +4,8 @@ Contract: a frozen value built once (`PlanningProblem.of`) from step 1's structu
 training setup, the spec's pins and the planner's options, holding what is derived from them alone: the
 model's costs under the options' activation policy and the memory-knob settings searched. A variant
 (`with_options`, `with_cluster`, `with_constraints`) recomputes the costs only when the options change
-what they depend on (activation policy, MTP modules). `context(d)` is the cost model for one degree tuple.
+what they depend on (activation policy, MTP modules). The cost model for one degree tuple is
+`evaluate.PlanContext(problem, d)`.
 """
 
 from __future__ import annotations
@@ -12,12 +13,10 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from day0.planner.evaluate import PlanContext
 from day0.planner.inputs import ClusterFigures, PlannerOptions, activation_policy, costs_for
 from day0.planner.model import ModelCosts
-from day0.planner.rates import RateCache
 from day0.planner.space import knob_settings
-from day0.planner.values import Degrees, MemoryKnobs
+from day0.planner.values import MemoryKnobs
 from day0.spec.pipeline import TrainingSpec
 from day0.steps.parallel.config import ParallelConstraints
 
@@ -65,6 +64,3 @@ class PlanningProblem:
 
     def with_constraints(self, constraints: ParallelConstraints) -> PlanningProblem:
         return replace(self, constraints=constraints)
-
-    def context(self, d: Degrees, rates: RateCache | None = None) -> PlanContext:
-        return PlanContext(self.costs, self.cluster, self.training, d, self.options, rates)

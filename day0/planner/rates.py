@@ -4,7 +4,7 @@ communication times (`StepRates`), memoised per search.
 Contract: `RateCache(costs, cluster, seq, compute, options).rates(d)` is pure and returns the same value
 for the same degrees; every part is cached on the degrees it depends on (the GEMM rates on TP and the
 tokens per rank, the all-to-all on the routed layout, the links on the group spans), so a search over
-thousands of tuples computes each roofline once. `step_time.step_rates` is the one-off form.
+thousands of tuples computes each roofline once.
 """
 
 from __future__ import annotations

@@ -105,7 +105,7 @@ def _search(problem: PlanningProblem, find_min_accelerators: bool, cutoff: float
     costs, cluster, training, cons, options = p.costs, p.cluster, p.training, p.constraints, p.options
     rejected: Counter[str] = Counter()
     knobs = problem.knobs
-    bound_of = StaticBound(costs, cluster, training, options)
+    bound_of = StaticBound(problem)
     # best-first on a two-level bound: every tuple enters with the cheap compute-only bound, and is
     # re-queued with the static bound when it first reaches the front; a tuple is evaluated when its
     # static bound reaches the front, and the search stops when any bound is above the kept plans
@@ -126,7 +126,7 @@ def _search(problem: PlanningProblem, find_min_accelerators: bool, cutoff: float
             heapq.heappush(queue, (bound_of(d), 1, tie, i))
             continue
         visited += 1
-        ctx = problem.context(d, bound_of.rates)
+        ctx = PlanContext(problem, d, bound_of.rates)
         if len(kept) >= options.keep_plans and ctx.time_lower_bound() > -kept[0][0][0]:
             continue  # before the memory bound: with plans kept, the leanest setup is not reported
         lb = ctx.memory_lower_bound()
@@ -197,7 +197,7 @@ def _brute_force(problem: PlanningProblem) -> PlanSearch:
     knobs, ranked, evaluated, tuples, min_mem = problem.knobs, [], 0, 0, math.inf
     p = problem
     for d in enumerate_degrees(p.costs, p.cluster, p.training, p.constraints, options, rejected):
-        ctx, tuples, best = problem.context(d), tuples + 1, None
+        ctx, tuples, best = PlanContext(problem, d), tuples + 1, None
         for k in knobs:
             evaluated += 1
             step, m = ctx.step_seconds(k), ctx.memory(k)
@@ -245,7 +245,7 @@ def _fits(problem: PlanningProblem, knobs: list[MemoryKnobs]) -> bool:
     """Whether any degree tuple and knob setting fits (tuples tried leanest first)."""
     p = problem
     ctxs = sorted(
-        (p.context(d) for d in enumerate_degrees(p.costs, p.cluster, p.training, p.constraints, p.options)),
+        (PlanContext(p, d) for d in enumerate_degrees(p.costs, p.cluster, p.training, p.constraints, p.options)),
         key=lambda c: c.memory_lower_bound(),
     )
     for ctx in ctxs:

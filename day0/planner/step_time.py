@@ -23,11 +23,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, fields
 
 from day0.planner import timing as tm
-from day0.planner.inputs import ClusterFigures, CommSettings, PlannerOptions
+from day0.planner.inputs import CommSettings, PlannerOptions
 from day0.planner.kernels import FORWARD_SHARE
 from day0.planner.memory import ParamBytes
 from day0.planner.model import ModelCosts
-from day0.planner.rates import BYTES, RateCache, StepRates, gemm_peak_flops
+from day0.planner.rates import BYTES, StepRates, gemm_peak_flops
 from day0.planner.values import RECOMPUTES, Degrees
 
 __all__ = [
@@ -49,7 +49,6 @@ __all__ = [
     "optimizer_seconds_per_param",
     "slot_floor",
     "stage_seconds",
-    "step_rates",
 ]
 
 
@@ -93,13 +92,6 @@ class StageTime:
 def grad_reduce_bytes(comm: CommSettings, pb: ParamBytes) -> int:
     """Bytes per gradient element on the data-parallel ring: the reduce dtype if set, else the grad dtype."""
     return BYTES[comm.grad_reduce_dtype] if comm.grad_reduce_dtype else pb.grad
-
-
-def step_rates(
-    costs: ModelCosts, cluster: ClusterFigures, seq: int, compute: str, options: PlannerOptions, d: Degrees
-) -> StepRates:
-    """The rates of one degree tuple (a search shares one `RateCache` across its tuples)."""
-    return RateCache(costs, cluster, seq, compute, options).rates(d)
 
 
 def stage_seconds(

@@ -19,7 +19,8 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from day0.core.precision import DType
 from day0.planner.evaluate import PlanContext
-from day0.planner.inputs import CommSettings, PlannerOptions, cluster_figures, costs_for
+from day0.planner.inputs import CommSettings, PlannerOptions, cluster_figures
+from day0.planner.problem import PlanningProblem
 from day0.planner.profile import CalibratedProfile, apply_profile
 from day0.planner.values import Degrees, MemoryKnobs
 from day0.spec.cluster import HardwareSpec
@@ -99,7 +100,7 @@ def predict_trial(
         num_microbatches=1,
     )
     cluster = cluster_figures(hardware, workers, workers)
-    ctx = PlanContext(costs_for(structure, options, compute_dtype), cluster, training, d, options)
+    ctx = PlanContext(PlanningProblem.of(structure, cluster, training, options=options), d)
     knobs = MemoryKnobs(recompute=recompute, zero_stage=zero_stage, offload="none")
     step = ctx.time(knobs).step_s
     if eager_bytes is not None:  # forward + backward: 3x the forward's memory-bound bytes (stage_seconds)

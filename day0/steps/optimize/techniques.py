@@ -38,7 +38,7 @@ _OFF = {
 
 def _ctx(problem: PlanningProblem, d: Degrees, comm: CommSettings) -> PlanContext:
     """The cost model of `d` with the communication techniques `comm` (the costs do not depend on them)."""
-    return problem.with_options(problem.options.model_copy(update={"comm": comm})).context(d)
+    return PlanContext(problem.with_options(problem.options.model_copy(update={"comm": comm})), d)
 
 
 def _comm_candidates(d: Degrees, options: PlannerOptions, moe: bool) -> list[tuple[str, str, dict]]:

@@ -15,7 +15,7 @@ from day0.planner import step_time as st
 from day0.planner.bounds import StaticBound
 from day0.planner.evaluate import PlanContext
 from day0.planner.inputs import CommSettings
-from day0.planner.model import model_costs
+from day0.planner.problem import PlanningProblem
 from day0.planner.space import enumerate_degrees, knob_settings
 from day0.spec.cluster import PlatformSpec
 from day0.spec.pipeline import Precision, TrainingSpec, load_yaml
@@ -46,21 +46,21 @@ def _structure(name: str) -> ModelStructure:
 
 
 def _sample(model: str, n: int, seq: int, gb: int, compute: str, extra: dict, comm: CommSettings, k: int = 12):
-    costs, cluster = model_costs(_structure(model)), cluster_figures(H100, n, 8)
+    cluster = cluster_figures(H100, n, 8)
     training = TrainingSpec(seq_len=seq, global_batch=gb, precision=Precision(compute=compute, master_weights="fp32"))
-    options = PlannerOptions(comm=comm, **extra)
-    degrees = list(enumerate_degrees(costs, cluster, training, ParallelConstraints(), options))
+    problem = PlanningProblem.of(_structure(model), cluster, training, options=PlannerOptions(comm=comm, **extra))
+    degrees = list(enumerate_degrees(problem.costs, cluster, training, ParallelConstraints(), problem.options))
     assert degrees, f"{model} on {n} accelerators: no degrees to sample"
-    return costs, cluster, training, options, random.Random(0).sample(degrees, min(k, len(degrees)))
+    return problem, random.Random(0).sample(degrees, min(k, len(degrees)))
 
 
 @pytest.mark.parametrize("comm", COMMS, ids=["default", "tp+ep overlap", "fp8 dispatch", "ep+dp overlap"])
 @pytest.mark.parametrize("case", SWEEP, ids=[f"{c[0]}-{c[4]}" for c in SWEEP])
 def test_bound_never_exceeds_the_evaluated_step(case: tuple, comm: CommSettings) -> None:
-    costs, cluster, training, options, degrees = _sample(*case, comm=comm)
-    bound = StaticBound(costs, cluster, training, options)
+    problem, degrees = _sample(*case, comm=comm)
+    options, bound = problem.options, StaticBound(problem)
     for d in degrees:
-        ctx = PlanContext(costs, cluster, training, d, options)
+        ctx = PlanContext(problem, d)
         times = [ctx.time(k) for k in knob_settings(options)]
         assert bound(d) <= ctx.time_lower_bound() <= min(t.step_s for t in times), d
         assert all(0 < t.mfu <= options.gemm_fraction(case[4]) for t in times), d  # never above 100%
@@ -71,9 +71,9 @@ def test_bound_never_exceeds_the_evaluated_step(case: tuple, comm: CommSettings)
 def test_the_dominated_zero_stages_never_hold_the_least_sync(case: tuple, comm: CommSettings) -> None:
     """The bound leaves out ZeRO stages another allowed stage beats (`least_zero_stages`): taking every
     allowed stage gives the very same bound."""
-    costs, cluster, training, options, degrees = _sample(*case, comm=comm)
-    pruned, every = StaticBound(costs, cluster, training, options), StaticBound(costs, cluster, training, options)
-    every.zero_stages = sorted(options.zero_stages)
+    problem, degrees = _sample(*case, comm=comm)
+    pruned, every = StaticBound(problem), StaticBound(problem)
+    every.zero_stages = sorted(problem.options.zero_stages)
     assert len(pruned.zero_stages) < len(every.zero_stages)
     assert [pruned(d) for d in degrees] == [every(d) for d in degrees]
 
@@ -82,17 +82,12 @@ def test_the_dominated_zero_stages_never_hold_the_least_sync(case: tuple, comm: 
 def test_a_changed_term_moves_the_bound_and_the_evaluation(
     monkeypatch: pytest.MonkeyPatch, term: str, factor: float
 ) -> None:
-    costs, cluster, training, options, degrees = _sample(
-        "deepseek-v3", 512, 4096, 1024, "bf16", {}, CommSettings(dp_overlap=False), k=6
-    )
-    knobs = knob_settings(options)
+    problem, degrees = _sample("deepseek-v3", 512, 4096, 1024, "bf16", {}, CommSettings(dp_overlap=False), k=6)
+    knobs = knob_settings(problem.options)
 
     def measure() -> list[tuple[float, float]]:
-        bound = StaticBound(costs, cluster, training, options)
-        return [
-            (bound(d), min(PlanContext(costs, cluster, training, d, options).time(k).step_s for k in knobs))
-            for d in degrees
-        ]
+        bound = StaticBound(problem)
+        return [(bound(d), min(PlanContext(problem, d).time(k).step_s for k in knobs)) for d in degrees]
 
     before = measure()
     original = getattr(st, term)
@@ -106,36 +101,28 @@ def test_a_changed_term_moves_the_bound_and_the_evaluation(
 def test_stage_term_is_shared(monkeypatch: pytest.MonkeyPatch) -> None:
     """A second more per stage slot adds (m + (p-1)/v) seconds to the pipeline, evaluated and bounded alike
     (DP not overlapped, so no exposed communication absorbs it)."""
-    costs, cluster, training, options, degrees = _sample(
-        "qwen3-30b-a3b", 64, 4096, 256, "bf16", {}, CommSettings(dp_overlap=False), k=4
-    )
+    problem, degrees = _sample("qwen3-30b-a3b", 64, 4096, 256, "bf16", {}, CommSettings(dp_overlap=False), k=4)
     original = st.stage_seconds
 
     def slower(*a, **kw):
         t = original(*a, **kw)
         return st.StageTime(t.compute_s, t.recompute_s, t.tp_comm_s, t.ep_comm_s, t.cp_comm_s, t.slot_s + 1.0)
 
-    k = knob_settings(options)[0]
-    base = [
-        (
-            StaticBound(costs, cluster, training, options)(d),
-            PlanContext(costs, cluster, training, d, options).time(k).step_s,
-        )
-        for d in degrees
-    ]
+    k = knob_settings(problem.options)[0]
+    base = [(StaticBound(problem)(d), PlanContext(problem, d).time(k).step_s) for d in degrees]
     monkeypatch.setattr(st, "stage_seconds", slower)
     for d, (b0, e0) in zip(degrees, base):
-        b1 = StaticBound(costs, cluster, training, options)(d)
-        e1 = PlanContext(costs, cluster, training, d, options).time(k).step_s
+        b1 = StaticBound(problem)(d)
+        e1 = PlanContext(problem, d).time(k).step_s
         slots = d.num_microbatches + (d.pipeline_parallel - 1) / d.virtual_pipeline_stages
         assert b1 - b0 == pytest.approx(slots, rel=1e-6) and e1 - e0 == pytest.approx(slots, rel=1e-6)
         assert b1 <= e1
 
 
 def test_fp8_mfu_is_against_the_fp8_peak() -> None:
-    costs, cluster, training, options, degrees = _sample("llama-3-8b", 16, 8192, 64, "fp8", {}, CommSettings(), k=1)
-    ctx = PlanContext(costs, cluster, training, degrees[0], options)
-    t = ctx.time(knob_settings(options)[0])
-    flops = st.model_flops_per_step(costs, training.global_batch, training.seq_len)
+    problem, degrees = _sample("llama-3-8b", 16, 8192, 64, "fp8", {}, CommSettings(), k=1)
+    ctx, training = PlanContext(problem, degrees[0]), problem.training
+    t = ctx.time(knob_settings(problem.options)[0])
+    flops = st.model_flops_per_step(problem.costs, training.global_batch, training.seq_len)
     assert t.mfu == pytest.approx(flops / (t.step_s * degrees[0].accelerators * H100.fp8_tflops * 1e12))
     assert st.gemm_peak_flops(H100, "bf16") == H100.bf16_tflops * 1e12

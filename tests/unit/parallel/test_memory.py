@@ -22,6 +22,7 @@ from day0.planner.memory import (
     param_bytes,
 )
 from day0.planner.model import model_costs
+from day0.planner.problem import PlanningProblem
 from day0.planner.values import Degrees, MemoryKnobs
 from day0.spec.cluster import HardwareSpec
 from day0.spec.pipeline import TrainingSpec
@@ -96,13 +97,8 @@ def test_plan_context_model_states_sum_to_the_whole_model() -> None:
     cluster = cluster_figures(
         HardwareSpec(memory_gib=8000, bf16_tflops=1, intra_node_bandwidth_gbps=1, inter_node_bandwidth_gbps=1), 1, 1
     )
-    ctx = PlanContext(
-        model_costs(s),
-        cluster,
-        TrainingSpec(seq_len=16, global_batch=1),
-        Degrees(1, 1, 1, 1, 1, 1, 1, 1, 1),
-        PlannerOptions(),
-    )
+    problem = PlanningProblem.of(s, cluster, TrainingSpec(seq_len=16, global_batch=1), options=PlannerOptions())
+    ctx = PlanContext(problem, Degrees(1, 1, 1, 1, 1, 1, 1, 1, 1))
     m = ctx.memory(MemoryKnobs(recompute="full", zero_stage=0, offload="none"))
     states = m.weights_bytes + m.gradients_bytes + m.optimizer_states_bytes + m.embedding_head_bytes
     assert states == pytest.approx(s.params_total * 18, rel=1e-9)

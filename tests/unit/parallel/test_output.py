@@ -79,17 +79,16 @@ def test_plans_that_differ_in_cp_differ_in_step_time_when_the_ring_shows() -> No
     two differ by the CP ring alone. Across nodes at 2k tokens the ring shows and the steps differ; at a
     long sequence it hides behind attention, the steps are equal and the term says so."""
     from day0.planner.evaluate import PlanContext
-    from day0.planner.inputs import PlannerOptions, costs_for
+    from day0.planner.inputs import PlannerOptions
     from day0.planner.results import make_plan
     from day0.planner.values import Degrees, MemoryKnobs
 
     o, k, cluster = PlannerOptions(), MemoryKnobs("full", 1, "none"), cluster_figures(_hw("h100"), 64, 8)
-    costs = costs_for(structure("llama-3-8b"), o, "bf16")
     for seq, shows in ((2048, True), (65536, False)):
-        tr = TrainingSpec(seq_len=seq, global_batch=64)
-        one, two = (
-            PlanContext(costs, cluster, tr, Degrees(8, 1, 1, 1, 1, cp, 8 // cp, cp, 64 // 8), o) for cp in (1, 2)
+        problem = PlanningProblem.of(
+            structure("llama-3-8b"), cluster, TrainingSpec(seq_len=seq, global_batch=64), options=o
         )
+        one, two = (PlanContext(problem, Degrees(8, 1, 1, 1, 1, cp, 8 // cp, cp, 64 // 8)) for cp in (1, 2))
         t1, t2 = one.time(k), two.time(k)
         assert t2.cp_comm_s > 0 and t1.cp_comm_s == 0
         assert (t2.cp_comm_exposed_s > 0) == shows and (t2.step_s > t1.step_s) == shows

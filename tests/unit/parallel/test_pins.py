@@ -11,7 +11,8 @@ import pytest
 
 from day0.model.structure import ModelStructure
 from day0.planner.evaluate import PlanContext
-from day0.planner.inputs import GIB, costs_for
+from day0.planner.inputs import GIB
+from day0.planner.problem import PlanningProblem
 from day0.planner.values import Degrees, MemoryKnobs
 from day0.spec.pipeline import PipelineSpec, load_yaml, spec_from_dict
 from day0.steps.optimize.plan import optimize_for_spec
@@ -68,7 +69,7 @@ def test_a_written_micro_batch_is_honoured_and_a_better_one_is_named() -> None:
         d = best.parallel
         other = Degrees(**{**_dump(d), "micro_batch": mb, "num_microbatches": 512 // (d.data_parallel * mb)})
         options = report.options.model_copy(update={"micro_batches": [mb]})
-        ctx = PlanContext(costs_for(qwen(), options, "bf16"), report.cluster, report.training, other, options)
+        ctx = PlanContext(PlanningProblem.of(qwen(), report.cluster, report.training, options=options), other)
         steps = [
             ctx.step_seconds(MemoryKnobs(rc, z, off))
             for rc in options.recompute
@@ -155,7 +156,7 @@ def test_a_pinned_plan_that_does_not_fit_says_which_term_and_by_how_much() -> No
         ("zero_stage", "zero_stage", [0, 1, 2, 3]),
     ):
         o = report.options
-        ctx = PlanContext(costs_for(qwen(), o, "bf16"), report.cluster, report.training, closest.parallel, o)
+        ctx = PlanContext(PlanningProblem.of(qwen(), report.cluster, report.training, options=o), closest.parallel)
         knobs = closest.memory_knobs
         fits = any(ctx.fits(MemoryKnobs(**{**_knobs(knobs), field: v})) for v in values)
         said = any(a.startswith(f"unpinning parallel.{knob}") and "makes this setup fit" in a for a in report.advice)
@@ -185,12 +186,11 @@ def test_megatron_recompute_methods_reach_memory_and_time() -> None:
     (fewer stored bytes than N = 1, N layers live while recomputing)."""
     base = spec(parallel={**FULL_PINS, "recompute": "full"})
     _, options = planner_inputs(base)
-    costs = costs_for(qwen(), options, "bf16")
+    problem = PlanningProblem.of(qwen(), base_cluster(base), base.training, options=options)
     d = Degrees(1, 4, 1, 8, 1, 1, 16, 1, 32)
 
     def ctx(**update: object) -> PlanContext:
-        o = options.model_copy(update=update)
-        return PlanContext(costs, base_cluster(base), base.training, d, o)
+        return PlanContext(problem.with_options(options.model_copy(update=update)), d)
 
     k = {rc: MemoryKnobs(rc, 2, "none") for rc in ("none", "full")}
     none, full = ctx().memory(k["none"]), ctx().memory(k["full"])

@@ -93,13 +93,13 @@ def test_lower_bounds_never_exceed_the_model() -> None:
     rng = random.Random(0)
     s, cluster = structure("deepseek-v3"), cluster_figures(H100, 512, 8)
     training, options = TrainingSpec(seq_len=4096, global_batch=1024), PlannerOptions()
-    costs = model_costs(s)
-    degrees = rng.sample(list(enumerate_degrees(costs, cluster, training, ParallelConstraints(), options)), 60)
+    problem = PlanningProblem.of(s, cluster, training, options=options)
+    degrees = rng.sample(list(enumerate_degrees(problem.costs, cluster, training, ParallelConstraints(), options)), 60)
     for d in degrees:
-        ctx = PlanContext(costs, cluster, training, d, options)
+        ctx = PlanContext(problem, d)
         steps = [ctx.time(k).step_s for k in knob_settings(options)]
         mems = [ctx.memory(k).total_bytes for k in knob_settings(options)]
-        assert static_lower_bound(costs, cluster, training, d, options) <= ctx.time_lower_bound() <= min(steps)
+        assert static_lower_bound(problem, d) <= ctx.time_lower_bound() <= min(steps)
         assert ctx.memory_lower_bound() <= min(mems) * (1 + 1e-12)
 
 

@@ -80,6 +80,7 @@ def test_host_dispatch_adds_on_a_cpu_and_hides_behind_a_busy_gpu() -> None:
 def _trial_context(hardware, micro_batch: int = 2):
     from day0.planner.evaluate import PlanContext
     from day0.planner.inputs import cluster_figures
+    from day0.planner.problem import PlanningProblem
     from day0.planner.values import Degrees
     from day0.spec.pipeline import Precision, TrainingSpec
 
@@ -97,7 +98,7 @@ def _trial_context(hardware, micro_batch: int = 2):
         num_microbatches=1,
     )
     tr = TrainingSpec(seq_len=64, global_batch=micro_batch, micro_batch=micro_batch, precision=Precision())
-    return PlanContext(costs_for(s, o, "bf16"), cluster_figures(hardware, 1, 1), tr, d, o)
+    return PlanContext(PlanningProblem.of(s, cluster_figures(hardware, 1, 1), tr, options=o), d)
 
 
 def test_stage_time_carries_one_dispatch_per_op_on_a_synchronous_platform() -> None:
