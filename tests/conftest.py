@@ -14,10 +14,13 @@ from typing import Any
 
 import pytest
 
-from day0.core.ports import free_port
-from tests.fixtures import builds, timings
-from tests.fixtures.privateuse1 import openreg  # noqa: F401 - the fixture, for every test module
-from tests.fixtures.release import tiny_fp8_release, tiny_release, tiny_releases  # noqa: F401 - built once per session
+# the fixtures package holds helpers with asserts and a plugin (timings): rewritten before its first import
+pytest.register_assert_rewrite("tests.fixtures")
+
+from day0.core.ports import free_port  # noqa: E402
+from tests.fixtures import builds, timings  # noqa: E402
+from tests.fixtures.privateuse1 import openreg  # noqa: F401, E402 - the fixture, for every test module
+from tests.fixtures.release import tiny_fp8_release, tiny_release, tiny_releases  # noqa: F401, E402 - built once per session
 
 _TMP = Path(tempfile.mkdtemp(prefix="day0-tests-"))
 os.environ.setdefault("PREFECT_HOME", str(_TMP / "prefect"))
