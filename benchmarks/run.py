@@ -27,7 +27,10 @@ def _now() -> str:
 def main(names: list[str]) -> int:
     unknown = [n for n in names if n not in ALL]
     if unknown:  # before anything runs: a mistyped name must not be recorded as a failed benchmark
-        print(f"usage: python -m benchmarks.run [NAME ...]; unknown {', '.join(unknown)}; one of: {' '.join(ALL)}", file=sys.stderr)
+        print(
+            f"usage: python -m benchmarks.run [NAME ...]; unknown {', '.join(unknown)}; one of: {' '.join(ALL)}",
+            file=sys.stderr,
+        )
         return 2
     out = HERE / "results.json"
     # Running a subset updates those entries and keeps the others (each entry carries its own date).
