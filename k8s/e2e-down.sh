@@ -9,7 +9,7 @@ if [[ -f "$pidfile" ]] && grep -q ray-operator "/proc/$(cat "$pidfile")/cmdline"
 fi
 rm -f "$pidfile"
 if [[ -x "${KWOK_BIN}/kwokctl" && -d "$STATE_DIR" ]]; then
-  KWOK_KUBECTL_BINARY="${KUBE_BIN}/kubectl" "${KWOK_BIN}/kwokctl" --name "$DAY0_CLUSTER" delete cluster \
+  KWOK_KUBECTL_BINARY="${KUBECTL_BIN}/kubectl" "${KWOK_BIN}/kwokctl" --name "$DAY0_CLUSTER" delete cluster \
     >"${KWOK_WORKDIR}/delete-${DAY0_CLUSTER}.log" 2>&1 || { cat "${KWOK_WORKDIR}/delete-${DAY0_CLUSTER}.log" >&2; exit 1; }
 fi
 echo "[k8s/e2e-down] cluster ${DAY0_CLUSTER} deleted" >&2

@@ -10,9 +10,9 @@ if [[ "${1:-}" == "--kubeconfig" ]]; then echo "$KUBECONFIG_PATH"; exit; fi
 log() { printf '[k8s/e2e-up] %s\n' "$*" >&2; }
 
 "${K8S_DIR}/build.sh"
-export KWOK_KUBECTL_BINARY="${KUBE_BIN}/kubectl"  # kwokctl has no flag for it; unset, it downloads
+export KWOK_KUBECTL_BINARY="${KUBECTL_BIN}/kubectl"  # kwokctl has no flag for it; unset, it downloads
 KWOKCTL=("${KWOK_BIN}/kwokctl" -c "${K8S_DIR}/kwokctl.yaml" --name "$DAY0_CLUSTER")
-kubectl() { "${KUBE_BIN}/kubectl" --kubeconfig "$KUBECONFIG_PATH" "$@"; }
+kubectl() { "${KUBECTL_BIN}/kubectl" --kubeconfig "$KUBECONFIG_PATH" "$@"; }
 # Healthy: the API server answers and every component kwokctl started is still alive.
 alive() { local f; for f in "${STATE_DIR}"/pids/*.pid; do kill -0 "$(cat "$f")" 2>/dev/null || return 1; done; }
 healthy() { [[ -f "$KUBECONFIG_PATH" ]] && alive && kubectl get --raw /readyz >/dev/null 2>&1; }

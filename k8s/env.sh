@@ -11,6 +11,7 @@ ETCD_BIN="${CACHE_ROOT}/etcd-${ETCD_VERSION}/bin"
 KWOK_BIN="${CACHE_ROOT}/kwok-${KWOK_VERSION}/bin"
 KUBERAY_BIN="${CACHE_ROOT}/kuberay-${KUBERAY_VERSION}/bin"
 HELM_BIN="${CACHE_ROOT}/helm-${HELM_VERSION}/bin"
+KUBECTL_BIN="${CACHE_ROOT}/kubectl-${KUBECTL_VERSION}/bin"
 # Cluster state (kwokctl workdir, operator log, kubeconfig) is per user, not per repo checkout.
 DAY0_CLUSTER="${DAY0_CLUSTER:-day0-e2e}"
 KWOK_WORKDIR="${KWOK_WORKDIR:-${DAY0_CACHE}/kwok-workdir}"

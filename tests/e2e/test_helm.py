@@ -63,7 +63,7 @@ def helm(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
 
 
 def kubectl(*args: str, stdin: str | None = None, check: bool = True) -> subprocess.CompletedProcess[str]:
-    return run(_bin("KUBE_BIN", "kubectl"), *args, stdin=stdin, check=check)
+    return run(_bin("KUBECTL_BIN", "kubectl"), *args, stdin=stdin, check=check)
 
 
 def render(*args: str, release: str = "r", namespace: str = "default") -> list[dict[str, Any]]:

@@ -42,6 +42,7 @@ def test_a_run_whose_worker_and_processes_died_is_crashed_and_rescheduled(prefec
         "PREFECT_API_URL": str(PREFECT_API_URL.value()),
         "PREFECT_HOME": str(tmp_path / "home"),
         "PREFECT_FLOWS_HEARTBEAT_FREQUENCY": str(HEARTBEAT_S),  # read by `make deploy`'s automation and the run
+        "DAY0_RUN_CRASH_SETTLE_S": "10",  # Prefect's least: the reschedule follows the crash sooner
     }
     deploy = subprocess.run(
         ["make", "-o", ".venv/.installed", "deploy"], cwd=REPO, env=env, capture_output=True, text=True, timeout=600
