@@ -115,10 +115,15 @@ def test_faulty_vendor_kernel_fails_step_2_and_the_run(tmp_path: Path, api_url: 
     assert "Day-0 scorecard" in html and "<details>" in html, "long tables fold in HTML"
 
 
+@pytest.mark.drill  # `make drill`: its parts have faster tests in `make test` (below)
 def test_catalogue_platform_fault_passes_step_2_and_fails_the_run_at_step_5(tmp_path: Path, api_url: str) -> None:
     """The fault catalogue's summing gradient all-reduce as the platform's vendor plugin: step 2 (op
     checks, layers, its one-rank training step) cannot see it; `day0 run` trains the candidate on 2
-    workers through the plugin, fails step 5, exits 1 and the report says where the curves part."""
+    workers through the plugin, fails step 5, exits 1 and the report says where the curves part.
+    Covered in parts by faster tests: step 2 passing the catalogue's training faults and step 5 failing
+    them (test_fault_matrix.py's matrix), the plugin failing step 5 through Ray Train on 2 workers
+    (test_fault_matrix.py::test_catalogue_vendor_plugin_fails_step_5_through_ray_train), and a step-5
+    failure failing `day0 run` with exit 1 and its report (test_injected_training_fault_fails_step_5)."""
     platform = yaml.safe_load((REPO / "configs/platforms/cpu.yaml").read_text())
     platform |= {"name": "cpu-summing-allreduce", "vendor_plugin": "allreduce_sum_not_mean"}
     trial = TRIAL_SMALL | {"workers": 2, "learning_rate": 3e-3, "tolerance": {"warmup_steps": 4}}
