@@ -95,6 +95,7 @@ class StaticBound:
             + 2 * tok * w.routed_active / r.expert_flops
             + attn
             + tok * w.memory_bound / r.hbm
+            + w.moe_layers * r.moe_permute_s
         )
         sm = o.overlap_sm_fraction
         tp = w.layers * 8 * r.tp_ring_s * (sm if o.comm.tp_overlap else 1.0)

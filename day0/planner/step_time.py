@@ -117,7 +117,7 @@ def stage_seconds(
     lin, routed = 2 * tok * w.dense_active / r.linear_flops, 2 * tok * w.routed_active / r.expert_flops
     attn = tok * seq * w.attn_per_seq / r.attention_flops
     attn += 0.0 if flash else tok * seq * w.scores_traffic_per_seq / r.hbm
-    membound = tok * w.memory_bound / r.hbm
+    membound = tok * w.memory_bound / r.hbm + w.moe_layers * r.moe_permute_s
     compute = 3 * (lin + tok * w.head_flops / r.head_flops + routed + attn + membound)
     if recompute == "selective":
         core = "core_attn" in o.selective_modules  # Megatron-Core checkpoints core attention, flash or not
