@@ -36,7 +36,7 @@ __all__ = [
 GIB = 1024**3
 Offload = Literal["none", "optimizer", "activations", "optimizer+activations"]
 Overlap = Literal["tp", "ep", "dp"]
-DROPLESS_EXPERT_LOAD = 1.69
+DROPLESS_EXPERT_LOAD = 1.75
 """The busiest expert-parallel rank's routed tokens over the mean under dropless routing, derived (not fitted
 on the published table) from NVIDIA's one published same-setup comparison of dropless and forced-balance
 routing: Megatron-MoE-ModelZoo best_practice/Qwen3/readme.md at c1ad0b5c, "Long Context" (Qwen3-235B-A22B, 256
