@@ -83,11 +83,12 @@ class SearchChoices(BaseModel):
         "sets its framework's).",
     )
     moe_routing: Literal["dropless", "balanced"] = Field(
-        "dropless",
-        description="MoE routing as the run trains it: 'dropless' (Megatron's default, no capacity factor) leaves "
-        "the busiest expert-parallel rank more tokens than the mean (day0.planner.inputs.DROPLESS_EXPERT_LOAD); "
-        "'balanced': forced balance (--moe-router-force-load-balancing, benchmarks) or a capacity factor of 1 "
-        "(default dropless).",
+        "balanced",
+        description="MoE routing as the run trains it: 'balanced' plans for experts evenly loaded (forced balance, "
+        "--moe-router-force-load-balancing, as NVIDIA's benchmarks run, or a capacity factor of 1); 'dropless' "
+        "(Megatron's routing without a capacity factor) leaves the busiest expert-parallel rank more tokens than the "
+        "mean (day0.planner.inputs.DROPLESS_EXPERT_LOAD, measured on a trained router), which EP1 avoids (default "
+        "balanced: write dropless for a run whose router is not forced to balance).",
     )
     moe_token_dispatcher: Literal["alltoall", "allgather"] = Field(
         "alltoall",

@@ -231,10 +231,9 @@ def test_bf16_gradients_halve_the_gradient_memory_and_reach_megatron() -> None:
 def test_a_software_profile_sets_the_figures_the_spec_does_not_write() -> None:
     """Issue 39, item 4: `planner.software` brings its profile's cited figures (torchtitan FSDP2: FA2's 35% of
     peak, no ZeRO-1) where the spec writes none; a figure written in `planner:` wins, a pinned ZeRO stage
-    too; without a profile the planner's own figures are Megatron-Core 2025's. Force-balanced routing keeps the
-    MoE plan at EP > 1 (dropless routing's busiest-rank load makes EP1 the faster plan here)."""
+    too; without a profile the planner's own figures are Megatron-Core 2025's."""
     raw = load_yaml(ELASTIC)
-    planner = raw.get("planner", {}) | {"moe_routing": "balanced"}
+    planner = raw.get("planner", {})
 
     def options(extra: dict, parallel: object = "auto"):
         return planner_inputs(spec_from_dict(raw | {"planner": planner | extra, "parallel": parallel}))[1]
@@ -282,10 +281,9 @@ def test_a_software_profile_sets_the_figures_the_spec_does_not_write() -> None:
 
 def test_step4_switches_on_only_the_overlaps_the_software_has() -> None:
     """The Qwen3 MoE plan's EP all-to-all overlap pays and step 4 takes it under Megatron-Core; torchtitan's
-    2024 profile has no such overlap, so step 4 keeps it off and says why. Force-balanced routing, as benchmarks
-    route: under dropless routing's busiest-rank load the plan would take EP1, with no all-to-all to overlap."""
+    2024 profile has no such overlap, so step 4 keeps it off and says why."""
     raw = load_yaml(ELASTIC)
-    planner = raw.get("planner", {}) | {"moe_routing": "balanced"}
+    planner = raw.get("planner", {})
     chosen = {}
     for software in ("megatron-core-2025", "torchtitan-fsdp2-2024"):
         s = spec_from_dict(raw | {"planner": planner | {"software": software}})
