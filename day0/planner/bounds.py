@@ -88,19 +88,20 @@ class StaticBound:
         tok = r.tokens / d.tensor_parallel
         attn = tok * seq * w.attn_per_seq / r.attention_flops
         attn += 0.0 if o.flash_attention else tok * seq * w.scores_traffic_per_seq / r.hbm
-        compute = 3 * (
+        passes = st.attention_passes(o.flash_attention)
+        compute = passes * attn + 3 * (
             2 * tok * w.dense_active / r.linear_flops
             + tok * w.head_flops / r.head_flops
             + 2 * tok * w.routed_active / r.expert_flops
-            + attn
             + tok * w.memory_bound / r.hbm
+            + w.moe_layers * r.moe_permute_s
         )
         sm = o.overlap_sm_fraction
         tp = w.layers * 8 * r.tp_ring_s * (sm if o.comm.tp_overlap else 1.0)
         ep = w.moe_layers * (r.dispatch_s + 3 * r.combine_s) * (sm if o.comm.ep_overlap else 1.0)
         cp_deg = d.context_parallel
         cp = st.cp_ring_seconds(tok, w, r, cp_deg)
-        return compute + tp + ep + max(0.0, cp - 3 * attn * (cp_deg - 1) / cp_deg)
+        return compute + tp + ep + max(0.0, cp - passes * attn * (cp_deg - 1) / cp_deg)
 
     def _mean_stage_params(self, tp: int, pp: int, ep: int, etp: int) -> tuple[float, float]:
         """(dense, expert) parameters of a rank of the mean stage."""

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from day0.model.structure import ModelStructure
 
 __all__ = [
+    "DROPLESS_EXPERT_LOAD",
     "GIB",
     "ClusterFigures",
     "CommSettings",
@@ -35,6 +36,14 @@ __all__ = [
 GIB = 1024**3
 Offload = Literal["none", "optimizer", "activations", "optimizer+activations"]
 Overlap = Literal["tp", "ep", "dp"]
+DROPLESS_EXPERT_LOAD = 1.75
+"""The busiest expert-parallel rank's routed tokens over the mean under dropless routing, derived (not fitted
+on the published table) from NVIDIA's one published same-setup comparison of dropless and forced-balance
+routing: Megatron-MoE-ModelZoo best_practice/Qwen3/readme.md at c1ad0b5c, "Long Context" (Qwen3-235B-A22B, 256
+H100, TP4 EP8 PP8 VPP4, DeepEP, bf16; TFLOP/s per GPU forced balance / dropless: 295/237 at 16K, 335/277 at 32K,
+368/320 at 64K, 389/357 at 128K). `benchmarks.bench_planner.dropless_expert_load` finds, per length, the load at
+which the cost model's dropless step is that many times its balanced one, and this is their median; the table
+holds none of those runs."""
 
 
 class _Model(BaseModel):
@@ -106,6 +115,12 @@ class PlannerOptions(_Model, SearchChoices):
     attention_efficiency: float = Field(
         0.5, gt=0, le=1, description="FlashAttention forward+backward fraction of the bf16 peak (Dao 2023: 0.5-0.7)."
     )
+    dropless_expert_load: float = Field(
+        DROPLESS_EXPERT_LOAD,
+        ge=1,
+        description="Under dropless routing with EP > 1, the busiest EP rank's routed tokens over the mean: its "
+        "expert GEMMs and the all-to-all it receives take that much longer (DROPLESS_EXPERT_LOAD says where from).",
+    )
     fragmentation_fraction: float = Field(0.05, ge=0, lt=1, description="Memory held back for allocator fragmentation.")
     framework_overhead_gib: float = Field(1.0, ge=0, description="CUDA context, NCCL communicators, workspaces.")
     host_bandwidth_gbps: float = Field(25, gt=0, description="Host<->device (PCIe) per accelerator, GB/s.")
@@ -175,6 +190,11 @@ class PlannerOptions(_Model, SearchChoices):
     )
     comm: CommSettings = Field(default_factory=CommSettings)
     profile: str = Field("datasheet", description="Where the hardware figures come from: datasheet or calibrated.")
+
+    def available_overlaps(self) -> list[str]:
+        """The software's overlaps this setup can use: the EP overlap only with the all-to-all dispatcher
+        (Megatron's --overlap-moe-expert-parallel-comm requires the alltoall or flex dispatcher)."""
+        return [o for o in self.software_overlaps if o != "ep" or self.moe_token_dispatcher == "alltoall"]
 
     def gemm_fraction(self, compute: str) -> float:
         return self.gemm_efficiency.get(compute, self.gemm_efficiency.get("bf16", 0.8))

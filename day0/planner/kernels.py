@@ -22,6 +22,7 @@ from day0.planner.model import KindCost, ModelCosts
 
 __all__ = [
     "FORWARD_SHARE",
+    "SEQUENTIAL_EXPERT_OPS",
     "KernelCounts",
     "LayerKernels",
     "kind_kernels",
@@ -47,6 +48,11 @@ _OUTSIDE = LayerKernels(77, 6, 3)  # embedding, final norm, output head, cross-e
 _OPTIMIZER_FIXED = 21  # foreach clipping (8) and foreach AdamW (13) calls per parameter group
 _OPTIMIZER_PER_TENSOR = 2  # AdamW reads each tensor's step count on the host (bias corrections)
 FORWARD_SHARE = 0.37  # the forward's share of a layer's forward + backward ops (0.35-0.39 measured)
+SEQUENTIAL_EXPERT_OPS = round(6 / FORWARD_SHARE)
+"""Ops each local expert adds per forward + backward without grouped GEMMs: Megatron-Core's SequentialMLP
+(megatron/core/transformer/moe/experts.py) runs every local expert's MLP in turn, 6 forward ops each (its
+rows' slice, fc1, the GLU's chunk, activation and product, fc2), with their backward at the measured
+forward share; the counts above are of grouped-GEMM layers, which do not grow with the experts."""
 
 
 class KernelCounts(NamedTuple):

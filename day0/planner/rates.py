@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from day0.planner import timing as tm
 from day0.planner.inputs import ClusterFigures, PlannerOptions
-from day0.planner.kernels import model_kernels, optimizer_tensors
+from day0.planner.kernels import SEQUENTIAL_EXPERT_OPS, model_kernels, optimizer_tensors
 from day0.planner.model import ModelCosts
 from day0.planner.values import Degrees
 from day0.spec.cluster import HardwareSpec
@@ -34,8 +34,8 @@ class StepRates:
     head_flops: float  # output head GEMM FLOP/s: bf16 even in fp8 recipes (DeepSeek-V3 sec. 3.3.1)
     hbm: float  # bytes/s of memory-bound kernels
     tp_ring_s: float  # one TP all-gather or reduce-scatter of a layer's activations
-    dispatch_s: float  # one MoE all-to-all at the dispatch dtype
-    combine_s: float  # one MoE all-to-all at bf16
+    dispatch_s: float  # one MoE dispatch (all-to-all, or the all-gather dispatcher's all-gather) at the dispatch dtype
+    combine_s: float  # one MoE combine (all-to-all, or reduce-scatter) at bf16
     cp_bandwidth: float  # bytes/s of the CP ring
     p2p_s: float  # pipeline sends/receives per micro-batch (forward + backward, every chunk)
     dp_bandwidth: float  # bytes/s of the dense parameters' data-parallel ring (DP x CP ranks, TP apart)
@@ -48,6 +48,7 @@ class StepRates:
     optimizer_tensors: float  # the parameter tensors one rank's optimizer loops over
     launch_async: bool  # device kernels run behind the host (only dispatch beyond device time shows)
     collective_latency_s: float = 0.0  # fixed cost of one collective call (each CP ring step pays it)
+    moe_permute_s: float = 0.0  # memory-bound time per MoE layer forward the dispatcher adds (all-gather's buffers)
 
 
 def gemm_peak_flops(hardware: HardwareSpec, compute: str) -> float:
@@ -83,7 +84,7 @@ class RateCache:
         self.kernels, self.tensors = kernels, float(optimizer_tensors(c))
         self.head_kernels_per_flop = kernels.outside / c.head_flops_per_token
         self._gemm: dict[tuple, tuple[float, float, float]] = {}
-        self._expert: dict[tuple, tuple[float, float, float]] = {}
+        self._expert: dict[tuple, tuple[float, float, float, float]] = {}
         self._rates: dict[tuple, StepRates] = {}
         self.memo: dict[tuple, object] = {}  # what PlanContexts of one search share (their own keys)
 
@@ -101,22 +102,41 @@ class RateCache:
             self._gemm[key] = (self.peak * eff, self.bf16 * head, ring)
         return self._gemm[key]
 
-    def _routed(self, tok: float, ep: int, etp: int) -> tuple[float, float, float]:
-        """(expert FLOP/s, dispatch all-to-all, combine all-to-all) for `tok` tokens per rank."""
+    def _routed(self, tok: float, ep: int, etp: int) -> tuple[float, float, float, float]:
+        """(expert FLOP/s, dispatch, combine, permute memory time) for `tok` tokens per rank under the
+        options' token dispatcher (all-to-all, or Megatron's all-gather: `timing.allgather_dispatch_seconds`)."""
         key = (tok, ep, etp)
         if key not in self._expert:
             c, o = self.c, self.o
             rows = tm.expert_rows(tok, c.top_k, ep, etp, c.num_experts)
             ex_shapes = tm.expert_gemm_shapes(rows, c.hidden, c.expert_ffn, etp)
             ex_eff = tm.gemm_efficiency(ex_shapes, self.wbytes, self.peak, self.frac, self.hbm, self.measured)
-            dispatch, combine = (
-                tm.expert_alltoall_seconds(
-                    tok, c.top_k, c.hidden * b, ep, etp, self.per_node, self.intra, self.inter, o.expert_max_nodes
+            lat = self.lat if ep > 1 else 0.0
+            # dropless routing: the busiest EP rank holds `load` x the mean rows, and the step waits for it
+            load = o.dropless_expert_load if o.moe_routing == "dropless" and ep > 1 else 1.0
+            if o.moe_token_dispatcher == "allgather":  # Megatron's gathers bf16 hidden states (no fp8 dispatch)
+                one = tm.allgather_dispatch_seconds(tok, c.hidden * 2, ep, etp, self.per_node, self.intra, self.inter)
+                dispatch = combine = one + lat  # every peer's tokens whatever the routing: no load factor
+                permute = tm.allgather_permute_bytes(tok, c.hidden * 2, ep) / self.hbm
+            else:
+                dispatch, combine = (
+                    tm.expert_alltoall_seconds(
+                        tok,
+                        c.top_k,
+                        c.hidden * b,
+                        ep,
+                        etp,
+                        self.per_node,
+                        self.intra,
+                        self.inter,
+                        o.expert_max_nodes,
+                        load,
+                    )
+                    + lat
+                    for b in (BYTES[o.comm.dispatch_dtype], 2)
                 )
-                + (self.lat if ep > 1 else 0.0)
-                for b in (BYTES[o.comm.dispatch_dtype], 2)
-            )
-            self._expert[key] = (self.peak * ex_eff, dispatch, combine)
+                permute = 0.0
+            self._expert[key] = (self.peak * ex_eff / load, dispatch, combine, permute)
         return self._expert[key]
 
     def p2p_seconds(self, d: Degrees) -> float:
@@ -146,7 +166,9 @@ class RateCache:
         tokens = self.seq * d.micro_batch / cp
         tok = tokens / tp
         linear, head, ring = self._dense(tokens, tp)
-        expert, dispatch, combine = self._routed(tok, ep, etp)
+        expert, dispatch, combine, permute = self._routed(tok, ep, etp)
+        # without grouped GEMMs each of the rank's experts runs its MLP's ops in turn (`SEQUENTIAL_EXPERT_OPS`)
+        sequential = 0.0 if self.o.moe_grouped_gemm else SEQUENTIAL_EXPERT_OPS * self.c.num_experts / ep
         p2p = self.p2p_seconds(d)
         k = self.kernels
         out = StepRates(
@@ -165,12 +187,13 @@ class RateCache:
             expert_dp_bandwidth=tm.ring_bandwidth(d.expert_replicas, ep * etp, n, intra, inter),
             kernel_s=self.kernel_s,
             layer_kernels=k.dense_layer,
-            moe_kernels=k.moe_extra,
+            moe_kernels=k.moe_extra + sequential,
             head_kernels_per_flop=self.head_kernels_per_flop,
             optimizer_kernels=k.optimizer / pp,
             optimizer_tensors=self.tensors / pp,
             launch_async=self.launch_async,
             collective_latency_s=self.lat,
+            moe_permute_s=permute,
         )
         self._rates[key] = out
         return out

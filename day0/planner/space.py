@@ -31,10 +31,10 @@ def with_techniques_on(options: PlannerOptions, compute: str) -> PlannerOptions:
     saves memory in this model), each unless the spec pins it. Issue 39: plans ranked before step 4's
     overlaps were up to 13.5% slower after them than the published setup after them."""
     pins = options.pinned
-    comm: dict[str, object] = {f"{o}_overlap": True for o in options.software_overlaps if f"{o}_overlap" not in pins}
+    comm: dict[str, object] = {f"{o}_overlap": True for o in options.available_overlaps() if f"{o}_overlap" not in pins}
     update: dict[str, object] = {}
     if compute == "fp8":
-        if "dispatch_dtype" not in pins:
+        if "dispatch_dtype" not in pins and options.moe_token_dispatcher == "alltoall":
             comm["dispatch_dtype"] = "fp8"
         if "fp8_activation_cache" not in pins:
             update["fp8_activation_cache"] = True

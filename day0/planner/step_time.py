@@ -31,6 +31,7 @@ from day0.planner.rates import BYTES, StepRates, gemm_peak_flops
 from day0.planner.values import RECOMPUTES, Degrees
 
 __all__ = [
+    "FLASH_BACKWARD_FLOPS",
     "StageTime",
     "StageWork",
     "StepRates",
@@ -50,6 +51,19 @@ __all__ = [
     "slot_floor",
     "stage_seconds",
 ]
+
+
+FLASH_BACKWARD_FLOPS = 2.5
+"""A fused (Flash) attention backward's FLOPs over its forward's: it recomputes the scores QK^T before the four
+gradient GEMMs (Dao et al. 2022, arXiv:2205.14135, algorithm 4), and the FlashAttention efficiency figures are
+measured on that count (Dao-AILab/flash-attention benchmarks/benchmark_flash_attention.py: bwd = 2.5 x fwd),
+so a step spends 1 + 2.5 forward-attention times at the quoted efficiency, not the 1 + 2 of GEMMs."""
+
+
+def attention_passes(flash: bool) -> float:
+    """Forward + backward attention time in forward attention times: 1 + `FLASH_BACKWARD_FLOPS` for fused
+    attention, 1 + 2 for the unfused batched GEMMs (the stored scores are not recomputed)."""
+    return 1 + (FLASH_BACKWARD_FLOPS if flash else 2.0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,8 +111,8 @@ def grad_reduce_bytes(comm: CommSettings, pb: ParamBytes) -> int:
 def stage_seconds(
     w: StageWork, recompute: str, r: StepRates, seq: int, d: Degrees, o: PlannerOptions, full_fraction: float = 1.0
 ) -> StageTime:
-    """Forward + backward of one micro-batch on a stage doing `w`: GEMMs, attention and memory-bound
-    kernels at 3x their forward; selective recompute repeats `selective_flops` (and an unfused core
+    """Forward + backward of one micro-batch on a stage doing `w`: GEMMs and memory-bound kernels at 3x their
+    forward, attention at `attention_passes`; selective recompute repeats `selective_flops` (and an unfused core
     attention when it recomputes it), full recompute the whole forward but the head (`full_fraction` of
     it: Megatron's `block` method recomputes only some layers); TP/EP collectives exposed unless
     overlapped; the CP K/V ring (CP-1 exchanges per pass, each paying the collective latency) exposed
@@ -109,8 +123,8 @@ def stage_seconds(
     lin, routed = 2 * tok * w.dense_active / r.linear_flops, 2 * tok * w.routed_active / r.expert_flops
     attn = tok * seq * w.attn_per_seq / r.attention_flops
     attn += 0.0 if flash else tok * seq * w.scores_traffic_per_seq / r.hbm
-    membound = tok * w.memory_bound / r.hbm
-    compute = 3 * (lin + tok * w.head_flops / r.head_flops + routed + attn + membound)
+    membound = tok * w.memory_bound / r.hbm + w.moe_layers * r.moe_permute_s
+    compute = 3 * (lin + tok * w.head_flops / r.head_flops + routed + membound) + attention_passes(flash) * attn
     if recompute == "selective":
         core = "core_attn" in o.selective_modules  # Megatron-Core checkpoints core attention, flash or not
         extra = tok * w.selective_flops / r.linear_flops + tok * w.selective_memory_bound / r.hbm
@@ -127,7 +141,7 @@ def stage_seconds(
     host = tm.launch_seconds(layer_ops + w.head_flops * r.head_kernels_per_flop, r.kernel_s, 0.0, False)
     sm = o.overlap_sm_fraction
     tp_x, ep_x = tm.exposed(tp, busy, comm.tp_overlap, sm), tm.exposed(ep, busy, comm.ep_overlap, sm)
-    cp_x = max(0.0, cp - 3 * attn * (cp_deg - 1) / cp_deg)
+    cp_x = max(0.0, cp - attention_passes(flash) * attn * (cp_deg - 1) / cp_deg)
     return StageTime(
         compute_s=compute,
         recompute_s=extra,

@@ -15,6 +15,8 @@ from collections.abc import Sequence
 __all__ = [
     "FOREACH_ADAMW_BYTES_TOUCHED",
     "OPTIMIZER_BYTES_TOUCHED",
+    "allgather_dispatch_seconds",
+    "allgather_permute_bytes",
     "dp_sync_bytes",
     "expert_alltoall_seconds",
     "expert_gemm_shapes",
@@ -133,6 +135,28 @@ def ring_seconds(buffer_bytes: float, group: int, bandwidth: float) -> float:
     return 0.0 if group <= 1 else (group - 1) / group * buffer_bytes / bandwidth
 
 
+def allgather_dispatch_seconds(
+    tokens: float, token_bytes: float, group: int, stride: int, per_node: int, intra_gbps: float, inter_gbps: float
+) -> float:
+    """MoE dispatch (or combine) by Megatron's all-gather token dispatcher (`MoEAllGatherTokenDispatcher`):
+    every rank gathers all `tokens` of each of its `group` EP peers (placed every `stride` ranks), not only the
+    copies routed to its experts, and keeps its experts' rows; the combine reduce-scatters a buffer of the same
+    size. A ring over the group at its bus bandwidth: (g-1)·tokens per rank against the all-to-all's (g-1)/g·k
+    copies, so it moves g/k times the all-to-all's bytes (more where EP exceeds top-k)."""
+    if group <= 1:
+        return 0.0
+    bandwidth = ring_bandwidth(group, stride, per_node, intra_gbps, inter_gbps)
+    return ring_seconds(group * tokens * token_bytes, group, bandwidth)
+
+
+def allgather_permute_bytes(tokens: float, token_bytes: float, group: int) -> float:
+    """Device-memory bytes one forward of the all-gather dispatcher moves beyond the routed rows the all-to-all
+    permutes too: it reads the gathered buffer of all `group` peers' tokens to pick its experts' rows, and the
+    unpermute writes a zero-filled buffer of the same size that its rows are scattered into before the
+    reduce-scatter (megatron/core/transformer/moe/token_dispatcher.py)."""
+    return 0.0 if group <= 1 else 2 * group * tokens * token_bytes
+
+
 def expert_alltoall_seconds(
     tokens: float,
     top_k: int,
@@ -143,6 +167,7 @@ def expert_alltoall_seconds(
     intra_gbps: float,
     inter_gbps: float,
     max_nodes: int | None,
+    load: float = 1.0,
 ) -> float:
     """MoE dispatch (or combine) of `tokens` tokens, each sent to `top_k` experts spread over `group` EP
     ranks placed every `stride` ranks. Without node limits each copy goes where its expert is: the off-node
@@ -151,17 +176,22 @@ def expert_alltoall_seconds(
     crosses the NIC at most min(k, M) x (nodes-1)/nodes times; the in-node fan-out rides NVLink. The node's
     off-node traffic, its in-node ranks' worth, leaves over those ranks' NICs (in-node ranks x the NIC
     figure, as in `ring_bandwidth`): one NIC's worth per rank, since the node's other NICs carry the
-    concurrent all-to-alls of the other EP groups."""
+    concurrent all-to-alls of the other EP groups. The busiest rank receives `load` x the mean copies (dropless
+    routing): its NVLink share, and its NIC share where copies go rank to rank; node-limited routing sends
+    each token once to a node, on the rail of its sender, so the NIC share follows the node's load, which
+    averages its ranks' and is taken as balanced."""
     if group <= 1:
         return 0.0
     in_node = max(1, min(group, per_node // stride)) if stride <= per_node else 1
     nodes = max(1, group // in_node)
     remote = top_k * (group - in_node) / group  # copies whose expert sits on another node
     off_copies, on_copies = remote, top_k * (in_node - 1) / group
+    off_load = load
     if max_nodes is not None and nodes > 1:  # one NIC transfer per node, then forwarded over NVLink
         off_copies = min(remote, min(top_k, max_nodes) * (nodes - 1) / nodes)
         on_copies += remote
-    off, on = tokens * token_bytes * off_copies, tokens * token_bytes * on_copies
+        off_load = 1.0
+    off, on = tokens * token_bytes * off_copies * off_load, tokens * token_bytes * on_copies * load
     return max(on / (intra_gbps * 1e9), off / (inter_gbps * 1e9))
 
 

@@ -16,7 +16,8 @@ Cheap and pure: neither torch, transformers nor the serving code is imported.
   `planner.fp8_activation_cache`, each only where the user wrote it) and with the model (recompute
   modules it has, experts for expert parallelism, layers for recompute); a `planner.software` profile
   against a pinned ZeRO stage or overlap it lacks or a written `planner.flash_attention` it does not run (checked
-  with `parallel: auto` too); each issue names both fields.
+  with `parallel: auto` too); the all-gather MoE dispatcher (written or the profile's) against a pinned EP
+  overlap or fp8 dispatch; each issue names both fields.
 - `check_steps(spec, steps, source)`: what the steps in `steps` would refuse of the spec as bad input,
   found from the spec alone. The steps make these same checks (`engine_issues`, `dataset_issues`,
   `reference_issues`) when they run, so what `day0 run` would refuse at step 6 after minutes of work,
@@ -164,6 +165,7 @@ def check_parallel(spec: PipelineSpec, config: HFConfigDict, source: str) -> Non
     """Refuse pinned knobs that contradict each other, another section or the model (see the contract)."""
     text = config.get("text_config")
     issues = _parallel_issues(spec, text if isinstance(text, dict) else config) + _software_issues(spec)
+    issues += _dispatcher_issues(spec)
     if issues:
         raise SpecError(source, issues)
 
@@ -288,6 +290,31 @@ def _software_issues(spec: PipelineSpec) -> list[SpecIssue]:
     if _written(spec.planner, "flash_attention") and spec.planner.flash_attention != sw.flash_attention:
         why = f"{sw.framework}: {sw.sources['flash_attention']}"
         issues.append(_clash("planner.flash_attention", spec.planner.flash_attention, "planner.software", name, why))
+    return issues
+
+
+def _dispatcher_issues(spec: PipelineSpec) -> list[SpecIssue]:
+    """The all-gather token dispatcher (written, or the `planner.software` profile's) against a pinned EP
+    overlap or fp8 dispatch: both are of the all-to-all dispatcher's (Megatron's
+    --overlap-moe-expert-parallel-comm needs the alltoall or flex dispatcher; fp8 dispatch is DeepEP's)."""
+    p, planner = spec.parallel, spec.planner
+    if p == "auto":
+        return []
+    if _written(planner, "moe_token_dispatcher"):
+        dispatcher, field = planner.moe_token_dispatcher, "planner.moe_token_dispatcher"
+    elif planner.software is not None:
+        dispatcher, field = SOFTWARE_PROFILES[planner.software].moe_token_dispatcher, "planner.software"
+    else:
+        return []
+    if dispatcher != "allgather":
+        return []
+    shown = dispatcher if field != "planner.software" else planner.software
+    why = "the EP overlap and fp8 dispatch are the all-to-all dispatcher's: write planner.moe_token_dispatcher alltoall"
+    issues = []
+    if p.overlap.ep is True:
+        issues.append(_clash("parallel.overlap.ep", True, field, shown, why))
+    if p.fp8 is not None and p.fp8.dispatch is True:
+        issues.append(_clash("parallel.fp8.dispatch", True, field, shown, why))
     return issues
 
 

@@ -76,6 +76,26 @@ class SearchChoices(BaseModel):
     mtp_layers: int = Field(
         0, ge=0, le=16, description="Multi-token-prediction modules trained along (DeepSeek-V3: 1; default 0)."
     )
+    moe_grouped_gemm: bool = Field(
+        True,
+        description="Routed experts run as grouped GEMMs (Megatron --moe-grouped-gemm); false: Megatron-Core's "
+        "SequentialMLP, each local expert's GEMMs in turn, kernels of their own (default true; planner.software "
+        "sets its framework's).",
+    )
+    moe_routing: Literal["dropless", "balanced"] = Field(
+        "balanced",
+        description="MoE routing as the run trains it: 'balanced' plans for experts evenly loaded (forced balance, "
+        "--moe-router-force-load-balancing, as NVIDIA's benchmarks run, or a capacity factor of 1); 'dropless' "
+        "(Megatron's routing without a capacity factor) leaves the busiest expert-parallel rank more tokens than the "
+        "mean (day0.planner.inputs.DROPLESS_EXPERT_LOAD, measured on a trained router), which EP1 avoids (default "
+        "balanced: write dropless for a run whose router is not forced to balance).",
+    )
+    moe_token_dispatcher: Literal["alltoall", "allgather"] = Field(
+        "alltoall",
+        description="MoE token dispatcher (Megatron --moe-token-dispatcher-type): 'alltoall' sends each token's "
+        "top-k copies to their experts' ranks; 'allgather' gathers every EP peer's tokens on each rank and "
+        "reduce-scatters the outputs (default alltoall; planner.software sets its framework's).",
+    )
 
 
 class PlannerSpec(UserModel, SearchChoices):

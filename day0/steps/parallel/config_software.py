@@ -31,6 +31,12 @@ class SoftwareProfile(BaseModel):
     zero_stages: tuple[int, ...]
     overlaps: tuple[Literal["tp", "ep", "dp"], ...]
     dualpipe: bool = Field(False, description="Whether it has DeepSeek's DualPipe schedule (searched where it does).")
+    moe_grouped_gemm: bool = Field(
+        True, description="Whether its MoE recipes run the routed experts as grouped GEMMs (else one expert at a time)."
+    )
+    moe_token_dispatcher: Literal["alltoall", "allgather"] = Field(
+        "alltoall", description="The MoE token dispatcher its recipes run."
+    )
     sources: dict[str, str] = Field(description="Per figure above, where it is read.")
 
     def planner_figures(self) -> dict[str, object]:
@@ -43,6 +49,8 @@ class SoftwareProfile(BaseModel):
             "zero_stages": list(self.zero_stages),
             "software_overlaps": list(self.overlaps),
             "software_dualpipe": self.dualpipe,
+            "moe_grouped_gemm": self.moe_grouped_gemm,
+            "moe_token_dispatcher": self.moe_token_dispatcher,
         }
 
 
@@ -58,6 +66,10 @@ _CUBLAS = (
     "torch.nn.Linear and torch._scaled_mm run cuBLAS/cuBLASLt, the kernels the planner's datasheet GEMM figures "
     "describe (day0.planner.inputs.PlannerOptions.gemm_efficiency: bf16 0.8, fp8 0.65); no figure of its own is "
     "published"
+)
+_NO_MOE = (
+    "no MoE layers in its releases of the period: the planner's default (grouped GEMMs, all-to-all), which a spec "
+    "writes over in planner:"
 )
 _NOT_FITTED = (
     "a fit on this software's runs of the published table (day0.planner.published.fit_gemm_efficiency) was "
@@ -85,6 +97,12 @@ SOFTWARE_PROFILES: dict[str, SoftwareProfile] = {
             "optim_grads_params (3)",
             "dualpipe": "megatron/core/pipeline_parallel/schedules.py: 1F1B and interleaved 1F1B, no DualPipe",
             "devices": "CUDA (Transformer Engine)",
+            "moe_grouped_gemm": "NVIDIA's MoE recipes (Megatron-Bridge / NeMo performance configs, the table's "
+            "Qwen3 and DeepSeek-V3 rows) set moe_grouped_gemm=True, as Megatron-Core's MoE README advises when a "
+            "rank hosts several experts; Megatron's own flag default is off (megatron/training/arguments.py)",
+            "moe_token_dispatcher": "the same recipes set 'alltoall' (or 'flex' with DeepEP, costed as all-to-all); "
+            "Megatron's flag default is 'allgather' (megatron/training/arguments.py), which a spec writes in "
+            "planner.moe_token_dispatcher",
         },
     ),
     "megatron-lm-2021": SoftwareProfile(
@@ -112,6 +130,8 @@ SOFTWARE_PROFILES: dict[str, SoftwareProfile] = {
             "zero_stages": "Narayanan et al. 2021: plain data parallelism (gradients all-reduced), no ZeRO",
             "dualpipe": "DualPipe appeared with DeepSeek-V3 (arXiv:2412.19437, December 2024)",
             "devices": "CUDA (Narayanan et al. 2021: A100 clusters)",
+            "moe_grouped_gemm": _NO_MOE,
+            "moe_token_dispatcher": _NO_MOE,
         },
     ),
     "megatron-deepspeed-2022": SoftwareProfile(
@@ -137,6 +157,8 @@ SOFTWARE_PROFILES: dict[str, SoftwareProfile] = {
             "(BLOOM sec. 3.4: ZeRO stage 1 with TP and PP); 0 without it",
             "dualpipe": "DualPipe appeared with DeepSeek-V3 (arXiv:2412.19437, December 2024)",
             "devices": "CUDA (BLOOM: 384 A100 80GB)",
+            "moe_grouped_gemm": _NO_MOE,
+            "moe_token_dispatcher": _NO_MOE,
         },
     ),
     "torchtitan-fsdp2-2024": SoftwareProfile(
@@ -161,6 +183,8 @@ SOFTWARE_PROFILES: dict[str, SoftwareProfile] = {
             "zero_stages": "FSDP2 replicate (0), reshard_after_forward never (2) or default (3); no ZeRO-1",
             "dualpipe": "DualPipe appeared with DeepSeek-V3 (arXiv:2412.19437, December 2024), after these releases",
             "devices": "CUDA (the 2024-12 benchmark: H100)",
+            "moe_grouped_gemm": _NO_MOE,
+            "moe_token_dispatcher": _NO_MOE,
         },
     ),
     "fsdp-trainer-2024": SoftwareProfile(
@@ -187,6 +211,8 @@ SOFTWARE_PROFILES: dict[str, SoftwareProfile] = {
             "and HYBRID_SHARD (3); no optimizer-only sharding",
             "dualpipe": "no pipeline parallelism",
             "devices": "CUDA (fms-fsdp README: 128 A100)",
+            "moe_grouped_gemm": _NO_MOE,
+            "moe_token_dispatcher": _NO_MOE,
         },
     ),
     "mindspeed-2025": SoftwareProfile(
@@ -199,6 +225,8 @@ SOFTWARE_PROFILES: dict[str, SoftwareProfile] = {
         zero_stages=(0, 1),
         overlaps=("tp", "ep", "dp"),
         dualpipe=True,
+        moe_grouped_gemm=False,
+        moe_token_dispatcher="allgather",
         sources={
             "overlaps": "--use-mc2 (matmul fused with the TP all-gather / reduce-scatter, the table's Mixtral "
             "script), --moe-alltoall-overlap-comm (Ascend/MindSpeed docs/features/megatron_moe/"
@@ -216,6 +244,13 @@ SOFTWARE_PROFILES: dict[str, SoftwareProfile] = {
             "of the table use the former",
             "dualpipe": "--schedules-method dualpipev (Ascend/MindSpeed mindspeed/features_manager DualpipeVFeature)",
             "devices": "Ascend NPUs through torch_npu (hccl)",
+            "moe_grouped_gemm": "MindSpeed-LLM's MoE example scripts of the table (examples/mcore/mixtral/"
+            "pretrain_mixtral_8x7b_ptd.sh, examples/mcore/deepseek2_lite/pretrain_deepseek2_lite_16b_ptd_8p.sh at "
+            "1ea39226) pass no --moe-grouped-gemm, whose Megatron default is off: SequentialMLP",
+            "moe_token_dispatcher": "the DeepSeek-V2-Lite script writes --moe-token-dispatcher-type allgather and the "
+            "Mixtral script none, Megatron's default being 'allgather' (megatron/training/arguments.py); MindSpeed's "
+            "--moe-permutation-async-comm optimises that branch (Ascend/MindSpeed docs/features/megatron_moe/"
+            "megatron-moe-allgather-dispatcher.md)",
         },
     ),
 }

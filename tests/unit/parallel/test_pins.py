@@ -263,6 +263,8 @@ def test_a_software_profile_sets_the_figures_the_spec_does_not_write() -> None:
             "overlaps",
             "dualpipe",
             "devices",
+            "moe_grouped_gemm",
+            "moe_token_dispatcher",
         }
     # its GEMM efficiencies, under a dtype the spec writes
     gemm = options({"software": "torchtitan-fsdp2-2024", "gemm_efficiency": {"bf16": 0.7}}).gemm_efficiency

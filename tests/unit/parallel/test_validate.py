@@ -126,6 +126,20 @@ CONTRADICTIONS = [
         "parallel.grad_reduce_dtype",
         "planner.software",
     ),
+    (
+        {"parallel": {"overlap": {"ep": True}}, "planner": {"moe_token_dispatcher": "allgather"}},
+        "parallel.overlap.ep",
+        "planner.moe_token_dispatcher",
+    ),
+    (
+        {
+            "parallel": {"fp8": {"dispatch": True}},
+            "planner": {"moe_token_dispatcher": "allgather"},
+            "training": {"seq_len": 4096, "global_batch": 512, "precision": {"compute": "fp8"}},
+        },
+        "parallel.fp8.dispatch",
+        "planner.moe_token_dispatcher",
+    ),
 ]
 
 
@@ -167,7 +181,7 @@ def test_consistent_pins_validate(tmp_path: Path) -> None:
             "micro_batch": 1,
             "overlap": {"ep": True},
         },
-        "planner": {"overlap": {"ep": True}},
+        "planner": {"overlap": {"ep": True}, "moe_token_dispatcher": "alltoall"},
     }
     spec, _ = preflight(str(_write(tmp_path, extra)), None, check_store=False)
     assert spec.parallel != "auto" and spec.parallel.zero_stage == 1
