@@ -1,4 +1,4 @@
-"""Rebuild the GPT, Llama 3 70B and DeepSeek-V2-Lite structures of the published table with step 1's analyser.
+"""Rebuild the GPT, MPT, Llama 3 70B and DeepSeek-V2-Lite structures of the published table with step 1's analyser.
 
     .venv/bin/python tests/data/planner/published/build_structures.py          # structures and configs
 
@@ -17,6 +17,13 @@ DeepSeek-V2-Lite is written from the architecture arguments of the MindSpeed-LLM
 used (Ascend/MindSpeed-LLM examples/mcore/deepseek2_lite/pretrain_deepseek2_lite_16b_ptd_8p.sh @ 1ea39226:
 27 layers, hidden 2048, 16 heads, MLA with kv_lora_rank 512 and no q LoRA, qk 128 + 64 rope, v 128, first
 layer dense at 10944, 64 routed experts of 1408 with top-6 and 2 shared, vocabulary 102400, untied head).
+
+MosaicML's MPT models of LLM Foundry's throughput table are written like the GPTs, with the shapes of their
+pretraining yamls (mosaicml/llm-foundry scripts/train/yamls/pretrain/mpt-{7b,13b,30b}.yaml: d_model, n_heads,
+n_layers, expansion_ratio 4, vocab_size 50368). The benchmark table's NumParams column fixes the rest: it equals
+12·d²+13·d per layer (biased linears and LayerNorms) plus 50368·d tied embeddings, a final LayerNorm and
+max_seq_len·d learned positions for all three (MPT-7B at seq 2048: 6,658,859,008), so the benchmarked MPTs
+carry biases, as the Starcoder2 config writes them.
 """
 
 from __future__ import annotations
@@ -35,6 +42,12 @@ GPT = {  # name: (attention heads, hidden, layers)
     "gpt-310b": (128, 16384, 96),
     "gpt-530b": (128, 20480, 105),
     "gpt-1t": (160, 25600, 128),
+}
+
+MPT = {  # name: (attention heads, hidden, layers), vocabulary 50368
+    "mpt-7b": (32, 4096, 32),
+    "mpt-13b": (40, 5120, 40),
+    "mpt-30b": (56, 7168, 48),
 }
 
 LLAMA = {  # name: torchtitan ModelArgs (dim, n_layers, n_heads, n_kv_heads, ffn_dim_multiplier, multiple_of)
@@ -96,9 +109,9 @@ def config(name: str):
             eos_token_id=128001,
         )
 
-    heads, hidden, layers = GPT[name]
+    heads, hidden, layers = GPT[name] if name in GPT else MPT[name]
     return Starcoder2Config(
-        vocab_size=51200,
+        vocab_size=51200 if name in GPT else 50368,
         hidden_size=hidden,
         intermediate_size=4 * hidden,
         num_hidden_layers=layers,
@@ -127,7 +140,7 @@ def write_config(name: str) -> None:
 
 
 def main() -> None:
-    for name in [*GPT, *LLAMA, *DEEPSEEK_V2]:
+    for name in [*GPT, *MPT, *LLAMA, *DEEPSEEK_V2]:
         write_config(name)
         s = structure(name)
         (HERE / f"{name}.structure.json").write_text(json.dumps(s.model_dump(), indent=1) + "\n")
