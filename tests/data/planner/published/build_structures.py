@@ -1,4 +1,5 @@
-"""Rebuild the GPT, MPT, Llama 3 70B and DeepSeek-V2-Lite structures of the published table with step 1's analyser.
+"""Rebuild the GPT, MPT, Llama 2 7B, Llama 3 70B and DeepSeek-V2-Lite structures of the published table
+with step 1's analyser.
 
     .venv/bin/python tests/data/planner/published/build_structures.py          # structures and configs
 
@@ -12,6 +13,11 @@ Llama 3 70B (Llama 3.1 70B has the same shapes) is written from torchtitan's mod
 n_kv_heads 8, ffn_dim_multiplier 1.3, multiple_of 4096, rope_theta 500000) with its FeedForward sizing
 (model.py: int(2·4·dim/3), times the multiplier, rounded up to multiple_of: 28672) and the Llama 3
 tokenizer's 128256 tokens (the vocabulary of configs/models/llama-3-8b), untied output head.
+
+Llama 2 7B is written from NVIDIA NeMo's Llama2Config7B (NVIDIA/NeMo nemo/collections/llm/gpt/model/llama.py @
+19fadb67: 32 layers, hidden 4096, 32 heads and 32 query groups, FFN 11008, gated SiLU, RMSNorm, RoPE, no biases,
+seq_length 4096, untied output) and the Llama 2 vocabulary NeMo counts (nemo/collections/common/parts/
+perf_metrics_utils.py LLM_VOCAB_SIZE_MAP "llama2": 32000).
 
 DeepSeek-V2-Lite is written from the architecture arguments of the MindSpeed-LLM script its published run
 used (Ascend/MindSpeed-LLM examples/mcore/deepseek2_lite/pretrain_deepseek2_lite_16b_ptd_8p.sh @ 1ea39226:
@@ -54,6 +60,19 @@ LLAMA = {  # name: torchtitan ModelArgs (dim, n_layers, n_heads, n_kv_heads, ffn
     "llama-3-70b": (8192, 80, 64, 8, 1.3, 4096),
 }
 
+LLAMA2 = {  # name: transformers LlamaConfig fields
+    "llama-2-7b": dict(
+        vocab_size=32000,
+        hidden_size=4096,
+        intermediate_size=11008,
+        num_hidden_layers=32,
+        num_attention_heads=32,
+        num_key_value_heads=32,
+        max_position_embeddings=4096,
+        tie_word_embeddings=False,
+    ),
+}
+
 
 DEEPSEEK_V2 = {  # name: the MindSpeed-LLM script's architecture arguments, as transformers' DeepseekV2Config fields
     "deepseek-v2-lite": dict(
@@ -92,6 +111,8 @@ def config(name: str):
 
     if name in DEEPSEEK_V2:
         return DeepseekV2Config(**DEEPSEEK_V2[name])
+    if name in LLAMA2:
+        return LlamaConfig(**LLAMA2[name])
     if name in LLAMA:
         dim, layers, heads, kv_heads, multiplier, multiple_of = LLAMA[name]
         return LlamaConfig(
@@ -140,7 +161,7 @@ def write_config(name: str) -> None:
 
 
 def main() -> None:
-    for name in [*GPT, *MPT, *LLAMA, *DEEPSEEK_V2]:
+    for name in [*GPT, *MPT, *LLAMA, *LLAMA2, *DEEPSEEK_V2]:
         write_config(name)
         s = structure(name)
         (HERE / f"{name}.structure.json").write_text(json.dumps(s.model_dump(), indent=1) + "\n")
