@@ -36,6 +36,7 @@ __all__ = [
     "RunPrediction",
     "fit_gemm_efficiency",
     "megatron_flops_per_step",
+    "nemo_llama_flops_per_step",
     "predict_run",
     "published_step_seconds",
 ]
@@ -96,8 +97,10 @@ class PublishedRun(_Model):
     )
     published: dict[str, float]
     derived: str | None = None
-    flops: Literal["model", "megatron_recompute"] = Field(
-        "model", description="What a published TFLOP/s counts: model FLOPs, or Megatron's 96·B·s·l·h² form."
+    flops: Literal["model", "megatron_recompute", "nemo_llama"] = Field(
+        "model",
+        description="What a published TFLOP/s counts: model FLOPs, Megatron's 96·B·s·l·h² form, or NeMo's Llama "
+        "form (non-causal attention).",
     )
 
 
@@ -121,15 +124,24 @@ def megatron_flops_per_step(s: ModelStructure, global_batch: int, seq: int) -> f
     return 96 * b * seq * layers * h**2 * (1 + seq / (6 * h) + v / (16 * layers * h))
 
 
+def nemo_llama_flops_per_step(s: ModelStructure, global_batch: int, seq: int) -> float:
+    """NVIDIA NeMo's model FLOPs of a dense Llama step (nemo/utils/flops_formulas.py llama2/llama3):
+    B·s·l·h²·(12 + 12·g/a + 18·f/h + 12·s/h + 6·V/(l·h)); its attention term counts the full s x s scores, not
+    the causal half the planner's model FLOPs count."""
+    b, layers, h, v = global_batch, s.num_layers, s.hidden_size, s.vocab_size
+    groups, heads, ffn = s.num_kv_heads, s.num_attention_heads, s.intermediate_size or 4 * h
+    per_layer = 12 + 12 * groups / heads + 18 * ffn / h + 12 * seq / h + 6 * v / (layers * h)
+    return b * seq * layers * h**2 * per_layer
+
+
 def published_step_seconds(run: PublishedRun, s: ModelStructure) -> float | None:
     """The run's step time: quoted, or derived from its throughput (the derivation the data file states)."""
     p = run.published
     if "step_s" in p:
         return p["step_s"]
-    if "tflops_per_gpu" in p and run.flops == "megatron_recompute":
-        return megatron_flops_per_step(s, run.global_batch, run.seq_len) / (
-            p["tflops_per_gpu"] * 1e12 * run.accelerators
-        )
+    if "tflops_per_gpu" in p and run.flops != "model":
+        count = megatron_flops_per_step if run.flops == "megatron_recompute" else nemo_llama_flops_per_step
+        return count(s, run.global_batch, run.seq_len) / (p["tflops_per_gpu"] * 1e12 * run.accelerators)
     if "tflops_per_gpu" in p:
         flops = model_flops_per_step(model_costs(s), run.global_batch, run.seq_len)
         return flops / (p["tflops_per_gpu"] * 1e12 * run.accelerators)

@@ -205,8 +205,10 @@ SOFTWARE_PROFILES: dict[str, SoftwareProfile] = {
             "flash_attention": "fms-fsdp README: 'SDPA implementation of Flash attention v2'",
             "attention_efficiency": "Shah et al. 2024 (FlashAttention-3, arXiv:2407.08608) abstract: FlashAttention-2 "
             "reaches 35% of the H100's peak",
-            "gemm_efficiency": _CUBLAS + "; bf16 only (fms-fsdp trains in bf16); no table run of this software to "
-            "fit on yet",
+            "gemm_efficiency": _CUBLAS + "; bf16 only (fms-fsdp trains in bf16); the table's runs of this software "
+            "(LLM Foundry's MPT benchmark, pre-torch-2.0) run 17-42% slower than predicted and are not fitted on: one "
+            "source, so held out nothing is left to fit, and its fit (0.42) would carry that older stack into this "
+            "profile",
             "zero_stages": "torch.distributed.fsdp.ShardingStrategy: NO_SHARD (0), SHARD_GRAD_OP (2), FULL_SHARD "
             "and HYBRID_SHARD (3); no optimizer-only sharding",
             "dualpipe": "no pipeline parallelism",
