@@ -60,13 +60,17 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     module-scoped Ray cluster starts once), and the Kubernetes e2e tests all run on one worker, one
     after another (they share the control plane, and a process-backed RayCluster binds the GCS port
     of the whole machine). While the control plane is still to be built (tests/fixtures/builds.py
-    builds it in the background), the e2e tests go last, so both workers run other tests meanwhile;
+    builds it in the background), the e2e tests wait at the back of the queue, so both workers run
+    other tests meanwhile, and they are the next to go once it is built (checked at each assignment);
     the other scopes go longest first, by the last run's times (tests/fixtures/timings.py), so the
     two workers finish together. A scheduler of our own, as xdist's `loadgroup` marks do not reach
     pytest 9's node ids."""
     from xdist.scheduler import LoadScopeScheduling
 
-    e2e_last = subprocess.run([str(REPO / "k8s/build.sh"), "--check"], capture_output=True).returncode != 0
+    def built() -> bool:
+        return subprocess.run([str(REPO / "k8s/build.sh"), "--check"], capture_output=True).returncode == 0
+
+    e2e_waits = not built()
     seconds = timings.seconds_by_scope()
 
     class _ByModuleE2ETogether(LoadScopeScheduling):
@@ -80,8 +84,10 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
                 self._ordered = True
                 for scope in sorted(self.workqueue, key=lambda scope: -seconds.get(scope, 0.0)):
                     self.workqueue.move_to_end(scope)
-            if e2e_last and "tests/e2e" in self.workqueue:
-                self.workqueue.move_to_end("tests/e2e")
+            nonlocal e2e_waits
+            if e2e_waits and "tests/e2e" in self.workqueue:
+                e2e_waits = not built()
+                self.workqueue.move_to_end("tests/e2e", last=e2e_waits)  # built: the longest scope, first
             super()._assign_work_unit(node)
 
     return _ByModuleE2ETogether(config, log)
