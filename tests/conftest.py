@@ -4,6 +4,7 @@ and an offline, telemetry-free environment."""
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import tempfile
 import time
@@ -36,6 +37,12 @@ os.environ.setdefault(
 )
 
 REPO = Path(__file__).resolve().parent.parent
+# A suite started in the background of a non-interactive shell (`make test &`, `nohup ... &`) inherits SIGINT
+# ignored, and so would every process it starts: `day0 run` could then not be interrupted as from a terminal,
+# and the tests of Ctrl-C would fail for the way the suite was launched. (Python resets a handler, not an
+# ignore, in the processes it starts, so theirs is the default again.)
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 pytest_plugins = ["tests.fixtures.timings"]  # per-test wall and CPU time, build/test-times.tsv
 # A test that uses a real service is an integration test whatever its module says, so
 # `make test-fast` (`-m "not integration and not e2e"`) never starts one.
