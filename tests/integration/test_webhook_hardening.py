@@ -93,7 +93,9 @@ def test_deep_nesting_is_400_with_one_line_and_counted(receiver: Receiver) -> No
     assert delta(before, metrics(receiver), "day0_webhook_rejected_total", reason="malformed_json") == 1
     new = _log(receiver)[log_before:]
     assert "Traceback" not in new and "RecursionError" not in new
-    assert new.count("\n") == 1 and "400 malformed_json" in new, new
+    # the previous test's delivery may log its trigger only now (it was seen once, on a loaded machine)
+    ours = [line for line in new.splitlines() if " triggered " not in line]
+    assert len(ours) == 1 and "400 malformed_json" in ours[0], new
 
 
 def test_a_client_hanging_up_mid_body_is_one_counted_line(receiver: Receiver) -> None:

@@ -161,6 +161,7 @@ def test_an_address_where_no_ray_listens_fails_in_seconds(family: str, host: str
 
     from day0.backends.local.ray import connect
 
+    ray.shutdown()  # a Ray an earlier test on this worker left connected: `connect` would return it
     with socket.socket(getattr(socket, family)) as s:  # a port that was free a moment ago: nothing listens there
         try:
             s.bind((host, 0))
