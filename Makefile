@@ -75,8 +75,9 @@ docs-images: setup browser
 engines: setup
 	$(BIN)/python -m day0.steps.inference.engine_env vllm cpu
 
-# The release-day drill whole, with the fault drill `make test` leaves out (marker `drill`: a Ray worker's
-# node lost mid-trial on the installed service, which needs the module's first run): about 23 min here;
+# The release-day drill whole, with the fault drills `make test` leaves out (marker `drill`: a flow-run
+# pod's node and a Ray worker's node lost mid-trial on the installed service, which need the module's
+# first run): about 23 min here;
 # a local `day0 run` killed mid-trial and rerun, and a catalogue fault's vendor plugin failing a whole
 # `day0 run` at step 5: both are covered in parts by faster tests of `make test` (their docstrings say which).
 drill: setup e2e-build

@@ -30,6 +30,9 @@ os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+# Ray Train's controller polls its workers every 2 s by default (sized for large clusters): each phase of a
+# fit (workers up, training done) waited up to a poll, ~3 s of each of the suite's many tiny fits.
+os.environ.setdefault("RAY_TRAIN_HEALTH_CHECK_INTERVAL_S", "0.5")
 # Spec files that flow parameters name (day0.spec.location): the repository's configs and the tests' temp files.
 os.environ.setdefault(
     "DAY0_RUN_SPEC_ROOTS",

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from day0.backends.kuberay.lifecycle import KubeRayCluster, raycluster_session
+from day0.backends.kuberay.lifecycle import KubeRayCluster, delete_run_clusters, raycluster_session
 from day0.backends.kuberay.manifest import build_raycluster, cluster_name
 from day0.backends.kuberay.status import ClusterError
 from day0.spec.cluster import ClusterSpec
@@ -224,6 +224,24 @@ def test_a_handle_deletes_only_the_cluster_it_created(api: Any) -> None:
     finally:
         later.delete()
     assert later.get() is None
+
+
+def test_the_sweep_deletes_a_runs_leftover_cluster_and_no_other_runs(api: Any) -> None:
+    """What a rerun's provisioning does first (`KubeRayBackend._provision`): the dead attempt's RayCluster,
+    found by its run-id label, is deleted; another run's is left alone."""
+    cluster = spec("x", "y", nodes=1, elastic_max=1)
+    dead, other = (
+        KubeRayCluster(build_raycluster(cluster, run, workers={"fixed": 0, "elastic": 0}), api_client=api)
+        for run in ("e2e rerun", "e2e other run")
+    )
+    dead.create()
+    other.create()
+    try:
+        assert delete_run_clusters("day0", "e2e rerun", api_client=api) == [dead.name]
+        assert dead.get() is None and other.get() is not None
+    finally:
+        other.delete()
+    assert other.get() is None
 
 
 def test_bad_manifest_is_rejected_by_the_crd(api: Any) -> None:

@@ -10,11 +10,17 @@
 3. The store's secret is nowhere in the Ray dashboard's job API, the pods' specs or any pod process's
    command line.
 4. `helm upgrade` raises the elastic pool's maximum: the next run's RayCluster asks for it.
-5. That next run loses its flow-run pod's node mid-trial: the observer marks it Crashed, the recovery
-   automation reschedules it, the worker runs it again on the other flow node, the dead attempt's
-   RayCluster is swept by run id, the completed steps are reused, the trial resumes from its last
-   checkpoint and ends on the uninterrupted run's final loss (within 1e-6).
-6. `make drill` only (marker `drill`, about 6 min here): a third run loses a Ray worker's node mid-trial
+5. `make drill` only (marker `drill`, about 8 min here): that next run loses its flow-run pod's node
+   mid-trial: the observer marks it Crashed, the recovery automation reschedules it, the worker runs it
+   again on the other flow node, the dead attempt's RayCluster is swept by run id, the completed steps
+   are reused, the trial resumes from its last checkpoint and ends on the uninterrupted run's final loss
+   (within 1e-6). `make test` covers that path in parts: a run whose worker and processes died is
+   Crashed and rescheduled by the recovery automation (tests/integration/test_zombie_runs.py), a chart
+   upgrade (tests/e2e/test_helm.py::test_install_upgrade_uninstall), a run's leftover RayCluster swept
+   by its run id (tests/e2e/test_kuberay_e2e.py), a rerun reusing completed steps
+   (tests/integration/test_adapt_flow.py) and the trial's task rerun resuming from its S3 checkpoint
+   (tests/integration/test_trial_run.py::test_task_rerun_resumes_from_s3_checkpoint).
+6. `make drill` only (about 6 min here): a third run loses a Ray worker's node mid-trial
    (slowed by a fault drill set through the chart's flow-run env): the monitor records the loss, KubeRay
    replaces the pod, Ray Train resumes from the last checkpoint in S3 (or the job is submitted again when
    the node held its driver), and the final loss is again the uninterrupted run's. `make test` covers
@@ -268,6 +274,7 @@ def test_a_release_runs_from_the_webhook_to_a_verdict_on_the_installed_service(s
         Path(out).write_text(json.dumps(timings))
 
 
+@pytest.mark.drill  # `make drill`: its parts have faster tests in `make test` (the module docstring, 5.)
 def test_upgrade_then_a_lost_flow_run_pod_is_rerun_and_resumes_from_its_checkpoint(service: Service) -> None:
     if "loss" not in _UNINTERRUPTED:
         pytest.fail("needs the uninterrupted run of the previous test (run the module, not this test alone)")
