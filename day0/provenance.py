@@ -11,18 +11,12 @@ from __future__ import annotations
 import ast
 import functools
 import hashlib
-import threading
 from pathlib import Path
 
 __all__ = ["FIRST_PARTY", "code_digest", "module_sources"]
 
 FIRST_PARTY = ("day0", "tasks", "flows")
 _ROOT = Path(__file__).resolve().parent.parent
-# CPython 3.11 keeps the AST constructor's recursion depth in interpreter-wide state, so two threads parsing at
-# once can fail with "SystemError: AST constructor recursion depth mismatch" (python/cpython#106905; seen once
-# here, failing a deployment run's step 1 as it took its digest). The lock keeps day0's own parses apart; 3.11's
-# traceback formatting parses too, in whatever thread logs an exception, and is not covered.
-_PARSING = threading.Lock()
 
 
 def _path_of(module: str) -> Path | None:
@@ -37,9 +31,7 @@ def _imported(path: Path, module: str) -> set[str]:
     """First-party modules `path` imports (at top level or inside functions), with their packages."""
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
     names: set[str] = set()
-    with _PARSING:
-        tree = ast.parse(path.read_bytes())
-    for node in ast.walk(tree):
+    for node in ast.walk(ast.parse(path.read_bytes())):
         if isinstance(node, ast.Import):
             names.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
