@@ -192,9 +192,9 @@ class PlannerOptions(_Model, SearchChoices):
     profile: str = Field("datasheet", description="Where the hardware figures come from: datasheet or calibrated.")
 
     def available_overlaps(self) -> list[str]:
-        """The software's overlaps this setup can use: the EP overlap only with the all-to-all dispatcher
+        """The software's overlaps this setup can use: the EP overlap not with the all-gather dispatcher
         (Megatron's --overlap-moe-expert-parallel-comm requires the alltoall or flex dispatcher)."""
-        return [o for o in self.software_overlaps if o != "ep" or self.moe_token_dispatcher == "alltoall"]
+        return [o for o in self.software_overlaps if o != "ep" or self.moe_token_dispatcher != "allgather"]
 
     def gemm_fraction(self, compute: str) -> float:
         return self.gemm_efficiency.get(compute, self.gemm_efficiency.get("bf16", 0.8))

@@ -131,6 +131,7 @@ class RateCache:
                         self.inter,
                         o.expert_max_nodes,
                         load,
+                        once_per_node=o.moe_token_dispatcher == "flex",
                     )
                     + lat
                     for b in (BYTES[o.comm.dispatch_dtype], 2)

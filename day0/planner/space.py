@@ -34,7 +34,7 @@ def with_techniques_on(options: PlannerOptions, compute: str) -> PlannerOptions:
     comm: dict[str, object] = {f"{o}_overlap": True for o in options.available_overlaps() if f"{o}_overlap" not in pins}
     update: dict[str, object] = {}
     if compute == "fp8":
-        if "dispatch_dtype" not in pins and options.moe_token_dispatcher == "alltoall":
+        if "dispatch_dtype" not in pins and options.moe_token_dispatcher != "allgather":
             comm["dispatch_dtype"] = "fp8"
         if "fp8_activation_cache" not in pins:
             update["fp8_activation_cache"] = True

@@ -168,12 +168,15 @@ def expert_alltoall_seconds(
     inter_gbps: float,
     max_nodes: int | None,
     load: float = 1.0,
+    once_per_node: bool = False,
 ) -> float:
     """MoE dispatch (or combine) of `tokens` tokens, each sent to `top_k` experts spread over `group` EP
-    ranks placed every `stride` ranks. Without node limits each copy goes where its expert is: the off-node
-    share of the k copies crosses the NIC. With node-limited routing (DeepSeek-V3 sec. 2.1.2 and 3.2.2: at
-    most M nodes per token, one NIC transfer per node, then NVLink forwarding to the experts there) a token
-    crosses the NIC at most min(k, M) x (nodes-1)/nodes times; the in-node fan-out rides NVLink. The node's
+    ranks placed every `stride` ranks. Sent rank to rank (an NCCL all-to-all) each copy goes where its expert
+    is: the off-node share of the k copies crosses the NIC, whatever node limit the router keeps (a limit of
+    M nodes moves no copy off or on the sender's node on average). Sent `once_per_node` (DeepEP, DeepSeek-V3
+    sec. 3.2.2: one NIC transfer per node, then NVLink forwarding to the experts there) a token crosses the
+    NIC at most min(k, M) x (nodes-1)/nodes times, M the node limit (sec. 2.1.2) or every node; the in-node
+    fan-out rides NVLink. The node's
     off-node traffic, its in-node ranks' worth, leaves over those ranks' NICs (in-node ranks x the NIC
     figure, as in `ring_bandwidth`): one NIC's worth per rank, since the node's other NICs carry the
     concurrent all-to-alls of the other EP groups. The busiest rank receives `load` x the mean copies (dropless
@@ -187,8 +190,8 @@ def expert_alltoall_seconds(
     remote = top_k * (group - in_node) / group  # copies whose expert sits on another node
     off_copies, on_copies = remote, top_k * (in_node - 1) / group
     off_load = load
-    if max_nodes is not None and nodes > 1:  # one NIC transfer per node, then forwarded over NVLink
-        off_copies = min(remote, min(top_k, max_nodes) * (nodes - 1) / nodes)
+    if once_per_node and nodes > 1:  # one NIC transfer per node, then forwarded over NVLink
+        off_copies = min(remote, min(top_k, max_nodes or nodes) * (nodes - 1) / nodes)
         on_copies += remote
         off_load = 1.0
     off, on = tokens * token_bytes * off_copies * off_load, tokens * token_bytes * on_copies * load

@@ -309,7 +309,10 @@ def _dispatcher_issues(spec: PipelineSpec) -> list[SpecIssue]:
     if dispatcher != "allgather":
         return []
     shown = dispatcher if field != "planner.software" else planner.software
-    why = "the EP overlap and fp8 dispatch are the all-to-all dispatcher's: write planner.moe_token_dispatcher alltoall"
+    why = (
+        "the EP overlap and fp8 dispatch are the all-to-all dispatchers': write planner.moe_token_dispatcher alltoall "
+        "or flex"
+    )
     issues = []
     if p.overlap.ep is True:
         issues.append(_clash("parallel.overlap.ep", True, field, shown, why))

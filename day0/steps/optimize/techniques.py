@@ -126,7 +126,7 @@ def _techniques(
         if field.endswith("_overlap") and field.removesuffix("_overlap") not in options.software_overlaps:
             reasons[technique] = "kept off: the training software has no such overlap (planner.software)"
             continue
-        if technique in ("ep overlap", "dispatch dtype") and options.moe_token_dispatcher != "alltoall":
+        if technique in ("ep overlap", "dispatch dtype") and options.moe_token_dispatcher == "allgather":
             reasons[technique] = "kept off: the all-gather token dispatcher has neither (planner.moe_token_dispatcher)"
             continue
         if technique == "dispatch dtype" and problem.training.precision.compute != "fp8":

@@ -14,7 +14,7 @@ from pydantic import BaseModel, Field
 
 from day0.core.recompute import Recompute
 from day0.spec.base import HBM_GBPS, MAX_ACCELERATORS, UserModel
-from day0.steps.parallel.config_software import SOFTWARE_PROFILES, SoftwareName, SoftwareProfile
+from day0.steps.parallel.config_software import SOFTWARE_PROFILES, SoftwareName, SoftwareProfile, TokenDispatcher
 
 __all__ = [
     "SOFTWARE_PROFILES",
@@ -60,7 +60,8 @@ class SearchChoices(BaseModel):
         None,
         ge=1,
         le=MAX_ACCELERATORS,
-        description="Node-limited MoE routing: nodes a token may reach (default unlimited).",
+        description="Node-limited MoE routing: nodes a token may reach (default unlimited); it cuts the NIC traffic "
+        "with the flex (DeepEP) dispatcher, which sends a token once per node.",
     )
     dropout: bool = Field(False, description="The model trains with dropout: 1-byte masks are stored (default false).")
     optimizer_state_dtype: Literal["fp32", "bf16"] = Field(
@@ -90,10 +91,12 @@ class SearchChoices(BaseModel):
         "mean (day0.planner.inputs.DROPLESS_EXPERT_LOAD, measured on a trained router), which EP1 avoids (default "
         "balanced: write dropless for a run whose router is not forced to balance).",
     )
-    moe_token_dispatcher: Literal["alltoall", "allgather"] = Field(
+    moe_token_dispatcher: TokenDispatcher = Field(
         "alltoall",
         description="MoE token dispatcher (Megatron --moe-token-dispatcher-type): 'alltoall' sends each token's "
-        "top-k copies to their experts' ranks; 'allgather' gathers every EP peer's tokens on each rank and "
+        "top-k copies to their experts' ranks, over the NIC wherever the expert is on another node; 'flex' (DeepEP) "
+        "sends a token once to each node it reaches and forwards it there over NVLink, which is what makes "
+        "expert_max_nodes save NIC traffic; 'allgather' gathers every EP peer's tokens on each rank and "
         "reduce-scatters the outputs (default alltoall; planner.software sets its framework's).",
     )
 

@@ -6,7 +6,13 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, Field
 
-__all__ = ["SOFTWARE_PROFILES", "SoftwareName", "SoftwareProfile"]
+__all__ = ["SOFTWARE_PROFILES", "SoftwareName", "SoftwareProfile", "TokenDispatcher"]
+
+TokenDispatcher = Literal["alltoall", "allgather", "flex"]
+"""Megatron's MoE token dispatchers (--moe-token-dispatcher-type): 'alltoall' sends each token's top-k copies rank
+to rank (NCCL all-to-all); 'flex' with DeepEP (--moe-enable-deepep) sends a token once to each node it reaches and
+forwards the copies there over NVLink (DeepSeek-V3 sec. 3.2.2's kernels); 'allgather' gathers every EP peer's
+tokens on each rank."""
 
 
 class SoftwareProfile(BaseModel):
@@ -34,9 +40,7 @@ class SoftwareProfile(BaseModel):
     moe_grouped_gemm: bool = Field(
         True, description="Whether its MoE recipes run the routed experts as grouped GEMMs (else one expert at a time)."
     )
-    moe_token_dispatcher: Literal["alltoall", "allgather"] = Field(
-        "alltoall", description="The MoE token dispatcher its recipes run."
-    )
+    moe_token_dispatcher: TokenDispatcher = Field("alltoall", description="The MoE token dispatcher its recipes run.")
     sources: dict[str, str] = Field(description="Per figure above, where it is read.")
 
     def planner_figures(self) -> dict[str, object]:
@@ -60,6 +64,7 @@ SoftwareName = Literal[
     "megatron-deepspeed-2022",
     "torchtitan-fsdp2-2024",
     "fsdp-trainer-2024",
+    "llm-foundry-2023",
     "mindspeed-2025",
 ]
 _CUBLAS = (
@@ -91,7 +96,10 @@ SOFTWARE_PROFILES: dict[str, SoftwareProfile] = {
             "(megatron/training/arguments.py)",
             "grad_dtype": "megatron/training/arguments.py: fp32 main_grad under --bf16 unless --grad-reduce-in-bf16",
             "flash_attention": "Transformer Engine's fused attention (cuDNN / FlashAttention) in Megatron-Core",
-            "attention_efficiency": "Dao 2023 (FlashAttention-2, arXiv:2307.08691): 50-73% of the A100 peak",
+            "attention_efficiency": "Transformer Engine picks cuDNN's fused attention on sm90; its attention notebook "
+            "(NVIDIA/TransformerEngine docs/examples/attention/attention.ipynb at 88c0c914, TE 1.10, cuDNN 9.3, H100 "
+            "80GB HBM3) prints 7.4875 ms forward + backward for b2 h32 d128 s8192 causal: 514 TFLOP/s on the "
+            "FlashAttention count (causal forward 2·b·s²·h·d, backward 2.5x), 52% of the bf16 peak",
             "gemm_efficiency": _CUBLAS + " (Transformer Engine's FP8 GEMMs are cuBLASLt's); " + _NOT_FITTED,
             "zero_stages": "DDP (0), --use-distributed-optimizer (1), Megatron-FSDP optim_grads (2) and "
             "optim_grads_params (3)",
@@ -100,9 +108,9 @@ SOFTWARE_PROFILES: dict[str, SoftwareProfile] = {
             "moe_grouped_gemm": "NVIDIA's MoE recipes (Megatron-Bridge / NeMo performance configs, the table's "
             "Qwen3 and DeepSeek-V3 rows) set moe_grouped_gemm=True, as Megatron-Core's MoE README advises when a "
             "rank hosts several experts; Megatron's own flag default is off (megatron/training/arguments.py)",
-            "moe_token_dispatcher": "the same recipes set 'alltoall' (or 'flex' with DeepEP, costed as all-to-all); "
-            "Megatron's flag default is 'allgather' (megatron/training/arguments.py), which a spec writes in "
-            "planner.moe_token_dispatcher",
+            "moe_token_dispatcher": "the same recipes set 'alltoall' (Megatron-Bridge's H100 DeepSeek-V3 recipe "
+            "'flex' with DeepEP); Megatron's flag default is 'allgather' (megatron/training/arguments.py); a spec "
+            "writes either in planner.moe_token_dispatcher",
         },
     ),
     "megatron-lm-2021": SoftwareProfile(
@@ -205,14 +213,45 @@ SOFTWARE_PROFILES: dict[str, SoftwareProfile] = {
             "flash_attention": "fms-fsdp README: 'SDPA implementation of Flash attention v2'",
             "attention_efficiency": "Shah et al. 2024 (FlashAttention-3, arXiv:2407.08608) abstract: FlashAttention-2 "
             "reaches 35% of the H100's peak",
-            "gemm_efficiency": _CUBLAS + "; bf16 only (fms-fsdp trains in bf16); the table's runs of this software "
-            "(LLM Foundry's MPT benchmark, pre-torch-2.0) run 17-42% slower than predicted and are not fitted on: one "
-            "source, so held out nothing is left to fit, and its fit (0.42) would carry that older stack into this "
-            "profile",
+            "gemm_efficiency": _CUBLAS + "; bf16 only (fms-fsdp trains in bf16); no table run of this software to fit "
+            "on (LLM Foundry's, an FSDP1 trainer too, has its own profile for its Triton attention)",
             "zero_stages": "torch.distributed.fsdp.ShardingStrategy: NO_SHARD (0), SHARD_GRAD_OP (2), FULL_SHARD "
             "and HYBRID_SHARD (3); no optimizer-only sharding",
             "dualpipe": "no pipeline parallelism",
             "devices": "CUDA (fms-fsdp README: 128 A100)",
+            "moe_grouped_gemm": _NO_MOE,
+            "moe_token_dispatcher": _NO_MOE,
+        },
+    ),
+    "llm-foundry-2023": SoftwareProfile(
+        framework="MosaicML LLM Foundry / Composer (FSDP1, Triton FlashAttention), 2023",
+        devices=("cuda",),
+        grad_dtype="fp32",
+        flash_attention=True,
+        attention_efficiency=0.175,
+        gemm_efficiency={"bf16": 0.8},
+        zero_stages=(0, 2, 3),
+        overlaps=("dp",),
+        sources={
+            "overlaps": "Composer's FSDP1 backward and forward prefetch overlap the gathers and reduce-scatters with "
+            "compute; no tensor or expert parallelism",
+            "grad_dtype": "Composer's FSDP mixed precision 'DEFAULT' (composer/trainer/mosaic_fsdp_utils.py, v0.16): "
+            "param_dtype and buffer_dtype only, no reduce_dtype, so gradients are reduced and kept in the fp32 "
+            "sharded parameters' dtype (the MPT table's 'MP Mode' column: DEFAULT)",
+            "flash_attention": "the MPT yamls' attn_impl 'triton' (scripts/train/benchmarking/submit_benchmarks.py "
+            "default): llmfoundry/models/layers/flash_attn_triton.py, FlashAttention in pre-MLIR Triton",
+            "attention_efficiency": "FlashAttention-2 reaches 35% of the H100's peak (Shah et al. 2024, "
+            "FlashAttention-3, arXiv:2407.08608, abstract) and is 'around 2x faster than FlashAttention' (Dao 2023, "
+            "arXiv:2307.08691, sec. 4.1); the Triton kernel's own docstring (flash_attn_triton.py, copied from "
+            "HazyResearch/flash-attention@eff9fe6): 'Overall Triton forward + backward is slightly slower than CUDA "
+            "forward + backward' (FlashAttention's): 0.35 / 2",
+            "gemm_efficiency": _CUBLAS + "; the H100 rows ran the image mosaicml/pytorch:2.1.0_cu121-nightly20230827 "
+            "(the rows' source file scripts/train/benchmarking/h100new.md, Image column; CUDA 12.1, Hopper kernels); "
+            "not fitted: the table's runs of this software are one source, which validation holds out whole",
+            "zero_stages": "torch.distributed.fsdp.ShardingStrategy through Composer: NO_SHARD (0), SHARD_GRAD_OP (2), "
+            "FULL_SHARD and HYBRID_SHARD (3)",
+            "dualpipe": "no pipeline parallelism",
+            "devices": "CUDA (the MPT benchmark tables: A100 and H100)",
             "moe_grouped_gemm": _NO_MOE,
             "moe_token_dispatcher": _NO_MOE,
         },

@@ -29,13 +29,16 @@ def test_gemm_roofline_rises_with_size_to_the_dtype_roof() -> None:
     assert 0.55 < fp8 < 0.65  # fp8 has its own roof (and halves the bytes), not twice bf16's throughput
 
 
-def test_node_limited_routing_caps_the_nic_traffic() -> None:
-    # EP64 over 8 nodes, top-8: unlimited, 7/8 of the 8 copies cross the NIC; at most 4 nodes: 4 x 7/8
-    free = tm.expert_alltoall_seconds(4096, 8, 7168, 64, 1, 8, 160, 50, None)
-    capped = tm.expert_alltoall_seconds(4096, 8, 7168, 64, 1, 8, 160, 50, 4)
+def test_node_limited_routing_caps_the_nic_traffic_only_when_sent_once_per_node() -> None:
+    # EP64 over 8 nodes, top-8: rank to rank, 7/8 of the 8 copies cross the NIC, node limit or not; sent once per
+    # node (DeepEP), at most 4 nodes: 4 x 7/8, and with no limit min(8 copies, 8 nodes) x 7/8
+    args = (4096, 8, 7168, 64, 1, 8, 160, 50)
+    free = tm.expert_alltoall_seconds(*args, None)
     assert free == pytest.approx(4096 * 7168 * 8 * 56 / 64 / 50e9)
-    assert capped == pytest.approx(4096 * 7168 * 4 * 7 / 8 / 50e9)
-    assert tm.expert_alltoall_seconds(4096, 8, 7168, 8, 1, 8, 160, 50, 4) == pytest.approx(
+    assert tm.expert_alltoall_seconds(*args, 4) == free
+    assert tm.expert_alltoall_seconds(*args, 4, once_per_node=True) == pytest.approx(4096 * 7168 * 4 * 7 / 8 / 50e9)
+    assert tm.expert_alltoall_seconds(*args, None, once_per_node=True) == pytest.approx(free)
+    assert tm.expert_alltoall_seconds(4096, 8, 7168, 8, 1, 8, 160, 50, 4, once_per_node=True) == pytest.approx(
         4096 * 7168 * 8 * 7 / 8 / 160e9
     )  # one node: NVLink only
 
