@@ -213,6 +213,7 @@ def activation_policy(options: PlannerOptions, compute: str) -> ActivationPolicy
         dropout=options.dropout,
         fp8_cache=options.fp8_activation_cache and compute == "fp8",
         fp8_compute=compute == "fp8",
+        cp_kv_repeated=options.cp_kv_repeated,
     )
 
 

@@ -30,13 +30,15 @@ Triple = tuple[float, float, float]  # (no recompute, selective, full)
 
 @dataclass(frozen=True, slots=True)
 class ActivationPolicy:
-    """How activations are stored: what selective recompute recomputes, whether the model trains with
-    dropout (Megatron keeps 1-byte masks), whether GEMM inputs are cached in FP8."""
+    """How activations are stored and exchanged: what selective recompute recomputes, whether the model trains
+    with dropout (Megatron keeps 1-byte masks), whether GEMM inputs are cached in FP8, whether context
+    parallelism exchanges K/V repeated to the query heads."""
 
     selective_modules: tuple[str, ...] = SELECTIVE_MODULES
     dropout: bool = False
     fp8_cache: bool = False
     fp8_compute: bool = False  # GEMMs in fp8: their inputs and output gradients pass through cast kernels
+    cp_kv_repeated: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,7 +134,7 @@ def _attention(s: ModelStructure, p: ActivationPolicy) -> tuple[list[Tensor], fl
     else:
         d, kv = s.head_dim, s.num_kv_heads
         out += [Tensor(a * d + 2 * kv * d, "tp")]  # Q, K, V
-        up_flops, attn, cp = 0.0, float(a * 2 * d), float(2 * kv * d)
+        up_flops, attn, cp = 0.0, float(a * 2 * d), float(2 * (a if p.cp_kv_repeated else kv) * d)
     dv_total = a * (s.mla.v_head_dim if s.mla else s.head_dim)
     out += [Tensor(dv_total, "tp", None, True)]  # attention output = output-projection input
     out += [Tensor(4 * a / ACT_BYTES, "tp")]  # fp32 softmax statistics (FlashAttention's log-sum-exp)

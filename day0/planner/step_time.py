@@ -116,7 +116,8 @@ def stage_seconds(
     attention when it recomputes it), full recompute the whole forward but the head (`full_fraction` of
     it: Megatron's `block` method recomputes only some layers); TP/EP collectives exposed unless
     overlapped; the CP K/V ring (CP-1 exchanges per pass, each paying the collective latency) exposed
-    beyond the attention of the remote blocks it overlaps; host dispatch of the stage's ops (full
+    beyond the attention of the remote blocks it overlaps, or, gathered whole (PyTorch's all-gather rotation),
+    the forward's exchange exposed and the backward's hidden as a ring's; host dispatch of the stage's ops (full
     recompute repeats the forward's share) added or hidden behind the busy time."""
     tok, flash, comm = r.tokens / d.tensor_parallel, o.flash_attention, o.comm
     full = full_fraction if recompute == "full" else 0.0
@@ -134,14 +135,20 @@ def stage_seconds(
     tp = w.layers * (8 + 4 * full) * r.tp_ring_s
     ep = w.moe_layers * (r.dispatch_s + 3 * r.combine_s + full * (r.dispatch_s + r.combine_s))
     cp_deg = d.context_parallel
-    cp = cp_ring_seconds(tok, w, r, cp_deg)
+    cp = cp_ring_seconds(tok, w, r, cp_deg)  # the forward's K/V, the backward's, their gradients
+    remote = (cp_deg - 1) / cp_deg  # the attention of the other ranks' blocks, which a ring hides behind
+    if o.cp_kv_exchange == "allgather":  # gathered after the first block, before the rest: the forward waits
+        gather = cp / 3
+        cp += full * gather  # full recompute's forward gathers again
+        cp_x = (1 + full) * gather + max(0.0, 2 * gather - FLASH_BACKWARD_FLOPS * attn * remote)
+    else:
+        cp_x = max(0.0, cp - attention_passes(flash) * attn * remote)
     busy = compute + extra
     layer_ops = (w.layers * r.layer_kernels + w.moe_layers * r.moe_kernels) * (1 + FORWARD_SHARE * full)
     launch = tm.launch_seconds(layer_ops + w.head_flops * r.head_kernels_per_flop, r.kernel_s, busy, r.launch_async)
     host = tm.launch_seconds(layer_ops + w.head_flops * r.head_kernels_per_flop, r.kernel_s, 0.0, False)
     sm = o.overlap_sm_fraction
     tp_x, ep_x = tm.exposed(tp, busy, comm.tp_overlap, sm), tm.exposed(ep, busy, comm.ep_overlap, sm)
-    cp_x = max(0.0, cp - attention_passes(flash) * attn * (cp_deg - 1) / cp_deg)
     return StageTime(
         compute_s=compute,
         recompute_s=extra,

@@ -14,7 +14,13 @@ from pydantic import BaseModel, Field
 
 from day0.core.recompute import Recompute
 from day0.spec.base import HBM_GBPS, MAX_ACCELERATORS, UserModel
-from day0.steps.parallel.config_software import SOFTWARE_PROFILES, SoftwareName, SoftwareProfile, TokenDispatcher
+from day0.steps.parallel.config_software import (
+    SOFTWARE_PROFILES,
+    CpKvExchange,
+    SoftwareName,
+    SoftwareProfile,
+    TokenDispatcher,
+)
 
 __all__ = [
     "SOFTWARE_PROFILES",
@@ -98,6 +104,20 @@ class SearchChoices(BaseModel):
         "sends a token once to each node it reaches and forwards it there over NVLink, which is what makes "
         "expert_max_nodes save NIC traffic; 'allgather' gathers every EP peer's tokens on each rank and "
         "reduce-scatters the outputs (default alltoall; planner.software sets its framework's).",
+    )
+    cp_kv_exchange: CpKvExchange = Field(
+        "ring",
+        description="How context parallelism exchanges K/V: 'ring' passes each block on while the attention of the "
+        "one before runs (Megatron / Transformer Engine, ring attention); 'allgather' gathers every rank's K/V "
+        "after the first block's attention and before the rest, so each forward waits for it (PyTorch's "
+        "context_parallel under torchtitan's default rotate method) (default ring; planner.software sets its "
+        "framework's).",
+    )
+    cp_kv_repeated: bool = Field(
+        False,
+        description="Context parallelism exchanges K/V after grouped-query attention repeats them to the query "
+        "heads (torchtitan's Llama repeats them before SDPA, where context_parallel hooks in), not the K/V heads "
+        "(default false; planner.software sets its framework's).",
     )
 
 

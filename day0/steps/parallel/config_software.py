@@ -6,9 +6,10 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, Field
 
-__all__ = ["SOFTWARE_PROFILES", "SoftwareName", "SoftwareProfile", "TokenDispatcher"]
+__all__ = ["SOFTWARE_PROFILES", "CpKvExchange", "SoftwareName", "SoftwareProfile", "TokenDispatcher"]
 
 TokenDispatcher = Literal["alltoall", "allgather", "flex"]
+CpKvExchange = Literal["ring", "allgather"]
 """Megatron's MoE token dispatchers (--moe-token-dispatcher-type): 'alltoall' sends each token's top-k copies rank
 to rank (NCCL all-to-all); 'flex' with DeepEP (--moe-enable-deepep) sends a token once to each node it reaches and
 forwards the copies there over NVLink (DeepSeek-V3 sec. 3.2.2's kernels); 'allgather' gathers every EP peer's
@@ -41,6 +42,8 @@ class SoftwareProfile(BaseModel):
         True, description="Whether its MoE recipes run the routed experts as grouped GEMMs (else one expert at a time)."
     )
     moe_token_dispatcher: TokenDispatcher = Field("alltoall", description="The MoE token dispatcher its recipes run.")
+    cp_kv_exchange: CpKvExchange = Field("ring", description="How its context parallelism exchanges K/V.")
+    cp_kv_repeated: bool = Field(False, description="Whether that exchange carries K/V repeated to the query heads.")
     sources: dict[str, str] = Field(description="Per figure above, where it is read.")
 
     def planner_figures(self) -> dict[str, object]:
@@ -55,6 +58,8 @@ class SoftwareProfile(BaseModel):
             "software_dualpipe": self.dualpipe,
             "moe_grouped_gemm": self.moe_grouped_gemm,
             "moe_token_dispatcher": self.moe_token_dispatcher,
+            "cp_kv_exchange": self.cp_kv_exchange,
+            "cp_kv_repeated": self.cp_kv_repeated,
         }
 
 
@@ -76,6 +81,7 @@ _NO_MOE = (
     "no MoE layers in its releases of the period: the planner's default (grouped GEMMs, all-to-all), which a spec "
     "writes over in planner:"
 )
+_NO_CP = "no context parallelism in its releases of the period: the planner's default (a ring of the K/V heads)"
 _NOT_FITTED = (
     "a fit on this software's runs of the published table (day0.planner.published.fit_gemm_efficiency) was "
     "measured and not taken: refitted without each source in turn it predicts the held-out sources worse than "
@@ -92,6 +98,9 @@ SOFTWARE_PROFILES: dict[str, SoftwareProfile] = {
         zero_stages=(0, 1, 2, 3),
         overlaps=("tp", "ep", "dp"),
         sources={
+            "cp_kv_exchange": "Transformer Engine's AttnFuncWithCP (transformer_engine/pytorch/attention.py): 'Split "
+            "attention compute into multiple steps, and overlap current-step compute with next-step communication', "
+            "peer-to-peer sends of the K/V heads (a ring)",
             "overlaps": "--tp-comm-overlap, --overlap-moe-expert-parallel-comm, --overlap-grad-reduce "
             "(megatron/training/arguments.py)",
             "grad_dtype": "megatron/training/arguments.py: fp32 main_grad under --bf16 unless --grad-reduce-in-bf16",
@@ -123,6 +132,7 @@ SOFTWARE_PROFILES: dict[str, SoftwareProfile] = {
         zero_stages=(0,),
         overlaps=("dp",),
         sources={
+            "cp_kv_exchange": _NO_CP,
             "overlaps": "TP collectives overlap GEMMs only since Transformer Engine's userbuffers "
             "(NVIDIA/TransformerEngine#147, April 2023, TE 0.8); no MoE; the gradient all-reduce overlaps the "
             "backward as PyTorch DDP's does (Li et al. 2020, VLDB)",
@@ -152,6 +162,7 @@ SOFTWARE_PROFILES: dict[str, SoftwareProfile] = {
         zero_stages=(0, 1),
         overlaps=("dp",),
         sources={
+            "cp_kv_exchange": _NO_CP,
             "overlaps": "Megatron-LM 2021's (its fork): TP collectives not overlapped, gradient reduction with the "
             "backward",
             "grad_dtype": "DeepSpeed's bf16 optimizer keeps fp32 gradient accumulation (BLOOM: Le Scao et al. 2022, "
@@ -178,7 +189,13 @@ SOFTWARE_PROFILES: dict[str, SoftwareProfile] = {
         gemm_efficiency={"bf16": 0.8, "fp8": 0.65},
         zero_stages=(0, 2, 3),
         overlaps=("tp", "dp"),
+        cp_kv_exchange="allgather",
+        cp_kv_repeated=True,
         sources={
+            "cp_kv_exchange": "torchtitan config_manager.py at 9dec370 (the 2024-12 benchmark's): "
+            "--experimental.context_parallel_rotate_method default 'allgather', 'all-gather all kv shards on ranks "
+            "after the first sub-SDPA computation'; its Llama (models/llama/model.py) calls repeat_kv on K and V "
+            "before F.scaled_dot_product_attention, where context_parallel exchanges them",
             "overlaps": "async TP (enable_async_tensor_parallel, the 2024-12 benchmark's table 4) and FSDP2's "
             "prefetch; no MoE all-to-all overlap in its 2024 releases (dense Llama only)",
             "grad_dtype": "torchtitan [training] mixed_precision_reduce 'float32' (FSDP2 reduce_dtype); sharded "
@@ -205,6 +222,7 @@ SOFTWARE_PROFILES: dict[str, SoftwareProfile] = {
         zero_stages=(0, 2, 3),
         overlaps=("dp",),
         sources={
+            "cp_kv_exchange": _NO_CP,
             "overlaps": "FSDP1's backward_prefetch / forward_prefetch overlap the gathers and reduce-scatters with "
             "compute; no tensor or expert parallelism to overlap (foundation-model-stack/fms-fsdp README: FSDP "
             "and HSDP only)",
@@ -233,6 +251,7 @@ SOFTWARE_PROFILES: dict[str, SoftwareProfile] = {
         zero_stages=(0, 2, 3),
         overlaps=("dp",),
         sources={
+            "cp_kv_exchange": _NO_CP,
             "overlaps": "Composer's FSDP1 backward and forward prefetch overlap the gathers and reduce-scatters with "
             "compute; no tensor or expert parallelism",
             "grad_dtype": "Composer's FSDP mixed precision 'DEFAULT' (composer/trainer/mosaic_fsdp_utils.py, v0.16): "
@@ -269,6 +288,8 @@ SOFTWARE_PROFILES: dict[str, SoftwareProfile] = {
         moe_grouped_gemm=False,
         moe_token_dispatcher="allgather",
         sources={
+            "cp_kv_exchange": "--context-parallel-algo megatron_cp_algo (the table's 128K and Mixtral scripts): "
+            "MindSpeed's ring attention, K/V blocks passed on while the attention runs",
             "overlaps": "--use-mc2 (matmul fused with the TP all-gather / reduce-scatter, the table's Mixtral "
             "script), --moe-alltoall-overlap-comm (Ascend/MindSpeed docs/features/megatron_moe/"
             "megatron-moe-alltoall-overlap-comm.md; needs --moe-grouped-gemm, torch_npu.npu_grouped_matmul), "

@@ -265,6 +265,7 @@ def test_a_software_profile_sets_the_figures_the_spec_does_not_write() -> None:
             "devices",
             "moe_grouped_gemm",
             "moe_token_dispatcher",
+            "cp_kv_exchange",
         }
     # its GEMM efficiencies, under a dtype the spec writes
     gemm = options({"software": "torchtitan-fsdp2-2024", "gemm_efficiency": {"bf16": 0.7}}).gemm_efficiency
