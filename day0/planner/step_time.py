@@ -125,7 +125,8 @@ def stage_seconds(
     attn = tok * seq * w.attn_per_seq / r.attention_flops
     attn += 0.0 if flash else tok * seq * w.scores_traffic_per_seq / r.hbm
     membound = tok * w.memory_bound / r.hbm + w.moe_layers * r.moe_permute_s
-    compute = 3 * (lin + tok * w.head_flops / r.head_flops + routed + membound) + attention_passes(flash) * attn
+    forward = lin + tok * w.head_flops / r.head_flops + routed + membound + attn
+    compute = 3 * (forward - attn) + attention_passes(flash) * attn
     if recompute == "selective":
         core = "core_attn" in o.selective_modules  # Megatron-Core checkpoints core attention, flash or not
         extra = tok * w.selective_flops / r.linear_flops + tok * w.selective_memory_bound / r.hbm
@@ -133,7 +134,9 @@ def stage_seconds(
     else:
         extra = full * (lin + routed + attn + membound)
     tp = w.layers * (8 + 4 * full) * r.tp_ring_s
-    ep = w.moe_layers * (r.dispatch_s + 3 * r.combine_s + full * (r.dispatch_s + r.combine_s))
+    forward_a2a = w.moe_layers * (r.dispatch_s + r.combine_s)
+    backward_a2a = w.moe_layers * 2 * r.combine_s + full * forward_a2a  # gradients, and the recompute's forward
+    ep = forward_a2a + backward_a2a
     cp_deg = d.context_parallel
     cp = cp_ring_seconds(tok, w, r, cp_deg)  # the forward's K/V, the backward's, their gradients
     remote = (cp_deg - 1) / cp_deg  # the attention of the other ranks' blocks, which a ring hides behind
@@ -148,7 +151,11 @@ def stage_seconds(
     launch = tm.launch_seconds(layer_ops + w.head_flops * r.head_kernels_per_flop, r.kernel_s, busy, r.launch_async)
     host = tm.launch_seconds(layer_ops + w.head_flops * r.head_kernels_per_flop, r.kernel_s, 0.0, False)
     sm = o.overlap_sm_fraction
-    tp_x, ep_x = tm.exposed(tp, busy, comm.tp_overlap, sm), tm.exposed(ep, busy, comm.ep_overlap, sm)
+    tp_x = tm.exposed(tp, busy, comm.tp_overlap, sm)
+    if comm.ep_overlap:  # a forward's all-to-alls hide behind the paired micro-batch's backward, and back
+        ep_x = max(0.0, forward_a2a - (busy - forward)) + max(0.0, backward_a2a - forward) + sm * ep
+    else:
+        ep_x = ep
     return StageTime(
         compute_s=compute,
         recompute_s=extra,

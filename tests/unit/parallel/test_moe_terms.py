@@ -10,6 +10,7 @@ from day0.planner.inputs import DROPLESS_EXPERT_LOAD, PlannerOptions, cluster_fi
 from day0.planner.kernels import SEQUENTIAL_EXPERT_OPS
 from day0.planner.rates import RateCache
 from day0.planner.space import with_techniques_on
+from day0.planner.step_time import StageWork, stage_seconds
 from day0.planner.values import Degrees
 from day0.spec.cluster import HardwareSpec
 from tests.unit.parallel.test_terms import _structure
@@ -99,3 +100,34 @@ def test_the_dropless_load_is_its_derivation_from_the_published_pairs() -> None:
     derived = dropless_expert_load()
     assert derived["median"] == DROPLESS_EXPERT_LOAD
     assert all(abs(x / DROPLESS_EXPERT_LOAD - 1) < 0.1 for x in derived["per_seq_len"].values())
+
+
+def test_the_ep_overlap_pairs_each_pass_with_the_other_micro_batchs_opposite_pass() -> None:
+    # Megatron's EP all-to-all overlap (and DualPipe) hide a forward's all-to-alls behind another micro-batch's
+    # backward and the backward's behind a forward: all-to-alls heavier than the forward show beyond it even
+    # when the whole stage's compute could cover them
+    d = Degrees(
+        tensor_parallel=1,
+        pipeline_parallel=1,
+        virtual_pipeline_stages=1,
+        expert_parallel=8,
+        expert_tensor_parallel=1,
+        context_parallel=1,
+        data_parallel=8,
+        micro_batch=1,
+        num_microbatches=1,
+    )
+    r, o = _rates(8, comm={"ep_overlap": True})
+    tok = r.tokens
+    forward = 1.5 * r.combine_s  # one MoE layer whose forward is its routed GEMMs, 1.5 combines long
+    w = StageWork(1, 1, 0.0, forward * r.expert_flops / (2 * tok), 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
+    s = stage_seconds(w, "none", r, 4096, d, o)
+    assert s.compute_s == pytest.approx(3 * forward)
+    forward_a2a, backward_a2a = r.dispatch_s + r.combine_s, 2 * r.combine_s
+    assert s.ep_comm_s == pytest.approx(forward_a2a + backward_a2a)
+    sm = o.overlap_sm_fraction * s.ep_comm_s
+    paired = max(0.0, forward_a2a - 2 * forward) + max(0.0, backward_a2a - forward) + sm
+    assert s.ep_exposed_s == pytest.approx(paired)
+    assert s.ep_exposed_s > max(0.0, s.ep_comm_s - s.compute_s) + sm  # the whole stage would have hidden more
+    off = stage_seconds(w, "none", _rates(8)[0], 4096, d, _rates(8)[1])
+    assert off.ep_exposed_s == pytest.approx(s.ep_comm_s)
