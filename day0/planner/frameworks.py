@@ -160,12 +160,16 @@ def _megatron(plan: Plan, setup: FrameworkSetup, notes: list[str]) -> list[str]:
         args += ["--optimizer-cpu-offload", "--use-precision-aware-optimizer"]
     if "activations" in k.offload:
         args.append(f"--cpu-offloading-num-layers {max(plan.layers_per_stage)}")
+    if setup.moe:  # as the plan costs them: Megatron's own defaults are allgather and one expert at a time
+        args.append(f"--moe-token-dispatcher-type {o.moe_token_dispatcher}")
+        args += ["--moe-enable-deepep"] if o.moe_token_dispatcher == "flex" else []
+        args += ["--moe-grouped-gemm"] if o.moe_grouped_gemm else []
     if setup.moe and o.expert_max_nodes and d.expert_parallel > setup.per_node:
         groups = d.expert_parallel * d.expert_tensor_parallel // setup.per_node
         args += [f"--moe-router-num-groups {groups}", f"--moe-router-group-topk {o.expert_max_nodes}"]
     if o.dualpipe:
         notes.append("Megatron-LM has no DualPipe schedule: the arguments give interleaved 1F1B's layout")
-    if comm.dispatch_dtype == "fp8":
+    if comm.dispatch_dtype == "fp8" and o.moe_token_dispatcher != "flex":
         notes.append("fp8 MoE dispatch: Megatron-Core reaches it through DeepEP (--moe-token-dispatcher-type flex)")
     return list(dict.fromkeys(args))
 

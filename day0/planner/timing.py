@@ -180,9 +180,9 @@ def expert_alltoall_seconds(
     off-node traffic, its in-node ranks' worth, leaves over those ranks' NICs (in-node ranks x the NIC
     figure, as in `ring_bandwidth`): one NIC's worth per rank, since the node's other NICs carry the
     concurrent all-to-alls of the other EP groups. The busiest rank receives `load` x the mean copies (dropless
-    routing): its NVLink share, and its NIC share where copies go rank to rank; node-limited routing sends
-    each token once to a node, on the rail of its sender, so the NIC share follows the node's load, which
-    averages its ranks' and is taken as balanced."""
+    routing): its NVLink share, and its NIC share where copies go rank to rank; sent once per node, each token
+    goes to a node on the rail of its sender, so the NIC share follows the node's load, which averages its
+    ranks' and is taken as balanced."""
     if group <= 1:
         return 0.0
     in_node = max(1, min(group, per_node // stride)) if stride <= per_node else 1

@@ -147,6 +147,8 @@ def test_the_frameworks_say_the_chosen_plan(path: Path, model: str) -> None:
     assert m["--pipeline-model-parallel-size"] == str(d.pipeline_parallel)
     assert m["--context-parallel-size"] == str(d.context_parallel)
     assert m["--expert-model-parallel-size"] == str(d.expert_parallel)
+    assert m["--moe-token-dispatcher-type"] == report.options.moe_token_dispatcher  # Megatron's default: allgather
+    assert ("--moe-grouped-gemm" in m) == report.options.moe_grouped_gemm
     assert m["--micro-batch-size"] == str(d.micro_batch)
     assert ("--use-distributed-optimizer" in m) == (k.zero_stage == 1)
     assert ("--overlap-grad-reduce" in m) == (opt.comm.dp_overlap and d.dense_replicas > 1)
