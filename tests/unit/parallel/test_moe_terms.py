@@ -25,11 +25,9 @@ H100 = HardwareSpec(
 )
 
 
-def _rates(ep: int, **options: object):
-    """Qwen3-30B-A3B (128 experts, top-8) at 4096 tokens, EP `ep` inside one node of 8."""
-    o = PlannerOptions(**options)  # type: ignore[arg-type]
-    s = _structure("qwen3-30b-a3b")
-    d = Degrees(
+def _degrees(ep: int) -> Degrees:
+    """Expert parallelism `ep` and data parallelism 8, nothing else."""
+    return Degrees(
         tensor_parallel=1,
         pipeline_parallel=1,
         virtual_pipeline_stages=1,
@@ -40,7 +38,13 @@ def _rates(ep: int, **options: object):
         micro_batch=1,
         num_microbatches=1,
     )
-    return RateCache(costs_for(s, o, "bf16"), cluster_figures(H100, 8, 8), 4096, "bf16", o).rates(d), o
+
+
+def _rates(ep: int, **options: object):
+    """Qwen3-30B-A3B (128 experts, top-8) at 4096 tokens, EP `ep` inside one node of 8."""
+    o = PlannerOptions(**options)  # type: ignore[arg-type]
+    s = _structure("qwen3-30b-a3b")
+    return RateCache(costs_for(s, o, "bf16"), cluster_figures(H100, 8, 8), 4096, "bf16", o).rates(_degrees(ep)), o
 
 
 def test_the_allgather_dispatcher_moves_group_over_top_k_times_the_all_to_alls_bytes() -> None:
@@ -106,17 +110,7 @@ def test_the_ep_overlap_pairs_each_pass_with_the_other_micro_batchs_opposite_pas
     # Megatron's EP all-to-all overlap (and DualPipe) hide a forward's all-to-alls behind another micro-batch's
     # backward and the backward's behind a forward: all-to-alls heavier than the forward show beyond it even
     # when the whole stage's compute could cover them
-    d = Degrees(
-        tensor_parallel=1,
-        pipeline_parallel=1,
-        virtual_pipeline_stages=1,
-        expert_parallel=8,
-        expert_tensor_parallel=1,
-        context_parallel=1,
-        data_parallel=8,
-        micro_batch=1,
-        num_microbatches=1,
-    )
+    d = _degrees(8)
     r, o = _rates(8, comm={"ep_overlap": True})
     tok = r.tokens
     forward = 1.5 * r.combine_s  # one MoE layer whose forward is its routed GEMMs, 1.5 combines long
@@ -129,5 +123,6 @@ def test_the_ep_overlap_pairs_each_pass_with_the_other_micro_batchs_opposite_pas
     paired = max(0.0, forward_a2a - 2 * forward) + max(0.0, backward_a2a - forward) + sm
     assert s.ep_exposed_s == pytest.approx(paired)
     assert s.ep_exposed_s > max(0.0, s.ep_comm_s - s.compute_s) + sm  # the whole stage would have hidden more
-    off = stage_seconds(w, "none", _rates(8)[0], 4096, d, _rates(8)[1])
+    r_off, o_off = _rates(8)
+    off = stage_seconds(w, "none", r_off, 4096, d, o_off)
     assert off.ep_exposed_s == pytest.approx(s.ep_comm_s)
