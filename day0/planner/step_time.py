@@ -143,7 +143,7 @@ def stage_seconds(
     if o.cp_kv_exchange == "allgather":  # gathered after the first block, before the rest: the forward waits
         gather = cp / 3
         cp += full * gather  # full recompute's forward gathers again
-        cp_x = (1 + full) * gather + max(0.0, 2 * gather - FLASH_BACKWARD_FLOPS * attn * remote)
+        cp_x = (1 + full) * gather + max(0.0, 2 * gather - (attention_passes(flash) - 1) * attn * remote)
     else:
         cp_x = max(0.0, cp - attention_passes(flash) * attn * remote)
     busy = compute + extra

@@ -9,11 +9,13 @@ from pydantic import BaseModel, Field
 __all__ = ["SOFTWARE_PROFILES", "CpKvExchange", "SoftwareName", "SoftwareProfile", "TokenDispatcher"]
 
 TokenDispatcher = Literal["alltoall", "allgather", "flex"]
-CpKvExchange = Literal["ring", "allgather"]
 """Megatron's MoE token dispatchers (--moe-token-dispatcher-type): 'alltoall' sends each token's top-k copies rank
 to rank (NCCL all-to-all); 'flex' with DeepEP (--moe-enable-deepep) sends a token once to each node it reaches and
 forwards the copies there over NVLink (DeepSeek-V3 sec. 3.2.2's kernels); 'allgather' gathers every EP peer's
 tokens on each rank."""
+CpKvExchange = Literal["ring", "allgather"]
+"""How context parallelism exchanges K/V: a ring passing each block on while the attention runs, or one
+all-gather before all but the first block (PyTorch's context_parallel under its 'allgather' rotate method)."""
 
 
 class SoftwareProfile(BaseModel):

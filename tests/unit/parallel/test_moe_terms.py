@@ -1,5 +1,6 @@
-"""The MoE layer as recipes run it (issue 39, item 6): the token dispatcher, grouped GEMMs or one expert at a
-time, and dropless routing's busiest rank, each against its formula."""
+"""The MoE layer and the context-parallel K/V exchange as recipes run them (issue 39, item 6): the token
+dispatcher, grouped GEMMs or one expert at a time, dropless routing's busiest rank, the paired EP overlap, and
+PyTorch's all-gathered K/V, each against its formula."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from day0.planner.inputs import DROPLESS_EXPERT_LOAD, PlannerOptions, cluster_fi
 from day0.planner.kernels import SEQUENTIAL_EXPERT_OPS
 from day0.planner.rates import RateCache
 from day0.planner.space import with_techniques_on
+from day0.planner.stages import stage_work
 from day0.planner.step_time import StageWork, stage_seconds
 from day0.planner.values import Degrees
 from day0.spec.cluster import HardwareSpec
@@ -126,3 +128,38 @@ def test_the_ep_overlap_pairs_each_pass_with_the_other_micro_batchs_opposite_pas
     r_off, o_off = _rates(8)
     off = stage_seconds(w, "none", r_off, 4096, d, o_off)
     assert off.ep_exposed_s == pytest.approx(s.ep_comm_s)
+
+
+def test_an_all_gathered_cp_exchange_carries_the_repeated_heads_and_the_forward_waits_for_it() -> None:
+    # PyTorch's context_parallel under the 'allgather' rotate method on torchtitan's Llama (K/V repeated to the
+    # query heads before SDPA): the exchange grows by heads / K/V heads, and the forward's gather shows whole
+    # where a ring would hide it behind the other blocks' attention
+    s = _structure("llama-3-8b")
+    assert s.num_attention_heads == 4 * s.num_kv_heads
+    d = Degrees(
+        tensor_parallel=1,
+        pipeline_parallel=1,
+        virtual_pipeline_stages=1,
+        expert_parallel=1,
+        expert_tensor_parallel=1,
+        context_parallel=4,
+        data_parallel=2,
+        micro_batch=1,
+        num_microbatches=1,
+    )
+
+    def stage(**options: object):
+        o = PlannerOptions(**options)  # type: ignore[arg-type]
+        costs = costs_for(s, o, "bf16")
+        r = RateCache(costs, cluster_figures(H100, 8, 8), 131072, "bf16", o).rates(d)
+        w = stage_work(costs, tuple(costs.layer_kind.count(i) for i in range(len(costs.kinds))), False)
+        latency = 3 * (d.context_parallel - 1) * w.layers * r.collective_latency_s  # per exchange, whatever its size
+        return w, stage_seconds(w, "none", r, 131072, d, o), latency
+
+    ring_w, ring, latency = stage()
+    gathered_w, gathered, _ = stage(cp_kv_exchange="allgather", cp_kv_repeated=True)
+    assert gathered_w.cp_kv == pytest.approx(4 * ring_w.cp_kv)
+    assert gathered.cp_comm_s - latency == pytest.approx(4 * (ring.cp_comm_s - latency))
+    assert ring.cp_exposed_s == 0.0  # at 128K the ring hides behind the attention
+    assert gathered.cp_exposed_s == pytest.approx(gathered.cp_comm_s / 3)  # the forward's gather; the backward hides
+    assert gathered.slot_s == pytest.approx(ring.slot_s + gathered.cp_exposed_s)
